@@ -1,0 +1,28 @@
+include(GoogleTest)
+find_package(GTest REQUIRED)
+
+# sluice_add_test(NAME SOURCES src... LIBS lib... LABELS label... [RANKS n...] [TIMEOUT s])
+# One executable. Without RANKS it is registered once per test case via gtest discovery; with
+# RANKS it runs as a whole under `mpirun -np N` for each N (label mpi added).
+function(sluice_add_test name)
+  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS;RANKS" ${ARGN})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  add_executable(${name} ${T_SOURCES})
+  target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  if(T_RANKS)
+    foreach(n IN LISTS T_RANKS)
+      add_test(NAME ${name}.np${n}
+               COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe
+                       --mca btl self,vader -np ${n} $<TARGET_FILE:${name}>)
+      set_tests_properties(${name}.np${n} PROPERTIES LABELS "mpi;${T_LABELS}"
+                           TIMEOUT ${T_TIMEOUT} PROCESSORS ${n}
+                           ENVIRONMENT "OMPI_MCA_rmaps_base_oversubscribe=1")
+    endforeach()
+  else()
+    gtest_discover_tests(${name} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
+                         DISCOVERY_TIMEOUT 60)
+  endif()
+endfunction()

@@ -1,0 +1,21 @@
+#include "runtime/dtype.h"
+
+namespace sluice {
+
+std::string_view DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "f32";
+    case DType::kBF16: return "bf16";
+    case DType::kF16: return "f16";
+  }
+  return "?";
+}
+
+Result<DType> ParseDType(std::string_view name) {
+  if (name == "f32" || name == "fp32" || name == "float32" || name == "float") return DType::kF32;
+  if (name == "bf16" || name == "bfloat16") return DType::kBF16;
+  if (name == "f16" || name == "fp16" || name == "float16" || name == "half") return DType::kF16;
+  return InvalidArgumentError("unknown dtype '{}': use f32, bf16 or f16", name);
+}
+
+}  // namespace sluice
