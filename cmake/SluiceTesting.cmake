@@ -22,7 +22,13 @@ function(sluice_add_test name)
                            ENVIRONMENT "OMPI_MCA_rmaps_base_oversubscribe=1")
     endforeach()
   else()
-    gtest_discover_tests(${name} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
-                         DISCOVERY_TIMEOUT 60)
+    gtest_discover_tests(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} DISCOVERY_TIMEOUT 60)
+    # gtest_discover_tests splits a list-valued property ("cpu;slow" would become LABELS cpu
+    # plus a bogus property "slow"), so labels go on after discovery, over the ${name}_TESTS
+    # list its generated file defines.
+    set(labels_file ${CMAKE_CURRENT_BINARY_DIR}/${name}_labels.cmake)
+    file(WRITE ${labels_file}
+         "if(${name}_TESTS)\n  set_tests_properties(\${${name}_TESTS} PROPERTIES LABELS \"${T_LABELS}\")\nendif()\n")
+    set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${labels_file})
   endif()
 endfunction()

@@ -28,38 +28,40 @@ Status ForeignCallError(const char* library, const char* call, const std::string
 
 // Evaluates `call` once into `result_var`; when `failed` (an expression over result_var) holds,
 // returns a Status naming library, call and `error_text` (an expression giving a std::string).
-#define SLUICE_FOREIGN_CALL(library, call, result_var, failed, error_text)        \
-  do {                                                                            \
-    auto result_var = (call);                                                     \
-    if (failed) {                                                                 \
-      return ::sluice::internal::ForeignCallError(library, #call, (error_text),   \
-                                                  __FILE__, __LINE__);            \
-    }                                                                             \
+// Each wrapper passes `#call` as call_text itself: a macro argument forwarded to another macro is
+// expanded first, which would print O_CREAT as 0100.
+#define SLUICE_FOREIGN_CALL(library, call, call_text, result_var, failed, error_text) \
+  do {                                                                               \
+    auto result_var = (call);                                                        \
+    if (failed) {                                                                    \
+      return ::sluice::internal::ForeignCallError(library, call_text, (error_text),  \
+                                                  __FILE__, __LINE__);               \
+    }                                                                                \
   } while (0)
 
-#define SLUICE_FOREIGN_CHECK(library, call, result_var, failed, error_text)      \
-  do {                                                                           \
-    auto result_var = (call);                                                    \
-    if (failed) {                                                                \
-      SLUICE_CHECK(false) << ::sluice::internal::ForeignCallError(               \
-                                 library, #call, (error_text), __FILE__, __LINE__) \
-                                 .message();                                     \
-    }                                                                            \
+#define SLUICE_FOREIGN_CHECK(library, call, call_text, result_var, failed, error_text) \
+  do {                                                                                \
+    auto result_var = (call);                                                         \
+    if (failed) {                                                                     \
+      SLUICE_CHECK(false) << ::sluice::internal::ForeignCallError(                    \
+                                 library, call_text, (error_text), __FILE__, __LINE__) \
+                                 .message();                                          \
+    }                                                                                 \
   } while (0)
 
 #define SLUICE_TRY_SYS(call)                                               \
-  SLUICE_FOREIGN_CALL("syscall", call, sluice_rc_, sluice_rc_ == -1,      \
+  SLUICE_FOREIGN_CALL("syscall", call, #call, sluice_rc_, sluice_rc_ == -1,      \
                       ::sluice::internal::ErrnoText(errno))
 #define SLUICE_CHECK_SYS(call)                                             \
-  SLUICE_FOREIGN_CHECK("syscall", call, sluice_rc_, sluice_rc_ == -1,     \
+  SLUICE_FOREIGN_CHECK("syscall", call, #call, sluice_rc_, sluice_rc_ == -1,     \
                        ::sluice::internal::ErrnoText(errno))
 // pthread_* and posix_* calls return the error number instead of setting errno.
 #define SLUICE_TRY_POSIX(call)                                             \
-  SLUICE_FOREIGN_CALL("posix", call, sluice_rc_, sluice_rc_ != 0,         \
+  SLUICE_FOREIGN_CALL("posix", call, #call, sluice_rc_, sluice_rc_ != 0,         \
                       ::sluice::internal::ErrnoText(sluice_rc_))
 #define SLUICE_TRY_URING(call)                                             \
-  SLUICE_FOREIGN_CALL("liburing", call, sluice_rc_, sluice_rc_ < 0,       \
+  SLUICE_FOREIGN_CALL("liburing", call, #call, sluice_rc_, sluice_rc_ < 0,       \
                       ::sluice::internal::ErrnoText(-sluice_rc_))
 #define SLUICE_CHECK_URING(call)                                           \
-  SLUICE_FOREIGN_CHECK("liburing", call, sluice_rc_, sluice_rc_ < 0,      \
+  SLUICE_FOREIGN_CHECK("liburing", call, #call, sluice_rc_, sluice_rc_ < 0,      \
                        ::sluice::internal::ErrnoText(-sluice_rc_))

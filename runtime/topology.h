@@ -11,7 +11,7 @@
 
 // hwloc calls return -1 (or NULL, checked by the caller) and set errno.
 #define SLUICE_TRY_HWLOC(call)                                            \
-  SLUICE_FOREIGN_CALL("hwloc", call, sluice_rc_, sluice_rc_ < 0,         \
+  SLUICE_FOREIGN_CALL("hwloc", call, #call, sluice_rc_, sluice_rc_ < 0,         \
                       ::sluice::internal::ErrnoText(errno))
 
 namespace sluice {
