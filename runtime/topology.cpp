@@ -39,7 +39,6 @@ Result<Topology> DetectTopology() {
     n.os_index = static_cast<int>(node->os_index);
     n.memory_bytes = node->attr != nullptr ? node->attr->numanode.local_memory : 0;
     n.cpuset = CpusetList(node->cpuset);
-    out.total_memory_bytes += n.memory_bytes;
     out.numa_nodes.push_back(std::move(n));
   }
   return out;

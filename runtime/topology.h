@@ -27,7 +27,6 @@ struct Topology {
   int cores = 0;
   int hardware_threads = 0;
   std::vector<NumaNode> numa_nodes;
-  uint64_t total_memory_bytes = 0;
 };
 
 Result<Topology> DetectTopology();

@@ -1,0 +1,140 @@
+#include "kernels/cpu/ops_attention.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "kernels/cpu/ops_parallel.h"
+
+namespace sluice::kernels::cpu {
+namespace {
+
+void CheckDims(const AttentionDims& dims, const char* op) {
+  const std::string error = AttentionDimsError(dims);
+  if (!error.empty()) sluice::kernels::internal::OpsFail(op, "%s", error.c_str());
+  internal::BlasInt(dims.seq * dims.seq, op);
+  internal::BlasInt(dims.q_heads * dims.head_dim, op);
+}
+
+// Offsets and leading dimensions of one (batch, head) slice of the token-major tensors.
+struct Layout {
+  int64_t seq;
+  int64_t dim;
+  int ld_q;   // q_heads * head_dim: q, out, dq, dout
+  int ld_kv;  // kv_heads * head_dim: k, v, dk, dv
+  int64_t QOffset(int64_t b, int64_t h) const { return b * seq * ld_q + h * dim; }
+  int64_t KvOffset(int64_t b, int64_t g) const { return b * seq * ld_kv + g * dim; }
+};
+
+Layout MakeLayout(const AttentionDims& dims) {
+  return {dims.seq, dims.head_dim, static_cast<int>(dims.q_heads * dims.head_dim),
+          static_cast<int>(dims.kv_heads * dims.head_dim)};
+}
+
+// s [seq, seq] = scale * q_h · k_gᵀ (every entry; the caller masks).
+void Scores(const float* qh, const float* kg, float* s, const Layout& l, float scale) {
+  const int n = static_cast<int>(l.seq);
+  const int d = static_cast<int>(l.dim);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, d, scale, qh, l.ld_q, kg, l.ld_kv,
+              0.0f, s, n);
+}
+
+}  // namespace
+
+void AttentionForward(const float* q, const float* k, const float* v, float* out, float* lse,
+                      const AttentionDims& dims, float* workspace) {
+  CheckDims(dims, "AttentionForward");
+  if (dims.batch == 0 || dims.seq == 0) return;
+  const Layout l = MakeLayout(dims);
+  const int n = static_cast<int>(dims.seq);
+  const int d = static_cast<int>(dims.head_dim);
+  const int64_t group = dims.q_heads / dims.kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dims.head_dim));
+  float* p = workspace;
+  for (int64_t b = 0; b < dims.batch; ++b) {
+    for (int64_t h = 0; h < dims.q_heads; ++h) {
+      const int64_t g = h / group;
+      Scores(q + l.QOffset(b, h), k + l.KvOffset(b, g), p, l, scale);
+      float* lse_h = lse + (b * dims.q_heads + h) * dims.seq;
+      for (int64_t i = 0; i < dims.seq; ++i) {
+        float* row = p + i * dims.seq;
+        float max = row[0];
+        for (int64_t j = 1; j <= i; ++j) max = std::max(max, row[j]);
+        float sum = 0.0f;
+        for (int64_t j = 0; j <= i; ++j) {
+          row[j] = std::exp(row[j] - max);
+          sum += row[j];
+        }
+        const float inv = 1.0f / sum;
+        for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+        for (int64_t j = i + 1; j < dims.seq; ++j) row[j] = 0.0f;
+        lse_h[i] = max + std::log(sum);
+      }
+      // out_h [seq, dim] = P [seq, seq] · v_g [seq, dim]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d, n, 1.0f, p, n,
+                  v + l.KvOffset(b, g), l.ld_kv, 0.0f, out + l.QOffset(b, h), l.ld_q);
+    }
+  }
+}
+
+void AttentionBackward(const float* q, const float* k, const float* v, const float* out,
+                       const float* lse, const float* dout, float* dq, float* dk, float* dv,
+                       const AttentionDims& dims, float* workspace) {
+  CheckDims(dims, "AttentionBackward");
+  if (dims.batch == 0 || dims.seq == 0) return;
+  const Layout l = MakeLayout(dims);
+  const int n = static_cast<int>(dims.seq);
+  const int d = static_cast<int>(dims.head_dim);
+  const int64_t group = dims.q_heads / dims.kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dims.head_dim));
+  float* p = workspace;
+  float* ds = workspace + dims.seq * dims.seq;
+  float* delta = workspace + 2 * dims.seq * dims.seq;
+  for (int64_t b = 0; b < dims.batch; ++b) {
+    for (int64_t h = 0; h < dims.q_heads; ++h) {
+      const int64_t g = h / group;
+      // The first query head of a group overwrites dk and dv; the others add to them.
+      const float beta = h % group == 0 ? 0.0f : 1.0f;
+      const float* qh = q + l.QOffset(b, h);
+      const float* oh = out + l.QOffset(b, h);
+      const float* doh = dout + l.QOffset(b, h);
+      const float* kg = k + l.KvOffset(b, g);
+      const float* vg = v + l.KvOffset(b, g);
+      const float* lse_h = lse + (b * dims.q_heads + h) * dims.seq;
+      Scores(qh, kg, p, l, scale);
+      // ds [seq, seq] = dout_h · v_gᵀ, the gradient of the probabilities.
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, d, 1.0f, doh, l.ld_q, vg, l.ld_kv,
+                  0.0f, ds, n);
+      for (int64_t i = 0; i < dims.seq; ++i) {
+        const float* o_i = oh + i * l.ld_q;
+        const float* do_i = doh + i * l.ld_q;
+        float dot = 0.0f;
+        for (int64_t c = 0; c < dims.head_dim; ++c) dot += do_i[c] * o_i[c];
+        delta[i] = dot;
+        float* p_row = p + i * dims.seq;
+        float* ds_row = ds + i * dims.seq;
+        for (int64_t j = 0; j <= i; ++j) {
+          p_row[j] = std::exp(p_row[j] - lse_h[i]);
+          ds_row[j] = p_row[j] * (ds_row[j] - dot);
+        }
+        for (int64_t j = i + 1; j < dims.seq; ++j) {
+          p_row[j] = 0.0f;
+          ds_row[j] = 0.0f;
+        }
+      }
+      // dv_g (+)= Pᵀ · dout_h
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, d, n, 1.0f, p, n, doh, l.ld_q, beta,
+                  dv + l.KvOffset(b, g), l.ld_kv);
+      // dq_h = scale * dS · k_g
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d, n, scale, ds, n, kg, l.ld_kv,
+                  0.0f, dq + l.QOffset(b, h), l.ld_q);
+      // dk_g (+)= scale * dSᵀ · q_h
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, d, n, scale, ds, n, qh, l.ld_q, beta,
+                  dk + l.KvOffset(b, g), l.ld_kv);
+    }
+  }
+}
+
+}  // namespace sluice::kernels::cpu

@@ -1,0 +1,28 @@
+// CPU backend of causal self-attention (multi-head or grouped-query): fp32, one (batch, head)
+// at a time, the score and value products as OpenBLAS cblas_sgemm calls reading the heads in
+// place through leading dimensions. Same semantics, layouts and saved state (lse only;
+// probabilities recomputed in the backward) as kernels/ref/ops_attention.h.
+//
+// Threads: OpenBLAS threads the products (OPENBLAS_NUM_THREADS); the softmax rows between them
+// run on the calling thread. An OpenMP region there, between two OpenBLAS calls, put two thread
+// pools on the same cores and measured 10-30x slower on a loaded 2-core machine, while the
+// rows cost O(seq^2) against the products' O(seq^2 * head_dim).
+//
+// workspace: AttentionWorkspaceElements(dims) floats from the caller (the [seq, seq]
+// probabilities and their gradient for one head, plus a row of dout . out), so the engine can
+// account it; it holds nothing between calls. The products compute the full [seq, seq] score
+// matrix and mask the upper triangle, spending twice the causal FLOPs for whole GEMMs.
+#pragma once
+
+#include "kernels/ref/ops_attention.h"
+
+namespace sluice::kernels::cpu {
+
+void AttentionForward(const float* q, const float* k, const float* v, float* out, float* lse,
+                      const AttentionDims& dims, float* workspace);
+
+void AttentionBackward(const float* q, const float* k, const float* v, const float* out,
+                       const float* lse, const float* dout, float* dq, float* dk, float* dv,
+                       const AttentionDims& dims, float* workspace);
+
+}  // namespace sluice::kernels::cpu
