@@ -1,0 +1,25 @@
+// Creates the Device a run asked for (`device.kind`, `device.index`, `device.memory_limit`).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "runtime/device.h"
+
+namespace sluice {
+
+struct DeviceOptions {
+  DeviceKind kind = DeviceKind::kCpu;
+  int index = 0;
+  // Capacity of device memory. The cpu device needs one (> 0); for cuda 0 means the GPU's whole
+  // memory, and any limit is capped at it.
+  uint64_t memory_limit_bytes = 0;
+};
+
+// Unavailable for cuda when the binary was built without CUDA or the GPU index does not exist.
+Result<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& options);
+
+// Number of CUDA GPUs this process can use; 0 without CUDA (build or driver) or GPUs.
+int CudaDeviceCount();
+
+}  // namespace sluice
