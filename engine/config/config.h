@@ -1,0 +1,241 @@
+// The resolved training config: one YAML or JSON file with DeepSpeed's keys, defaults and
+// meanings plus Sluice's model/data/device/run sections, overridden by SLUICE_CFG_* environment
+// variables and then by --set key=value, with "auto" and derived values resolved for a world
+// size. Every setting is declared once in config_schema.cpp; docs/config.md describes them.
+//
+//   ConfigSources sources;
+//   sources.path = "configs/default.yaml";
+//   sources.set_overrides = {"zero_optimization.stage=3"};
+//   sources.world_size = 4;
+//   SLUICE_ASSIGN_OR_RETURN(Config config, LoadConfig(sources));
+//   config.zero.stage; config.batch.micro_batch_per_gpu; ConfigRecordJson(config);
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/config/config_schema.h"
+#include "engine/config/config_tree.h"
+#include "runtime/dtype.h"
+#include "runtime/settings.h"
+#include "runtime/status.h"
+
+namespace sluice {
+
+// Batch sizes after DeepSpeed's inference (train_batch_size == micro * accumulation * dp world).
+struct BatchConfig {
+  int64_t train_batch_size = 0;
+  int64_t micro_batch_per_gpu = 0;
+  int64_t gradient_accumulation_steps = 0;
+};
+
+enum class OptimizerType { kAdam, kAdamW };
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::kAdamW;  // as written ("adam" and "Adam" are kAdam)
+  // Effective decoupled weight decay: type AdamW, or Adam with adam_w_mode (DeepSpeed's rule).
+  bool adam_w_mode = true;
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+};
+
+enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
+enum class WarmupType { kLog, kLinear };
+struct SchedulerConfig {
+  SchedulerType type = SchedulerType::kNone;
+  // Only the fields of `type` are meaningful (see SchedulerParamNames()).
+  double warmup_min_lr = 0.0;
+  double warmup_max_lr = 0.0;  // resolved: WarmupLR -> optimizer lr, WarmupDecayLR -> 0.001
+  int64_t warmup_num_steps = 1000;
+  WarmupType warmup_type = WarmupType::kLog;
+  int64_t total_num_steps = 0;
+  double warmup_min_ratio = 0.0;
+  double cos_min_ratio = 1e-4;
+  int64_t last_batch_iteration = -1;
+};
+
+struct Fp16Config {
+  bool enabled = false;
+  double loss_scale = 0.0;  // 0 = dynamic
+  int initial_scale_power = 16;
+  int64_t loss_scale_window = 1000;
+  int hysteresis = 2;
+  double min_loss_scale = 1.0;
+};
+
+struct Bf16Config {
+  bool enabled = false;
+};
+
+enum class OffloadDevice { kNone, kCpu, kNvme };
+struct OffloadOptimizerConfig {
+  OffloadDevice device = OffloadDevice::kNone;
+  std::string nvme_path;  // set iff device == kNvme
+  bool pin_memory = true;
+  int buffer_count = 4;
+  double ratio = 1.0;
+  bool pipeline_read = false;
+  bool pipeline_write = false;
+};
+
+struct OffloadParamConfig {
+  OffloadDevice device = OffloadDevice::kNone;
+  std::string nvme_path;  // set iff device == kNvme
+  bool pin_memory = true;
+  int buffer_count = 5;
+  int64_t buffer_size = 100000000;  // elements, not bytes (as in DeepSpeed)
+  int64_t max_in_cpu = 1000000000;  // elements
+};
+
+// Bucket and threshold sizes are element counts, as in DeepSpeed.
+struct ZeroConfig {
+  int stage = 0;
+  bool overlap_comm = false;  // resolved: true iff stage 3 unless given
+  bool contiguous_gradients = true;
+  int64_t reduce_bucket_size = 500000000;
+  int64_t allgather_bucket_size = 500000000;
+  int64_t sub_group_size = 1000000000;
+  int64_t stage3_prefetch_bucket_size = 50000000;
+  int64_t stage3_param_persistence_threshold = 100000;
+  int64_t stage3_max_live_parameters = 1000000000;
+  int64_t stage3_max_reuse_distance = 1000000000;
+  bool stage3_gather_16bit_weights_on_model_save = false;
+  OffloadOptimizerConfig offload_optimizer;
+  OffloadParamConfig offload_param;
+};
+
+struct AioConfig {
+  int64_t block_size = 1048576;  // bytes
+  int queue_depth = 8;
+  int intra_op_parallelism = 1;
+  bool single_submit = false;
+  bool overlap_events = true;
+};
+
+struct ActivationCheckpointingConfig {
+  bool partition_activations = false;
+  bool cpu_checkpointing = false;
+  bool contiguous_memory_optimization = false;
+  bool synchronize_checkpoint_boundary = false;
+  bool profile = false;
+  std::optional<int64_t> number_checkpoints;
+};
+
+enum class TagValidation { kIgnore, kWarn, kFail };
+struct CheckpointConfig {
+  TagValidation tag_validation = TagValidation::kWarn;
+  bool load_universal = false;
+  bool use_node_local_storage = false;
+};
+
+enum class ModelFamily { kGpt2, kLlama };
+struct ModelConfig {
+  bool present = false;  // the file had a model section (config check accepts configs without)
+  ModelFamily family = ModelFamily::kGpt2;
+  int64_t n_layer = 2;
+  int64_t n_head = 4;
+  int64_t n_kv_head = 4;
+  int64_t d_model = 64;
+  int64_t d_ff = 256;
+  int64_t vocab_size = 256;
+  int64_t seq_len = 64;
+  bool tie_embeddings = true;
+  DType dtype = DType::kF32;
+  std::optional<std::string> init_from;
+  double init_std = 0.02;
+};
+
+enum class DataFormat { kText, kNanogptU16, kLlmcBin, kAuto };
+struct DataConfig {
+  std::optional<std::string> train_path;  // files are not opened by config loading
+  std::optional<std::string> val_path;
+  DataFormat format = DataFormat::kAuto;
+  double val_fraction = 0.1;
+  int64_t seed = 1234;
+  int64_t eval_batches = 8;
+};
+
+enum class DeviceType { kCpu, kCuda };
+struct DeviceConfig {
+  DeviceType type = DeviceType::kCuda;
+  int index = 0;
+  std::optional<int64_t> memory_limit;  // bytes; nullopt = the whole GPU (cuda only)
+  int64_t host_memory_limit = 0;        // bytes, resolved
+  int threads = 0;                      // 0 = all cores
+};
+
+struct RunConfig {
+  std::string dir = "runs/default";
+  int64_t steps = 100;
+  int64_t seed = 1234;
+  int64_t eval_interval = 100;  // 0 = never
+  int64_t log_interval = 10;
+  std::string log_level = "info";
+  double comm_timeout_s = 300.0;
+  bool trace = false;
+};
+
+struct Config {
+  int world_size = 1;
+  int dp_world_size = 1;  // data-parallel ranks (no tensor/pipeline parallelism yet)
+  BatchConfig batch;
+  std::optional<int64_t> steps_per_print;  // nullopt = never
+  double gradient_clipping = 1.0;          // 0 = off
+  bool wall_clock_breakdown = false;
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  Fp16Config fp16;
+  Bf16Config bf16;
+  ZeroConfig zero;
+  AioConfig aio;
+  ActivationCheckpointingConfig activation_checkpointing;
+  CheckpointConfig checkpoint;
+  ModelConfig model;
+  DataConfig data;
+  DeviceConfig device;
+  RunConfig run;
+
+  std::string source_file;                 // the config file ("" when none)
+  std::vector<std::string> notes;          // aliases honoured, deprecated keys mapped, no-op keys
+  SettingValues values{ConfigRegistry()};  // every setting with its source, for the record
+};
+
+struct ConfigSources {
+  std::string path;  // config file; "" = defaults only
+  // Environment as NAME=VALUE pairs; nullopt reads the process environment (SLUICE_CFG_*).
+  std::optional<std::vector<std::pair<std::string, std::string>>> env;
+  std::vector<std::string> set_overrides;  // "key=value", applied last, in order
+  int world_size = 1;
+  // Bytes of available host RAM for device.host_memory_limit "auto"; nullopt reads
+  // MemAvailable from /proc/meminfo.
+  std::optional<int64_t> available_host_memory;
+};
+
+// Reads, merges (defaults < file < env < --set), resolves and validates.
+Result<Config> LoadConfig(const ConfigSources& sources);
+// The same for an already parsed document (tests; `source_name` names it in messages).
+Result<Config> LoadConfigFromTree(const ConfigNode& root, std::string_view source_name,
+                                  const ConfigSources& sources);
+Result<Config> LoadConfigFromText(std::string_view text, ConfigFormat format,
+                                  const ConfigSources& sources);
+
+// `sluice train --help-config` / `sluice config help`: every setting with type, default, doc.
+std::string HelpConfigText();
+// The same as a Markdown table (docs/config.md).
+std::string HelpConfigMarkdown();
+// The record stored in checkpoints and benchmark results: every setting with its value and
+// source (default, file, env, --set, derived) and how "auto"/derived values were resolved.
+nlohmann::ordered_json ConfigRecordJson(const Config& config);
+// Readable YAML-like listing of the resolved config with each value's source as a comment.
+std::string ConfigToText(const Config& config);
+
+std::string_view OffloadDeviceName(OffloadDevice device);
+std::string_view DeviceTypeName(DeviceType type);
+
+}  // namespace sluice

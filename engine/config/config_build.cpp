@@ -1,0 +1,205 @@
+// Resolved setting values -> the typed Config sections the engine reads.
+#include "engine/config/config.h"
+#include "engine/config/config_stages.h"
+
+namespace sluice {
+namespace {
+
+OffloadDevice ToOffloadDevice(const std::string& name) {
+  if (name == "cpu") return OffloadDevice::kCpu;
+  if (name == "nvme") return OffloadDevice::kNvme;
+  return OffloadDevice::kNone;
+}
+
+int ToInt(int64_t v) { return static_cast<int>(v); }
+
+void BuildBatchAndTopLevel(const SettingValues& v, Config* c) {
+  c->batch.train_batch_size = v.GetInt("train_batch_size");
+  c->batch.micro_batch_per_gpu = v.GetInt("train_micro_batch_size_per_gpu");
+  c->batch.gradient_accumulation_steps = v.GetInt("gradient_accumulation_steps");
+  c->gradient_clipping = v.GetFloat("gradient_clipping");
+  c->steps_per_print = v.FindInt("steps_per_print");
+  c->wall_clock_breakdown = v.GetBool("wall_clock_breakdown");
+}
+
+void BuildOptimizer(const SettingValues& v, Config* c) {
+  OptimizerConfig& o = c->optimizer;
+  o.type = v.GetString("optimizer.type") == "Adam" ? OptimizerType::kAdam : OptimizerType::kAdamW;
+  bool adam_w_mode = v.GetBool("optimizer.params.adam_w_mode");
+  o.adam_w_mode = o.type == OptimizerType::kAdamW || adam_w_mode;
+  o.lr = v.GetFloat("optimizer.params.lr");
+  const std::vector<double>& betas = v.GetFloatList("optimizer.params.betas");
+  o.beta1 = betas[0];
+  o.beta2 = betas[1];
+  o.eps = v.GetFloat("optimizer.params.eps");
+  o.weight_decay = v.GetFloat("optimizer.params.weight_decay");
+}
+
+void BuildScheduler(const SettingValues& v, Config* c) {
+  SchedulerConfig& s = c->scheduler;
+  std::optional<std::string> type = v.FindString("scheduler.type");
+  s.type = !type                      ? SchedulerType::kNone
+           : *type == "WarmupLR"      ? SchedulerType::kWarmupLR
+           : *type == "WarmupDecayLR" ? SchedulerType::kWarmupDecayLR
+                                      : SchedulerType::kWarmupCosineLR;
+  // Parameters that do not apply to the type were cleared during resolution.
+  s.warmup_min_lr = v.FindFloat("scheduler.params.warmup_min_lr").value_or(0.0);
+  s.warmup_max_lr = v.FindFloat("scheduler.params.warmup_max_lr").value_or(0.0);
+  s.warmup_num_steps = v.FindInt("scheduler.params.warmup_num_steps").value_or(1000);
+  s.warmup_type = v.FindString("scheduler.params.warmup_type").value_or("log") == "linear"
+                      ? WarmupType::kLinear
+                      : WarmupType::kLog;
+  s.total_num_steps = v.FindInt("scheduler.params.total_num_steps").value_or(0);
+  s.warmup_min_ratio = v.FindFloat("scheduler.params.warmup_min_ratio").value_or(0.0);
+  s.cos_min_ratio = v.FindFloat("scheduler.params.cos_min_ratio").value_or(1e-4);
+  s.last_batch_iteration = v.FindInt("scheduler.params.last_batch_iteration").value_or(-1);
+}
+
+void BuildPrecision(const SettingValues& v, Config* c) {
+  c->fp16.enabled = v.GetBool("fp16.enabled");
+  c->fp16.loss_scale = v.GetFloat("fp16.loss_scale");
+  c->fp16.initial_scale_power = ToInt(v.GetInt("fp16.initial_scale_power"));
+  c->fp16.loss_scale_window = v.GetInt("fp16.loss_scale_window");
+  c->fp16.hysteresis = ToInt(v.GetInt("fp16.hysteresis"));
+  c->fp16.min_loss_scale = v.GetFloat("fp16.min_loss_scale");
+  c->bf16.enabled = v.GetBool("bf16.enabled");
+}
+
+void BuildZero(const SettingValues& v, Config* c) {
+  ZeroConfig& z = c->zero;
+  z.stage = ToInt(v.GetInt("zero_optimization.stage"));
+  z.overlap_comm = v.GetBool("zero_optimization.overlap_comm");
+  z.contiguous_gradients = v.GetBool("zero_optimization.contiguous_gradients");
+  z.reduce_bucket_size = v.GetInt("zero_optimization.reduce_bucket_size");
+  z.allgather_bucket_size = v.GetInt("zero_optimization.allgather_bucket_size");
+  z.sub_group_size = v.GetInt("zero_optimization.sub_group_size");
+  z.stage3_prefetch_bucket_size = v.GetInt("zero_optimization.stage3_prefetch_bucket_size");
+  z.stage3_param_persistence_threshold =
+      v.GetInt("zero_optimization.stage3_param_persistence_threshold");
+  z.stage3_max_live_parameters = v.GetInt("zero_optimization.stage3_max_live_parameters");
+  z.stage3_max_reuse_distance = v.GetInt("zero_optimization.stage3_max_reuse_distance");
+  z.stage3_gather_16bit_weights_on_model_save =
+      v.GetBool("zero_optimization.stage3_gather_16bit_weights_on_model_save");
+
+  OffloadOptimizerConfig& oo = z.offload_optimizer;
+  oo.device = ToOffloadDevice(v.GetString("zero_optimization.offload_optimizer.device"));
+  std::optional<std::string> oo_path =
+      v.FindString("zero_optimization.offload_optimizer.nvme_path");
+  if (oo.device == OffloadDevice::kNvme) oo.nvme_path = oo_path.value_or("");
+  oo.pin_memory = v.GetBool("zero_optimization.offload_optimizer.pin_memory");
+  oo.buffer_count = ToInt(v.GetInt("zero_optimization.offload_optimizer.buffer_count"));
+  oo.ratio = v.GetFloat("zero_optimization.offload_optimizer.ratio");
+  oo.pipeline_read = v.GetBool("zero_optimization.offload_optimizer.pipeline_read");
+  oo.pipeline_write = v.GetBool("zero_optimization.offload_optimizer.pipeline_write");
+
+  OffloadParamConfig& op = z.offload_param;
+  op.device = ToOffloadDevice(v.GetString("zero_optimization.offload_param.device"));
+  std::optional<std::string> op_path = v.FindString("zero_optimization.offload_param.nvme_path");
+  if (op.device == OffloadDevice::kNvme) op.nvme_path = op_path.value_or("");
+  op.pin_memory = v.GetBool("zero_optimization.offload_param.pin_memory");
+  op.buffer_count = ToInt(v.GetInt("zero_optimization.offload_param.buffer_count"));
+  op.buffer_size = v.GetInt("zero_optimization.offload_param.buffer_size");
+  op.max_in_cpu = v.GetInt("zero_optimization.offload_param.max_in_cpu");
+}
+
+void BuildAio(const SettingValues& v, Config* c) {
+  c->aio.block_size = v.GetInt("aio.block_size");
+  c->aio.queue_depth = ToInt(v.GetInt("aio.queue_depth"));
+  c->aio.intra_op_parallelism = ToInt(v.GetInt("aio.intra_op_parallelism"));
+  c->aio.single_submit = v.GetBool("aio.single_submit");
+  c->aio.overlap_events = v.GetBool("aio.overlap_events");
+}
+
+void BuildCheckpointing(const SettingValues& v, Config* c) {
+  ActivationCheckpointingConfig& a = c->activation_checkpointing;
+  a.partition_activations = v.GetBool("activation_checkpointing.partition_activations");
+  a.cpu_checkpointing = v.GetBool("activation_checkpointing.cpu_checkpointing");
+  a.contiguous_memory_optimization =
+      v.GetBool("activation_checkpointing.contiguous_memory_optimization");
+  a.synchronize_checkpoint_boundary =
+      v.GetBool("activation_checkpointing.synchronize_checkpoint_boundary");
+  a.profile = v.GetBool("activation_checkpointing.profile");
+  a.number_checkpoints = v.FindInt("activation_checkpointing.number_checkpoints");
+
+  const std::string& tag = v.GetString("checkpoint.tag_validation");
+  c->checkpoint.tag_validation = tag == "Ignore" ? TagValidation::kIgnore
+                                 : tag == "Fail" ? TagValidation::kFail
+                                                 : TagValidation::kWarn;
+  c->checkpoint.load_universal = v.GetBool("checkpoint.load_universal");
+  c->checkpoint.use_node_local_storage = v.GetBool("checkpoint.use_node_local_storage");
+}
+
+void BuildModel(const SettingValues& v, Config* c) {
+  ModelConfig& m = c->model;
+  m.present = false;
+  for (const SettingSpec& spec : v.registry().settings()) {
+    if (spec.path.rfind("model.", 0) == 0) {
+      ValueSource source = v.entry(spec.path).source;
+      if (source == ValueSource::kFile || source == ValueSource::kEnv ||
+          source == ValueSource::kSet) {
+        m.present = true;
+      }
+    }
+  }
+  m.family = v.GetString("model.family") == "llama" ? ModelFamily::kLlama : ModelFamily::kGpt2;
+  m.n_layer = v.GetInt("model.n_layer");
+  m.n_head = v.GetInt("model.n_head");
+  m.n_kv_head = v.GetInt("model.n_kv_head");
+  m.d_model = v.GetInt("model.d_model");
+  m.d_ff = v.GetInt("model.d_ff");
+  m.vocab_size = v.GetInt("model.vocab_size");
+  m.seq_len = v.GetInt("model.seq_len");
+  m.tie_embeddings = v.GetBool("model.tie_embeddings");
+  const std::string& dtype = v.GetString("model.dtype");
+  m.dtype = dtype == "bf16" ? DType::kBF16 : dtype == "f16" ? DType::kF16 : DType::kF32;
+  m.init_from = v.FindString("model.init_from");
+  m.init_std = v.GetFloat("model.init_std");
+}
+
+void BuildData(const SettingValues& v, Config* c) {
+  DataConfig& d = c->data;
+  d.train_path = v.FindString("data.train_path");
+  d.val_path = v.FindString("data.val_path");
+  const std::string& format = v.GetString("data.format");
+  d.format = format == "text"          ? DataFormat::kText
+             : format == "nanogpt_u16" ? DataFormat::kNanogptU16
+             : format == "llmc_bin"    ? DataFormat::kLlmcBin
+                                       : DataFormat::kAuto;
+  d.val_fraction = v.GetFloat("data.val_fraction");
+  d.seed = v.GetInt("data.seed");
+  d.eval_batches = v.GetInt("data.eval_batches");
+}
+
+void BuildDeviceAndRun(const SettingValues& v, Config* c) {
+  c->device.type = v.GetString("device.type") == "cpu" ? DeviceType::kCpu : DeviceType::kCuda;
+  c->device.index = ToInt(v.GetInt("device.index"));
+  c->device.memory_limit = v.FindInt("device.memory_limit");
+  c->device.host_memory_limit = v.GetInt("device.host_memory_limit");
+  c->device.threads = ToInt(v.GetInt("device.threads"));
+
+  c->run.dir = v.GetString("run.dir");
+  c->run.steps = v.GetInt("run.steps");
+  c->run.seed = v.GetInt("run.seed");
+  c->run.eval_interval = v.GetInt("run.eval_interval");
+  c->run.log_interval = v.GetInt("run.log_interval");
+  c->run.log_level = v.GetString("run.log_level");
+  c->run.comm_timeout_s = v.GetFloat("run.comm_timeout");
+  c->run.trace = v.GetBool("run.trace");
+}
+
+}  // namespace
+
+void BuildConfigSections(const SettingValues& values, Config* config) {
+  BuildBatchAndTopLevel(values, config);
+  BuildOptimizer(values, config);
+  BuildScheduler(values, config);
+  BuildPrecision(values, config);
+  BuildZero(values, config);
+  BuildAio(values, config);
+  BuildCheckpointing(values, config);
+  BuildModel(values, config);
+  BuildData(values, config);
+  BuildDeviceAndRun(values, config);
+}
+
+}  // namespace sluice

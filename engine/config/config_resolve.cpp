@@ -1,0 +1,446 @@
+// Resolution of "auto" and derived values, DeepSpeed's batch-size inference, and the rules that
+// involve more than one key. Runs once, after the file and all overrides are applied.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "engine/config/config_schema.h"
+#include "engine/config/config_stages.h"
+#include "runtime/logging.h"
+
+namespace sluice {
+namespace {
+
+class Resolver {
+ public:
+  Resolver(const ResolveContext& context, SettingValues* values, std::vector<std::string>* notes)
+      : context_(context), v_(*values), notes_(notes) {}
+
+  Status Run() {
+    model_present_ = AnyGivenUnder("model.");
+    SLUICE_RETURN_IF_ERROR(Precision());
+    SLUICE_RETURN_IF_ERROR(Model());
+    SLUICE_RETURN_IF_ERROR(Zero());
+    SLUICE_RETURN_IF_ERROR(Batch());
+    SLUICE_RETURN_IF_ERROR(Optimizer());
+    SLUICE_RETURN_IF_ERROR(Scheduler());
+    SLUICE_RETURN_IF_ERROR(Device());
+    SLUICE_RETURN_IF_ERROR(Data());
+    return RemainingAutos();
+  }
+
+ private:
+  template <typename... Args>
+  Status Error(fmt::format_string<Args...> format, Args&&... args) {
+    std::string message = fmt::format(format, std::forward<Args>(args)...);
+    if (context_.source_name.empty()) return InvalidArgumentError("{}", message);
+    return InvalidArgumentError("{}: {}", context_.source_name, message);
+  }
+
+  void Note(LogLevel level, std::string text) {
+    if (LogEnabled(level, "config")) LogMessage(level, "config", text);
+    notes_->push_back(std::move(text));
+  }
+
+  // Where a key was set, for messages: " (set at cfg.yaml:3:5)".
+  std::string At(std::string_view path) const {
+    const SettingEntry& e = v_.entry(path);
+    if (e.origin.empty()) return "";
+    return fmt::format(" (set at {})", e.origin);
+  }
+
+  bool AnyGivenUnder(std::string_view prefix) const {
+    for (const SettingSpec& spec : v_.registry().settings()) {
+      if (spec.path.compare(0, prefix.size(), prefix) == 0 &&
+          v_.entry(spec.path).source != ValueSource::kDefault) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Fills a value that is "auto" or was not given (a derived default).
+  void Fill(std::string_view path, SettingValue value, std::string note) {
+    if (v_.IsAuto(path) || !v_.HasValue(path)) v_.Resolve(path, std::move(value), std::move(note));
+  }
+
+  Status Precision() {
+    bool dtype_given = v_.IsGiven("model.dtype");
+    std::string dtype = dtype_given ? v_.GetString("model.dtype") : "";
+    auto enabled_from_dtype = [&](std::string_view path, std::string_view want) {
+      if (v_.IsAuto(path)) {
+        bool on = dtype_given && dtype == want;
+        v_.Resolve(path, on,
+                   dtype_given ? fmt::format("model.dtype is {}", dtype)
+                               : std::string("nothing enables it"));
+      } else if (!v_.IsGiven(path) && dtype_given && dtype == want) {
+        v_.Resolve(path, true, fmt::format("model.dtype is {}", dtype));
+      }
+    };
+    if (dtype_given) {
+      for (auto [path, want] :
+           {std::pair<const char*, const char*>{"fp16.enabled", "f16"}, {"bf16.enabled", "bf16"}}) {
+        if (!v_.IsGiven(path) || v_.GetBool(path) == (dtype == want)) continue;
+        return Error(
+            "model.dtype {}{} disagrees with {} {}{}: model.dtype follows the precision sections, "
+            "so set only one of them",
+            dtype, At("model.dtype"), path, v_.GetBool(path), At(path));
+      }
+    }
+    enabled_from_dtype("fp16.enabled", "f16");
+    enabled_from_dtype("bf16.enabled", "bf16");
+    bool fp16 = v_.GetBool("fp16.enabled");
+    bool bf16 = v_.GetBool("bf16.enabled");
+    if (fp16 && bf16) {
+      return Error(
+          "bfloat16 and fp16 modes cannot be simultaneously enabled: fp16.enabled{} and "
+          "bf16.enabled{} are both true; enable one",
+          At("fp16.enabled"), At("bf16.enabled"));
+    }
+    if (dtype_given) return OkStatus();
+    Fill("model.dtype",
+         std::string(bf16   ? "bf16"
+                     : fp16 ? "f16"
+                            : "f32"),
+         bf16   ? "bf16.enabled"
+         : fp16 ? "fp16.enabled"
+                : "neither fp16 nor bf16 is enabled");
+    return OkStatus();
+  }
+
+  Status Model() {
+    const std::string& family = v_.GetString("model.family");
+    int64_t n_head = v_.GetInt("model.n_head");
+    int64_t d_model = v_.GetInt("model.d_model");
+    Fill("model.n_kv_head", n_head, "model.n_head");
+    if (family == "gpt2") {
+      Fill("model.d_ff", 4 * d_model, "gpt2: 4 * d_model");
+      Fill("model.tie_embeddings", true, "gpt2 ties its embeddings");
+    } else {
+      int64_t hidden = (2 * 4 * d_model) / 3;
+      int64_t rounded = (hidden + 255) / 256 * 256;
+      Fill("model.d_ff", rounded, "llama: 8/3 * d_model rounded up to a multiple of 256");
+      Fill("model.tie_embeddings", false, "llama does not tie its embeddings");
+    }
+    int64_t n_kv_head = v_.GetInt("model.n_kv_head");
+    if (d_model % n_head != 0) {
+      return Error("model.d_model {} is not divisible by model.n_head {}", d_model, n_head);
+    }
+    if (n_head % n_kv_head != 0) {
+      return Error("model.n_head {} is not a multiple of model.n_kv_head {}", n_head, n_kv_head);
+    }
+    if (family == "gpt2" && n_kv_head != n_head) {
+      return Error(
+          "model.n_kv_head {}{}: gpt2 uses full multi-head attention (n_kv_head = n_head = {}); "
+          "use family llama for grouped-query attention",
+          n_kv_head, At("model.n_kv_head"), n_head);
+    }
+    if (family == "llama" && (d_model / n_head) % 2 != 0) {
+      return Error(
+          "model: llama's rotary embedding needs an even head size, d_model {} / n_head "
+          "{} = {}",
+          d_model, n_head, d_model / n_head);
+    }
+    return OkStatus();
+  }
+
+  Status Zero() {
+    int64_t stage = v_.GetInt("zero_optimization.stage");
+    Fill("zero_optimization.overlap_comm", stage == 3,
+         fmt::format("true iff stage is 3 (stage is {})", stage));
+    int64_t d = v_.GetInt("model.d_model");
+    auto bucket = [&](std::string_view path, int64_t with_model, std::string_view rule) {
+      if (!v_.IsAuto(path)) return;
+      if (model_present_) {
+        v_.Resolve(path, with_model, fmt::format("{} with model.d_model {}", rule, d));
+      } else {
+        v_.Resolve(path, v_.registry().Get(path).default_value, "DeepSpeed's default (no model)");
+      }
+    };
+    bucket("zero_optimization.reduce_bucket_size", d * d, "d_model^2");
+    bucket("zero_optimization.stage3_prefetch_bucket_size",
+           static_cast<int64_t>(0.9 * static_cast<double>(d * d)), "0.9 * d_model^2");
+    bucket("zero_optimization.stage3_param_persistence_threshold", 10 * d, "10 * d_model");
+
+    for (const char* section : {"offload_optimizer", "offload_param"}) {
+      std::string base = fmt::format("zero_optimization.{}", section);
+      const std::string& device = v_.GetString(base + ".device");
+      std::optional<std::string> nvme_path = v_.FindString(base + ".nvme_path");
+      if (device == "nvme" && !nvme_path) {
+        return Error(
+            "{}.device is nvme{} but {}.nvme_path is not set: give the directory for the "
+            "swap files",
+            base, At(base + ".device"), base);
+      }
+      if (device != "nvme" && nvme_path) {
+        Note(LogLevel::kWarn, fmt::format("{}.nvme_path{} is unused: {}.device is {}", base,
+                                          At(base + ".nvme_path"), base, device));
+      }
+      if (device == "none") continue;
+      if (std::string_view(section) == "offload_param" && stage != 3) {
+        return Error(
+            "{}.device {}{} needs zero_optimization.stage 3 (parameter offload "
+            "partitions parameters; stage is {})",
+            base, device, At(base + ".device"), stage);
+      }
+      if (stage == 0) {
+        return Error("{}.device {}{} needs zero_optimization.stage 1, 2 or 3 (stage is 0)", base,
+                     device, At(base + ".device"));
+      }
+    }
+    double ratio = v_.GetFloat("zero_optimization.offload_optimizer.ratio");
+    if (ratio < 1.0 && stage != 3) {
+      return Error(
+          "zero_optimization.offload_optimizer.ratio {}{} needs zero_optimization.stage 3 "
+          "(DeepSpeed: Partial offloading only supported for ZeRO Stage 3.)",
+          ratio, At("zero_optimization.offload_optimizer.ratio"));
+    }
+    const std::string& opt_device = v_.GetString("zero_optimization.offload_optimizer.device");
+    for (const char* key : {"pipeline_read", "pipeline_write"}) {
+      std::string path = fmt::format("zero_optimization.offload_optimizer.{}", key);
+      if (v_.GetBool(path) && opt_device != "nvme") {
+        Note(LogLevel::kWarn, fmt::format("{}{} has no effect: offload_optimizer.device is {}",
+                                          path, At(path), opt_device));
+      }
+    }
+    return OkStatus();
+  }
+
+  // DeepSpeed's _set_batch_related_parameters and _batch_assertion (runtime/config.py).
+  Status Batch() {
+    const int64_t ws = context_.world_size;
+    if (ws < 1) return Error("world size {} must be at least 1", ws);
+    constexpr const char* kTbs = "train_batch_size";
+    constexpr const char* kMbs = "train_micro_batch_size_per_gpu";
+    constexpr const char* kGas = "gradient_accumulation_steps";
+    const bool has_tbs = v_.HasValue(kTbs);
+    const bool has_mbs = v_.HasValue(kMbs);
+    const bool has_gas = v_.HasValue(kGas);
+    int64_t tbs = has_tbs ? v_.GetInt(kTbs) : 0;
+    int64_t mbs = has_mbs ? v_.GetInt(kMbs) : 0;
+    int64_t gas = has_gas ? v_.GetInt(kGas) : 0;
+    std::string world = fmt::format("world size {}", ws);
+
+    if (has_tbs && has_mbs && has_gas) {
+      // All given: only the assertion below.
+    } else if (has_tbs && has_mbs) {
+      gas = tbs / mbs / ws;
+      v_.Resolve(kGas, gas, fmt::format("train_batch_size // micro batch // {}", world));
+    } else if (has_tbs && has_gas) {
+      mbs = tbs / ws / gas;
+      v_.Resolve(kMbs, mbs, fmt::format("train_batch_size // {} // accumulation", world));
+    } else if (has_mbs && has_gas) {
+      tbs = mbs * gas * ws;
+      v_.Resolve(kTbs, tbs, fmt::format("micro batch * accumulation * {}", world));
+    } else if (has_tbs) {
+      gas = 1;
+      mbs = tbs / ws;
+      v_.Resolve(kGas, gas, "1 when only train_batch_size is given");
+      v_.Resolve(kMbs, mbs, fmt::format("train_batch_size // {}", world));
+    } else if (has_mbs) {
+      gas = 1;
+      tbs = mbs * ws;
+      v_.Resolve(kGas, gas, "1 when only the micro batch is given");
+      v_.Resolve(kTbs, tbs, fmt::format("micro batch * {}", world));
+    } else if (v_.IsAuto(kTbs) || v_.IsAuto(kMbs)) {
+      // HF-style configs leave every batch key "auto": nothing defines them, so the micro batch
+      // falls back to 1 and the rest follows.
+      mbs = 1;
+      v_.Resolve(kMbs, mbs, "nothing in the config defines the micro batch");
+      if (!has_gas) {
+        gas = 1;
+        v_.Resolve(kGas, gas, "nothing in the config defines the accumulation");
+      }
+      tbs = mbs * gas * ws;
+      v_.Resolve(kTbs, tbs, fmt::format("micro batch * accumulation * {}", world));
+    } else {
+      return Error(
+          "Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided "
+          "(DeepSpeed's rule; gradient_accumulation_steps alone does not define a batch)");
+    }
+    if (tbs <= 0) return Error("Train batch size: {} has to be greater than 0", tbs);
+    if (mbs <= 0) {
+      return Error(
+          "Micro batch size per gpu: {} has to be greater than 0 (train_batch_size {} // "
+          "{} // accumulation {})",
+          mbs, tbs, world, gas);
+    }
+    if (gas <= 0) {
+      return Error(
+          "Gradient accumulation steps: {} has to be greater than 0 (train_batch_size {} "
+          "// micro batch {} // {})",
+          gas, tbs, mbs, world);
+    }
+    if (tbs != mbs * gas * ws) {
+      return Error(
+          "Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
+          "gradient_acc_step * world_size {} != {} * {} * {}",
+          tbs, mbs, gas, ws);
+    }
+    return OkStatus();
+  }
+
+  Status Optimizer() {
+    const std::string& type = v_.GetString("optimizer.type");
+    if (type == "AdamW" && v_.IsGiven("optimizer.params.adam_w_mode") &&
+        !v_.GetBool("optimizer.params.adam_w_mode")) {
+      v_.Set("optimizer.params.adam_w_mode", true, ValueSource::kDerived,
+             v_.entry("optimizer.params.adam_w_mode").origin,
+             "type AdamW forces decoupled weight decay, as in DeepSpeed");
+      Note(LogLevel::kWarn,
+           fmt::format("optimizer.params.adam_w_mode false{} is overridden: type AdamW always "
+                       "decouples weight decay (as in DeepSpeed)",
+                       At("optimizer.params.adam_w_mode")));
+    }
+    for (const char* key : {"lr", "betas", "eps", "weight_decay"}) {
+      std::string path = fmt::format("optimizer.params.{}", key);
+      if (v_.IsAuto(path)) v_.Resolve(path, v_.registry().Get(path).default_value, "default");
+    }
+    return OkStatus();
+  }
+
+  Status Scheduler() {
+    std::optional<std::string> type = v_.FindString("scheduler.type");
+    if (v_.IsAuto("scheduler.type")) type.reset();
+    constexpr std::string_view kPrefix = "scheduler.params.";
+    const std::vector<std::string>& names = SchedulerParamNames(type ? *type : "");
+    for (const SettingSpec& spec : v_.registry().settings()) {
+      if (spec.path.compare(0, kPrefix.size(), kPrefix) != 0) continue;
+      std::string name = spec.path.substr(kPrefix.size());
+      bool applies = std::find(names.begin(), names.end(), name) != names.end();
+      if (applies) continue;
+      const SettingEntry& e = v_.entry(spec.path);
+      if (e.source != ValueSource::kDefault) {
+        if (!type) {
+          return Error(
+              "{}{} is set but scheduler.type is not: give scheduler.type (WarmupLR, "
+              "WarmupDecayLR or WarmupCosineLR)",
+              spec.path, At(spec.path));
+        }
+        return Error("{}{} is not a parameter of {} (its parameters: {})", spec.path, At(spec.path),
+                     *type, fmt::join(names, ", "));
+      }
+      v_.Set(spec.path, std::monostate(), ValueSource::kDefault, "",
+             type ? fmt::format("not a parameter of {}", *type) : std::string("no scheduler"));
+    }
+    if (!type) return OkStatus();
+    double lr = v_.GetFloat("optimizer.params.lr");
+    if (*type == "WarmupLR" || *type == "WarmupDecayLR") {
+      constexpr const char* kMax = "scheduler.params.warmup_max_lr";
+      if (v_.IsAuto(kMax) || *type == "WarmupLR") {
+        Fill(kMax, lr, "optimizer.params.lr");
+      } else {
+        Fill(kMax, 0.001, "WarmupDecayLR's default");
+      }
+      if (v_.IsAuto("scheduler.params.warmup_min_lr")) {
+        v_.Resolve("scheduler.params.warmup_min_lr", 0.0, "default");
+      }
+    }
+    if (v_.IsAuto("scheduler.params.warmup_num_steps")) {
+      v_.Resolve("scheduler.params.warmup_num_steps", int64_t{1000}, "DeepSpeed's default");
+    }
+    if (*type != "WarmupLR") {
+      constexpr const char* kTotal = "scheduler.params.total_num_steps";
+      if (v_.IsAuto(kTotal)) {
+        v_.Resolve(kTotal, v_.GetInt("run.steps"), "run.steps");
+      } else if (!v_.HasValue(kTotal)) {
+        return Error(
+            "scheduler.params.total_num_steps is required for {} (DeepSpeed has no "
+            "default): give it, or \"auto\" to use run.steps",
+            *type);
+      }
+    }
+    return OkStatus();
+  }
+
+  Result<int64_t> AvailableHostMemory() {
+    if (context_.available_host_memory) return *context_.available_host_memory;
+    std::ifstream in("/proc/meminfo");
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string key;
+      int64_t kib = 0;
+      if (fields >> key >> kib && key == "MemAvailable:") return kib * 1024;
+    }
+    return UnavailableError(
+        "device.host_memory_limit \"auto\": MemAvailable is not in /proc/meminfo; give a size, "
+        "e.g. device.host_memory_limit: 8GiB");
+  }
+
+  Status Device() {
+    const std::string& type = v_.GetString("device.type");
+    constexpr const char* kLimit = "device.memory_limit";
+    if (type == "cpu") {
+      if (v_.IsAuto(kLimit)) {
+        return Error(
+            "device.memory_limit \"auto\"{} has no meaning for the cpu device: give the "
+            "arena size, e.g. device.memory_limit: 256MiB",
+            At(kLimit));
+      }
+      if (!v_.HasValue(kLimit)) {
+        return Error(
+            "device.memory_limit is required for the cpu device: give the arena size, "
+            "e.g. device.memory_limit: 256MiB");
+      }
+    } else if (!v_.HasValue(kLimit)) {
+      const SettingEntry& e = v_.entry(kLimit);
+      v_.Set(kLimit, std::monostate(), e.is_auto ? e.source : ValueSource::kDerived, e.origin,
+             "the GPU's memory, measured when the device opens");
+    }
+    constexpr const char* kHost = "device.host_memory_limit";
+    if (v_.IsAuto(kHost) || !v_.HasValue(kHost)) {
+      SLUICE_ASSIGN_OR_RETURN(int64_t available, AvailableHostMemory());
+      int64_t margin = std::max<int64_t>(int64_t{1} << 30, available / 10);
+      if (available <= margin) {
+        return Error(
+            "device.host_memory_limit \"auto\": only {} bytes of RAM are available, not "
+            "more than the margin of {} bytes; give a size, e.g. "
+            "device.host_memory_limit: 512MiB",
+            available, margin);
+      }
+      constexpr int64_t kMiB = int64_t{1} << 20;
+      v_.Resolve(kHost, (available - margin) / kMiB * kMiB,
+                 fmt::format("available RAM {:.1f}GiB minus a margin of {:.1f}GiB",
+                             static_cast<double>(available) / (kMiB * 1024),
+                             static_cast<double>(margin) / (kMiB * 1024)));
+    }
+    return OkStatus();
+  }
+
+  Status Data() {
+    if (v_.HasValue("data.val_path") && v_.IsGiven("data.val_fraction")) {
+      Note(LogLevel::kWarn, fmt::format("data.val_fraction{} is unused: data.val_path is set",
+                                        At("data.val_fraction")));
+    }
+    return OkStatus();
+  }
+
+  Status RemainingAutos() {
+    for (const SettingSpec& spec : v_.registry().settings()) {
+      if (!v_.IsAuto(spec.path)) continue;
+      if (spec.default_kind != DefaultKind::kValue) {
+        return Error("{}: \"auto\"{} cannot be resolved: nothing in the config defines it; give {}",
+                     spec.path, At(spec.path), DescribeAllowed(spec));
+      }
+      v_.Resolve(spec.path, spec.default_value, "default");
+    }
+    return OkStatus();
+  }
+
+  const ResolveContext& context_;
+  SettingValues& v_;
+  std::vector<std::string>* notes_;
+  bool model_present_ = false;
+};
+
+}  // namespace
+
+Status ResolveConfigValues(const ResolveContext& context, SettingValues* values,
+                           std::vector<std::string>* notes) {
+  return Resolver(context, values, notes).Run();
+}
+
+}  // namespace sluice

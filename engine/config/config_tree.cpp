@@ -1,0 +1,76 @@
+#include "engine/config/config_tree.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace sluice {
+
+std::string ConfigNode::Describe() const {
+  switch (kind) {
+    case Kind::kNull:
+      return "null";
+    case Kind::kMap:
+      return "a mapping";
+    case Kind::kSequence:
+      return "a list";
+    case Kind::kScalar:
+      switch (scalar_kind) {
+        case ScalarKind::kString:
+          return fmt::format("the string \"{}\"", text);
+        case ScalarKind::kNumber:
+          return fmt::format("the number {}", text);
+        case ScalarKind::kBool:
+          return fmt::format("the boolean {}", text);
+        case ScalarKind::kPlain:
+          return fmt::format("\"{}\"", text);
+      }
+  }
+  return "?";
+}
+
+std::string FormatSourcePos(std::string_view source_name, SourcePos pos) {
+  if (pos.line <= 0) return std::string(source_name);
+  return fmt::format("{}:{}:{}", source_name, pos.line, pos.column);
+}
+
+Result<ConfigNode> ParseConfigText(std::string_view text, ConfigFormat format,
+                                   std::string_view source_name) {
+  return format == ConfigFormat::kJson ? ParseJsonConfig(text, source_name)
+                                       : ParseYamlConfig(text, source_name);
+}
+
+Result<ConfigNode> ReadConfigFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    int err = errno;
+    if (err == ENOENT) return NotFoundError("config file {} does not exist", path);
+    return IoError("cannot open config file {}: {}", path, std::strerror(err));
+  }
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) return IoError("cannot read config file {}", path);
+  std::string text = buffer.str();
+
+  auto ends_with = [&](std::string_view suffix) {
+    return path.size() >= suffix.size() &&
+           path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  ConfigFormat format = ConfigFormat::kYaml;
+  if (ends_with(".json")) {
+    format = ConfigFormat::kJson;
+  } else if (!ends_with(".yaml") && !ends_with(".yml")) {
+    size_t first = text.find_first_not_of(" \t\r\n");
+    if (first != std::string::npos && text[first] == '{') format = ConfigFormat::kJson;
+  }
+  return ParseConfigText(text, format, path);
+}
+
+Result<ConfigNode> ParseConfigValueText(std::string_view text, std::string_view source_name) {
+  return ParseYamlConfig(text, source_name, /*positions=*/false);
+}
+
+}  // namespace sluice
