@@ -1,0 +1,154 @@
+#include "engine/model/attention.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "engine/model/ops_backend.h"
+
+namespace sluice::model {
+namespace {
+
+// Saved by the module itself, in order: q, k, v (owned when fused, views otherwise), out, lse.
+constexpr int kQ = 0;
+constexpr int kK = 1;
+constexpr int kV = 2;
+constexpr int kOut = 3;
+constexpr int kLse = 4;
+
+}  // namespace
+
+template <typename T>
+CausalSelfAttention<T>::CausalSelfAttention(ModuleBuilder& builder, std::string name,
+                                            const AttentionOptions& options)
+    : Module<T>(builder, std::move(name)), options_(options) {
+  SLUICE_CHECK(options.n_head > 0 && options.n_kv_head > 0 && options.d_model % options.n_head == 0)
+      << this->name() << ": d_model " << options.d_model << ", heads " << options.n_head;
+  head_dim_ = options.d_model / options.n_head;
+  const std::string& prefix = this->name();
+  const int64_t d = options.d_model;
+  if (options.fused_qkv) {
+    qkv_ = std::make_unique<Linear<T>>(builder, prefix + ".c_attn", d, q_width() + 2 * kv_width(),
+                                       options.bias);
+    this->AddChild(qkv_.get());
+  } else {
+    q_ = std::make_unique<Linear<T>>(builder, prefix + ".q_proj", d, q_width(), options.bias);
+    k_ = std::make_unique<Linear<T>>(builder, prefix + ".k_proj", d, kv_width(), options.bias);
+    v_ = std::make_unique<Linear<T>>(builder, prefix + ".v_proj", d, kv_width(), options.bias);
+    this->AddChild(q_.get());
+    this->AddChild(k_.get());
+    this->AddChild(v_.get());
+  }
+  out_ = std::make_unique<Linear<T>>(builder, prefix + (options.fused_qkv ? ".c_proj" : ".o_proj"),
+                                     q_width(), d, options.bias, InitKind::kNormalResidual);
+  this->AddChild(out_.get());
+  if (options.rope) {
+    SLUICE_CHECK(!options.fused_qkv) << this->name() << ": RoPE needs separate projections";
+    rope_q_ = std::make_unique<Rope<T>>(builder, prefix + ".rope_q", options.n_head, head_dim_,
+                                        options.rope_theta);
+    rope_k_ = std::make_unique<Rope<T>>(builder, prefix + ".rope_k", options.n_kv_head, head_dim_,
+                                        options.rope_theta);
+    this->AddChild(rope_q_.get());
+    this->AddChild(rope_k_.get());
+  }
+}
+
+template <typename T>
+Result<Act<T>> CausalSelfAttention<T>::Forward(ForwardContext<T>& ctx, Act<T> x) {
+  SLUICE_CHECK_EQ(x.cols, options_.d_model) << this->name();
+  const int id = this->id();
+  const int64_t rows = x.rows;
+  const int64_t qw = q_width();
+  const int64_t kvw = kv_width();
+  if (qkv_ != nullptr) {
+    // The kernel wants q, k and v each packed [rows, heads, head_dim]: split the fused rows.
+    SLUICE_ASSIGN_OR_RETURN(Act<T> qkv, qkv_->Forward(ctx, x));
+    SLUICE_ASSIGN_OR_RETURN(T * q, ctx.AllocateSaved(id, rows * qw));
+    SLUICE_ASSIGN_OR_RETURN(T * k, ctx.AllocateSaved(id, rows * kvw));
+    SLUICE_ASSIGN_OR_RETURN(T * v, ctx.AllocateSaved(id, rows * kvw));
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* row = qkv.data + r * qkv.cols;
+      std::copy_n(row, qw, q + r * qw);
+      std::copy_n(row + qw, kvw, k + r * kvw);
+      std::copy_n(row + qw + kvw, kvw, v + r * kvw);
+    }
+  } else {
+    SLUICE_ASSIGN_OR_RETURN(Act<T> q, q_->Forward(ctx, x));
+    SLUICE_ASSIGN_OR_RETURN(Act<T> k, k_->Forward(ctx, x));
+    SLUICE_ASSIGN_OR_RETURN(Act<T> v, v_->Forward(ctx, x));
+    if (rope_q_ != nullptr) {
+      SLUICE_ASSIGN_OR_RETURN(q, rope_q_->Forward(ctx, q));
+      SLUICE_ASSIGN_OR_RETURN(k, rope_k_->Forward(ctx, k));
+    }
+    ctx.KeepSaved(id, q.data);
+    ctx.KeepSaved(id, k.data);
+    ctx.KeepSaved(id, v.data);
+  }
+  const kernels::AttentionDims dims{ctx.batch(), ctx.seq(), options_.n_head, options_.n_kv_head,
+                                    head_dim_};
+  SLUICE_ASSIGN_OR_RETURN(T * out, ctx.AllocateSaved(id, rows * qw));
+  SLUICE_ASSIGN_OR_RETURN(T * lse,
+                          ctx.AllocateSaved(id, ctx.batch() * options_.n_head * ctx.seq()));
+  {
+    SLUICE_ASSIGN_OR_RETURN(Scratch<T> workspace,
+                            ctx.AllocateScratch(kernels::AttentionWorkspaceElements(dims)));
+    const auto saved = ctx.Saved(id);
+    Ops<T>::AttentionForward(saved[kQ], saved[kK], saved[kV], out, lse, dims, workspace.get());
+  }
+  return out_->Forward(ctx, Act<T>{out, rows, qw});
+}
+
+template <typename T>
+Result<Act<T>> CausalSelfAttention<T>::Backward(ForwardContext<T>& ctx, Act<T> dy) {
+  const int id = this->id();
+  const int64_t rows = dy.rows;
+  const int64_t qw = q_width();
+  const int64_t kvw = kv_width();
+  const kernels::AttentionDims dims{ctx.batch(), ctx.seq(), options_.n_head, options_.n_kv_head,
+                                    head_dim_};
+  SLUICE_ASSIGN_OR_RETURN(Act<T> dout, out_->Backward(ctx, dy));
+  SLUICE_ASSIGN_OR_RETURN(Scratch<T> dq, ctx.AllocateScratch(rows * qw));
+  SLUICE_ASSIGN_OR_RETURN(Scratch<T> dk, ctx.AllocateScratch(rows * kvw));
+  SLUICE_ASSIGN_OR_RETURN(Scratch<T> dv, ctx.AllocateScratch(rows * kvw));
+  {
+    SLUICE_ASSIGN_OR_RETURN(Scratch<T> workspace,
+                            ctx.AllocateScratch(kernels::AttentionWorkspaceElements(dims)));
+    const auto saved = ctx.Saved(id);
+    Ops<T>::AttentionBackward(saved[kQ], saved[kK], saved[kV], saved[kOut], saved[kLse], dout.data,
+                              dq.get(), dk.get(), dv.get(), dims, workspace.get());
+  }
+  ReleaseGradsOf(ctx, *out_);
+  ctx.ReleaseSaved(id);
+
+  if (qkv_ != nullptr) {
+    SLUICE_ASSIGN_OR_RETURN(Scratch<T> dqkv, ctx.AllocateScratch(rows * (qw + 2 * kvw)));
+    for (int64_t r = 0; r < rows; ++r) {
+      T* row = dqkv.get() + r * (qw + 2 * kvw);
+      std::copy_n(dq.get() + r * qw, qw, row);
+      std::copy_n(dk.get() + r * kvw, kvw, row + qw);
+      std::copy_n(dv.get() + r * kvw, kvw, row + qw + kvw);
+    }
+    return qkv_->Backward(ctx, Act<T>{dqkv.get(), rows, qw + 2 * kvw});
+  }
+
+  Act<T> dq_act{dq.get(), rows, qw};
+  Act<T> dk_act{dk.get(), rows, kvw};
+  if (rope_q_ != nullptr) {
+    SLUICE_ASSIGN_OR_RETURN(dq_act, rope_q_->Backward(ctx, dq_act));
+    SLUICE_ASSIGN_OR_RETURN(dk_act, rope_k_->Backward(ctx, dk_act));
+  }
+  SLUICE_ASSIGN_OR_RETURN(Act<T> dx_q, q_->Backward(ctx, dq_act));
+  SLUICE_ASSIGN_OR_RETURN(Act<T> dx_k, k_->Backward(ctx, dk_act));
+  SLUICE_ASSIGN_OR_RETURN(Act<T> dx_v, v_->Backward(ctx, Act<T>{dv.get(), rows, kvw}));
+  SLUICE_ASSIGN_OR_RETURN(T * dx, ctx.AllocateGrad(id, dx_q.numel()));
+  Ops<T>::Add(dx_q.data, dx_k.data, dx, dx_q.numel(), ctx.num_threads());
+  Ops<T>::Accumulate(dx_v.data, dx, dx_q.numel(), ctx.num_threads());
+  for (Module<T>* child : this->children()) {
+    if (child != out_.get()) ReleaseGradsOf(ctx, *child);
+  }
+  return Act<T>{dx, rows, options_.d_model};
+}
+
+template class CausalSelfAttention<float>;
+template class CausalSelfAttention<double>;
+
+}  // namespace sluice::model

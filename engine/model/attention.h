@@ -1,0 +1,53 @@
+// Causal self-attention, multi-head or grouped-query, with its projections.
+//   fused (GPT-2): qkv = c_attn(x) with c_attn.weight [(Hq + 2 Hkv) * D, d] holding the q, k and v
+//     rows in that order (Hugging Face's Conv1D c_attn transposed), y = c_proj(attention(q, k, v)).
+//   separate (Llama): q = q_proj(x), k = k_proj(x), v = v_proj(x), optional RoPE on q and k,
+//     y = o_proj(attention(q, k, v)).
+// The output projection is initialized as a residual projection (init.h).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "engine/model/linear.h"
+#include "engine/model/rope.h"
+
+namespace sluice::model {
+
+struct AttentionOptions {
+  int64_t d_model = 0;
+  int64_t n_head = 0;
+  int64_t n_kv_head = 0;
+  bool fused_qkv = false;  // GPT-2 names (c_attn, c_proj) and one q/k/v projection
+  bool bias = false;
+  bool rope = false;
+  double rope_theta = 10000.0;
+};
+
+template <typename T>
+class CausalSelfAttention final : public Module<T> {
+ public:
+  CausalSelfAttention(ModuleBuilder& builder, std::string name, const AttentionOptions& options);
+
+  Result<Act<T>> Forward(ForwardContext<T>& ctx, Act<T> x) override;
+  Result<Act<T>> Backward(ForwardContext<T>& ctx, Act<T> dy) override;
+
+ private:
+  int64_t q_width() const { return options_.n_head * head_dim_; }
+  int64_t kv_width() const { return options_.n_kv_head * head_dim_; }
+
+  AttentionOptions options_;
+  int64_t head_dim_;
+  std::unique_ptr<Linear<T>> qkv_;  // fused
+  std::unique_ptr<Linear<T>> q_;    // separate
+  std::unique_ptr<Linear<T>> k_;
+  std::unique_ptr<Linear<T>> v_;
+  std::unique_ptr<Rope<T>> rope_q_;
+  std::unique_ptr<Rope<T>> rope_k_;
+  std::unique_ptr<Linear<T>> out_;
+};
+
+extern template class CausalSelfAttention<float>;
+extern template class CausalSelfAttention<double>;
+
+}  // namespace sluice::model

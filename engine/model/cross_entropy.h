@@ -1,0 +1,36 @@
+// The loss: mean softmax cross-entropy of the LM head's logits against the targets, with
+// kIgnoreIndex (-1) targets skipped. Not a Module (it takes targets and returns a scalar), but it
+// keeps its state (the per-row log-sum-exp) in the ForwardContext the same way.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/model/module.h"
+
+namespace sluice::model {
+
+template <typename T>
+class CrossEntropyLoss {
+ public:
+  CrossEntropyLoss(ModuleBuilder& builder, int64_t vocab)
+      : id_(builder.NextModuleId()), vocab_(vocab) {}
+
+  int id() const { return id_; }
+
+  // logits [rows, vocab], targets [rows] (validated by the caller). Keeps a view of the logits,
+  // which must stay alive until Backward.
+  Result<T> Forward(ForwardContext<T>& ctx, Act<T> logits, const int32_t* targets);
+  // d(dloss * mean loss)/d(logits), written OVER the logits (they are not needed afterwards, and
+  // a [rows, vocab] buffer is the largest activation of a model); returns that buffer, which
+  // stays owned by the logits' producer.
+  Result<Act<T>> Backward(ForwardContext<T>& ctx, const int32_t* targets, T dloss);
+
+ private:
+  int id_;
+  int64_t vocab_;
+};
+
+extern template class CrossEntropyLoss<float>;
+extern template class CrossEntropyLoss<double>;
+
+}  // namespace sluice::model

@@ -1,0 +1,50 @@
+// A pre-norm decoder block: h = x + attn(norm_1(x)); y = h + mlp(norm_2(h)).
+//   GPT-2 names: ln_1, attn (c_attn, c_proj), ln_2, mlp (c_fc, c_proj); LayerNorm, GELU, biases.
+//   Llama names: input_layernorm, self_attn (q/k/v/o_proj, RoPE), post_attention_layernorm,
+//   mlp (gate/up/down_proj); RMSNorm, SwiGLU, no biases, grouped-query attention.
+//
+// Activation checkpointing: the block's forward runs in a Child() context that is dropped at the
+// end, keeping only a view of its input and a copy of its output in the caller's context; its
+// backward re-runs the same forward in a fresh child context and back-propagates through it.
+// The recomputation calls the same ops on the same inputs in the same order, so gradients are
+// bitwise identical to the run without checkpointing.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "engine/model/attention.h"
+#include "engine/model/mlp.h"
+#include "engine/model/model_options.h"
+
+namespace sluice::model {
+
+template <typename T>
+class DecoderBlock final : public Module<T> {
+ public:
+  // `name` is the block's prefix: "transformer.h.3" or "model.layers.3". Uses the family,
+  // widths, heads, norm_eps, rope_theta and activation_checkpointing of `options`.
+  DecoderBlock(ModuleBuilder& builder, std::string name, const ModelOptions& options);
+
+  Result<Act<T>> Forward(ForwardContext<T>& ctx, Act<T> x) override;
+  Result<Act<T>> Backward(ForwardContext<T>& ctx, Act<T> dy) override;
+
+  bool checkpointed() const { return checkpoint_; }
+
+ private:
+  Result<Act<T>> InnerForward(ForwardContext<T>& work, Act<T> x);
+  // Back-propagates through the activations saved in `work`; dx is allocated in `out`.
+  Result<Act<T>> InnerBackward(ForwardContext<T>& work, ForwardContext<T>& out, Act<T> dy);
+
+  int64_t d_model_;
+  bool checkpoint_;
+  std::unique_ptr<Module<T>> norm_1_;
+  std::unique_ptr<CausalSelfAttention<T>> attn_;
+  std::unique_ptr<Module<T>> norm_2_;
+  std::unique_ptr<Mlp<T>> mlp_;
+};
+
+extern template class DecoderBlock<float>;
+extern template class DecoderBlock<double>;
+
+}  // namespace sluice::model

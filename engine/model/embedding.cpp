@@ -1,0 +1,103 @@
+#include "engine/model/embedding.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "engine/model/ops_backend.h"
+
+namespace sluice::model {
+
+template <typename T>
+TokenEmbedding<T>::TokenEmbedding(ModuleBuilder& builder, std::string name, int64_t vocab,
+                                  int64_t dim)
+    : Module<T>(builder, std::move(name)), vocab_(vocab), dim_(dim) {
+  weight_ = this->AddParameter(builder, "weight", {vocab, dim}, InitKind::kNormal);
+}
+
+template <typename T>
+Result<Act<T>> TokenEmbedding<T>::Forward(ForwardContext<T>& ctx, Act<T> /*x*/) {
+  SLUICE_ASSIGN_OR_RETURN(T * y, ctx.AllocateSaved(this->id(), ctx.rows() * dim_));
+  Ops<T>::EmbeddingForward(ctx.tokens(), ctx.params().Value(weight_), y, ctx.rows(), vocab_, dim_,
+                           ctx.num_threads());
+  return Act<T>{y, ctx.rows(), dim_};
+}
+
+template <typename T>
+Result<Act<T>> TokenEmbedding<T>::Backward(ForwardContext<T>& ctx, Act<T> dy) {
+  SLUICE_CHECK_EQ(dy.cols, dim_) << this->name();
+  if (T* dtable = ctx.params().Grad(weight_); dtable != nullptr) {
+    Ops<T>::EmbeddingBackward(ctx.tokens(), dy.data, dtable, dy.rows, vocab_, dim_,
+                              ctx.num_threads());
+  }
+  ctx.ReleaseSaved(this->id());
+  return Act<T>{};
+}
+
+template <typename T>
+PositionEmbedding<T>::PositionEmbedding(ModuleBuilder& builder, std::string name, int64_t positions,
+                                        int64_t dim)
+    : Module<T>(builder, std::move(name)), positions_(positions), dim_(dim) {
+  weight_ = this->AddParameter(builder, "weight", {positions, dim}, InitKind::kNormal);
+}
+
+template <typename T>
+Result<Act<T>> PositionEmbedding<T>::Forward(ForwardContext<T>& ctx, Act<T> x) {
+  SLUICE_CHECK_EQ(x.cols, dim_) << this->name();
+  SLUICE_CHECK_LE(ctx.seq(), positions_) << this->name();
+  SLUICE_ASSIGN_OR_RETURN(T * y, ctx.AllocateSaved(this->id(), x.numel()));
+  std::copy_n(x.data, x.numel(), y);
+  Ops<T>::PositionEmbeddingForward(ctx.params().Value(weight_), y, ctx.batch(), ctx.seq(),
+                                   positions_, dim_, ctx.num_threads());
+  return Act<T>{y, x.rows, dim_};
+}
+
+template <typename T>
+Result<Act<T>> PositionEmbedding<T>::Backward(ForwardContext<T>& ctx, Act<T> dy) {
+  SLUICE_CHECK_EQ(dy.cols, dim_) << this->name();
+  SLUICE_ASSIGN_OR_RETURN(T * dx, ctx.AllocateGrad(this->id(), dy.numel()));
+  std::copy_n(dy.data, dy.numel(), dx);
+  if (T* dwpe = ctx.params().Grad(weight_); dwpe != nullptr) {
+    Ops<T>::PositionEmbeddingBackward(dy.data, dwpe, ctx.batch(), ctx.seq(), positions_, dim_,
+                                      ctx.num_threads());
+  }
+  ctx.ReleaseSaved(this->id());
+  return Act<T>{dx, dy.rows, dim_};
+}
+
+template <typename T>
+Embeddings<T>::Embeddings(ModuleBuilder& builder, std::string name, std::string token_name,
+                          std::string position_name, int64_t vocab, int64_t positions, int64_t dim)
+    : Module<T>(builder, std::move(name)) {
+  tokens_ = std::make_unique<TokenEmbedding<T>>(builder, std::move(token_name), vocab, dim);
+  this->AddChild(tokens_.get());
+  if (positions > 0) {
+    positions_ =
+        std::make_unique<PositionEmbedding<T>>(builder, std::move(position_name), positions, dim);
+    this->AddChild(positions_.get());
+  }
+}
+
+template <typename T>
+Result<Act<T>> Embeddings<T>::Forward(ForwardContext<T>& ctx, Act<T> x) {
+  SLUICE_ASSIGN_OR_RETURN(Act<T> h, tokens_->Forward(ctx, x));
+  if (positions_ == nullptr) return h;
+  return positions_->Forward(ctx, h);
+}
+
+template <typename T>
+Result<Act<T>> Embeddings<T>::Backward(ForwardContext<T>& ctx, Act<T> dy) {
+  if (positions_ == nullptr) return tokens_->Backward(ctx, dy);
+  SLUICE_ASSIGN_OR_RETURN(Act<T> dh, positions_->Backward(ctx, dy));
+  SLUICE_RETURN_IF_ERROR(tokens_->Backward(ctx, dh));
+  ctx.ReleaseGrads(positions_->id());
+  return Act<T>{};
+}
+
+template class TokenEmbedding<float>;
+template class TokenEmbedding<double>;
+template class PositionEmbedding<float>;
+template class PositionEmbedding<double>;
+template class Embeddings<float>;
+template class Embeddings<double>;
+
+}  // namespace sluice::model

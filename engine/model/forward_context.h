@@ -1,0 +1,156 @@
+// The state of one forward/backward pass: batch geometry, token ids, where parameters and their
+// gradients are (ParameterBinding), and the activations each module saved for its backward.
+//
+// Lifetimes, by module id (Module::id()):
+// - saved: buffers and views a module keeps from its Forward for its Backward, held until the
+//   module calls ReleaseSaved(id) at the end of its Backward (or the context is destroyed). A
+//   module's output is allocated as saved, so it stays alive while its consumer still needs it:
+//   the consumer's backward runs before the producer's.
+// - grads: the input gradient a Backward returns, held until its consumer (the caller of
+//   Backward) has used it and calls ReleaseGrads(id).
+// - scratch: RAII buffers for the duration of one call (attention workspace, bf16 widening).
+// Activation checkpointing runs a block's inner forward in a Child() context that is destroyed
+// after the forward and rebuilt in the backward (decoder_block.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/model/buffer.h"
+#include "runtime/status.h"
+
+namespace sluice::model {
+
+// An activation or its gradient: a dense row-major [rows, cols] array of T, not owned.
+// rows = batch * seq (token-major); cols the feature width.
+template <typename T>
+struct Act {
+  T* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+
+  int64_t numel() const { return rows * cols; }
+  bool empty() const { return data == nullptr; }
+};
+
+// Where a module finds the compute copy of its parameters and the gradients to accumulate into,
+// by registry index. The model binds its flat buffers (widening bf16 storage to fp32 scratch per
+// unit); ZeRO binds gathered full parameters and full-size gradient buckets.
+template <typename T>
+class ParameterBinding {
+ public:
+  virtual ~ParameterBinding() = default;
+  virtual const T* Value(int param) const = 0;
+  // Gradients accumulate (+=). Null: this parameter's gradient is not wanted.
+  virtual T* Grad(int param) const = 0;
+};
+
+// Bytes a context and its children hold (saved, grads, scratch), now and at the peak.
+struct ActivationMeter {
+  int64_t current = 0;
+  int64_t peak = 0;
+  void Add(int64_t bytes) {
+    current += bytes;
+    if (current > peak) peak = current;
+  }
+  void Remove(int64_t bytes) { current -= bytes; }
+};
+
+// A typed scratch buffer owned by the caller's scope.
+template <typename T>
+class Scratch {
+ public:
+  Scratch() = default;
+  Scratch(Buffer buffer, std::shared_ptr<ActivationMeter> meter)
+      : buffer_(std::move(buffer)), meter_(std::move(meter)) {}
+  Scratch(Scratch&&) noexcept = default;
+  Scratch& operator=(Scratch&& other) noexcept {
+    Release();
+    buffer_ = std::move(other.buffer_);
+    meter_ = std::move(other.meter_);
+    return *this;
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() { Release(); }
+
+  T* get() const { return buffer_.data_as<T>(); }
+  void Release() {
+    if (meter_ != nullptr) meter_->Remove(static_cast<int64_t>(buffer_.size()));
+    buffer_.Reset();
+    meter_.reset();
+  }
+
+ private:
+  Buffer buffer_;
+  std::shared_ptr<ActivationMeter> meter_;
+};
+
+template <typename T>
+class ForwardContext {
+ public:
+  // `tokens` [batch, seq] must outlive the context, as must `allocator` and `params`.
+  ForwardContext(BufferAllocator& allocator, const ParameterBinding<T>& params, int64_t batch,
+                 int64_t seq, const int32_t* tokens, int num_threads);
+  ForwardContext(ForwardContext&&) = default;
+  ~ForwardContext();
+  ForwardContext(const ForwardContext&) = delete;
+  ForwardContext& operator=(const ForwardContext&) = delete;
+
+  // Same allocator, parameters, geometry and tokens; nothing saved.
+  ForwardContext Child() const;
+
+  int64_t batch() const { return batch_; }
+  int64_t seq() const { return seq_; }
+  int64_t rows() const { return batch_ * seq_; }
+  const int32_t* tokens() const { return tokens_; }
+  int num_threads() const { return num_threads_; }
+  const ParameterBinding<T>& params() const { return *params_; }
+  BufferAllocator& allocator() const { return *allocator_; }
+
+  // A new saved buffer of `count` elements (category activations), appended to the module's
+  // saved list.
+  Result<T*> AllocateSaved(int module_id, int64_t count);
+  // Appends a view owned by someone else (the module's input) to the module's saved list.
+  void KeepSaved(int module_id, T* view);
+  // The module's saved pointers, in the order they were allocated or kept.
+  std::span<T* const> Saved(int module_id) const;
+  void ReleaseSaved(int module_id);
+
+  // A new gradient buffer of `count` elements (category activations), held until
+  // ReleaseGrads(module_id).
+  Result<T*> AllocateGrad(int module_id, int64_t count);
+  void ReleaseGrads(int module_id);
+
+  // A buffer for the duration of the caller's scope (category buffers).
+  Result<Scratch<T>> AllocateScratch(int64_t count);
+
+  // Bytes held now, and at the peak, by this context and every context derived from it with
+  // Child() (saved, grads and scratch).
+  int64_t held_bytes() const { return meter_->current; }
+  int64_t peak_bytes() const { return meter_->peak; }
+
+ private:
+  struct Slot {
+    std::vector<T*> views;
+    std::vector<Buffer> owned;
+  };
+
+  BufferAllocator* allocator_;
+  const ParameterBinding<T>* params_;
+  int64_t batch_;
+  int64_t seq_;
+  const int32_t* tokens_;
+  int num_threads_;
+  std::unordered_map<int, Slot> saved_;
+  std::unordered_map<int, std::vector<Buffer>> grads_;
+  std::shared_ptr<ActivationMeter> meter_;
+};
+
+extern template class ForwardContext<float>;
+extern template class ForwardContext<double>;
+
+}  // namespace sluice::model

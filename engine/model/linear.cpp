@@ -1,0 +1,60 @@
+#include "engine/model/linear.h"
+
+#include <utility>
+
+#include "engine/model/ops_backend.h"
+
+namespace sluice::model {
+
+template <typename T>
+Linear<T>::Linear(ModuleBuilder& builder, std::string name, int64_t in, int64_t out, bool bias,
+                  InitKind weight_init)
+    : Module<T>(builder, std::move(name)), in_(in), out_(out) {
+  weight_ = this->AddParameter(builder, "weight", {out, in}, weight_init);
+  if (bias) bias_ = this->AddParameter(builder, "bias", {out}, InitKind::kZeros);
+}
+
+template <typename T>
+Linear<T>::Linear(ModuleBuilder& builder, std::string name, int64_t in, int64_t out,
+                  int tied_weight)
+    : Module<T>(builder, std::move(name)), in_(in), out_(out) {
+  weight_ = builder.registry().AddAlias(this->name() + ".weight", tied_weight);
+  this->UseParameter(weight_);
+}
+
+template <typename T>
+std::unique_ptr<Linear<T>> Linear<T>::Tied(ModuleBuilder& builder, std::string name,
+                                           int weight_param) {
+  const Shape& shape = builder.registry().parameter(weight_param).shape;
+  SLUICE_CHECK_EQ(shape.rank(), 2) << "tied weight " << shape.ToString();
+  return std::unique_ptr<Linear<T>>(
+      new Linear<T>(builder, std::move(name), shape.dim(1), shape.dim(0), weight_param));
+}
+
+template <typename T>
+Result<Act<T>> Linear<T>::Forward(ForwardContext<T>& ctx, Act<T> x) {
+  SLUICE_CHECK_EQ(x.cols, in_) << this->name();
+  SLUICE_ASSIGN_OR_RETURN(T * y, ctx.AllocateSaved(this->id(), x.rows * out_));
+  ctx.KeepSaved(this->id(), x.data);
+  const T* bias = bias_ >= 0 ? ctx.params().Value(bias_) : nullptr;
+  Ops<T>::LinearForward(x.data, ctx.params().Value(weight_), bias, y, x.rows, in_, out_,
+                        ctx.num_threads());
+  return Act<T>{y, x.rows, out_};
+}
+
+template <typename T>
+Result<Act<T>> Linear<T>::Backward(ForwardContext<T>& ctx, Act<T> dy) {
+  SLUICE_CHECK_EQ(dy.cols, out_) << this->name();
+  const T* x = ctx.Saved(this->id())[1];
+  SLUICE_ASSIGN_OR_RETURN(T * dx, ctx.AllocateGrad(this->id(), dy.rows * in_));
+  T* dbias = bias_ >= 0 ? ctx.params().Grad(bias_) : nullptr;
+  Ops<T>::LinearBackward(x, ctx.params().Value(weight_), dy.data, dx, ctx.params().Grad(weight_),
+                         dbias, dy.rows, in_, out_, ctx.num_threads());
+  ctx.ReleaseSaved(this->id());
+  return Act<T>{dx, dy.rows, in_};
+}
+
+template class Linear<float>;
+template class Linear<double>;
+
+}  // namespace sluice::model

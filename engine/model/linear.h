@@ -1,0 +1,43 @@
+// Linear layer y = x·Wᵀ + b with nn.Linear's weight layout [out, in] (Hugging Face's names
+// "<prefix>.weight", "<prefix>.bias"), optionally without bias, optionally reading a weight
+// registered elsewhere (the LM head tied to the token embedding).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "engine/model/module.h"
+
+namespace sluice::model {
+
+template <typename T>
+class Linear final : public Module<T> {
+ public:
+  // Registers weight [out, in] (initialized by `weight_init`) and, with `bias`, bias [out]
+  // (zeros).
+  Linear(ModuleBuilder& builder, std::string name, int64_t in, int64_t out, bool bias,
+         InitKind weight_init = InitKind::kNormal);
+  // Registers "<name>.weight" as an alias of `weight_param` ([out, in]); no bias.
+  static std::unique_ptr<Linear> Tied(ModuleBuilder& builder, std::string name, int weight_param);
+
+  Result<Act<T>> Forward(ForwardContext<T>& ctx, Act<T> x) override;
+  Result<Act<T>> Backward(ForwardContext<T>& ctx, Act<T> dy) override;
+
+  int weight_param() const { return weight_; }
+  int bias_param() const { return bias_; }  // -1 without bias
+  int64_t in() const { return in_; }
+  int64_t out() const { return out_; }
+
+ private:
+  Linear(ModuleBuilder& builder, std::string name, int64_t in, int64_t out, int tied_weight);
+
+  int64_t in_;
+  int64_t out_;
+  int weight_ = -1;
+  int bias_ = -1;
+};
+
+extern template class Linear<float>;
+extern template class Linear<double>;
+
+}  // namespace sluice::model

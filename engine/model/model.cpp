@@ -1,0 +1,335 @@
+#include "engine/model/model.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "engine/model/cross_entropy.h"
+#include "engine/model/decoder_block.h"
+#include "engine/model/embedding.h"
+#include "engine/model/init.h"
+#include "engine/model/linear.h"
+#include "engine/model/norm.h"
+#include "kernels/cpu/ops_convert.h"
+#include "kernels/ref/half.h"
+#include "kernels/ref/ops_embedding.h"
+#include "kernels/ref/ops_loss.h"
+
+namespace sluice::model {
+
+// The module tree, and the binding of parameters to the flat buffers. With bf16 storage a unit's
+// parameters are widened into one fp32 scratch buffer while the unit runs (Enter/Leave).
+template <typename T>
+class Model<T>::Impl final : public ParameterBinding<T> {
+ public:
+  Impl(Model<T>& model) : model_(model), builder_(model.registry_) {}
+
+  void Build() {
+    const ModelOptions& o = model_.options_;
+    const bool gpt2 = o.family == Family::kGpt2;
+    const std::string root = gpt2 ? "transformer" : "model";
+    ParameterRegistry& registry = model_.registry_;
+
+    registry.BeginUnit("embeddings");
+    embeddings_ = std::make_unique<Embeddings<T>>(
+        builder_, root, root + (gpt2 ? ".wte" : ".embed_tokens"), root + ".wpe", o.vocab_size,
+        gpt2 ? o.seq_len : 0, o.d_model);
+    units_.push_back(embeddings_.get());
+    for (int64_t i = 0; i < o.n_layer; ++i) {
+      const std::string name = root + (gpt2 ? ".h." : ".layers.") + std::to_string(i);
+      registry.BeginUnit(name);
+      blocks_.push_back(std::make_unique<DecoderBlock<T>>(builder_, name, o));
+      units_.push_back(blocks_.back().get());
+    }
+    const std::string final_name = root + (gpt2 ? ".ln_f" : ".norm");
+    registry.BeginUnit(final_name);
+    if (gpt2) {
+      final_norm_ = std::make_unique<LayerNorm<T>>(builder_, final_name, o.d_model, o.norm_eps);
+    } else {
+      final_norm_ = std::make_unique<RmsNorm<T>>(builder_, final_name, o.d_model, o.norm_eps);
+    }
+    units_.push_back(final_norm_.get());
+    registry.BeginUnit("lm_head");
+    if (o.tie_embeddings) {
+      lm_head_ = Linear<T>::Tied(builder_, "lm_head", embeddings_->token_weight_param());
+    } else {
+      lm_head_ = std::make_unique<Linear<T>>(builder_, "lm_head", o.d_model, o.vocab_size, false);
+    }
+    units_.push_back(lm_head_.get());
+    loss_ = std::make_unique<CrossEntropyLoss<T>>(builder_, o.vocab_size);
+  }
+
+  // Points every parameter at the flat buffers (the values only when storage is T itself).
+  void Bind() {
+    const auto& params = model_.registry_.parameters();
+    values_.assign(params.size(), nullptr);
+    grads_.assign(params.size(), nullptr);
+    for (size_t p = 0; p < params.size(); ++p) {
+      grads_[p] = model_.grads_data() + params[p].offset;
+      if (!widen()) values_[p] = model_.params_.template data_as<T>() + params[p].offset;
+    }
+  }
+
+  const T* Value(int param) const override {
+    SLUICE_DCHECK(values_[param] != nullptr) << "parameter " << param << " is not materialized";
+    return values_[param];
+  }
+  T* Grad(int param) const override { return want_grads_ ? grads_[param] : nullptr; }
+
+  const std::vector<Module<T>*>& units() const { return units_; }
+
+  Result<double> Run(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
+                     double loss_grad, bool backward, T* logits_out) {
+    Result<double> result = RunPass(inputs, targets, batch, seq, loss_grad, backward, logits_out);
+    widened_.Reset();  // a failed pass may have left a unit entered
+    return result;
+  }
+
+ private:
+  Result<double> RunPass(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
+                         double loss_grad, bool backward, T* logits_out) {
+    SLUICE_RETURN_IF_ERROR(ValidateBatch(inputs, targets, batch, seq));
+    want_grads_ = backward;
+    ForwardContext<T> ctx(*model_.allocator_, *this, batch, seq, inputs,
+                          model_.options_.num_threads);
+    UnitHooks* hooks = model_.hooks_;
+    const int num_units = static_cast<int>(units_.size());
+
+    Act<T> h;
+    for (int u = 0; u < num_units; ++u) {
+      if (hooks != nullptr) SLUICE_RETURN_IF_ERROR(hooks->BeforeForward(u));
+      SLUICE_RETURN_IF_ERROR(Enter(u));
+      SLUICE_ASSIGN_OR_RETURN(h, units_[u]->Forward(ctx, h));
+      Leave(u);
+      if (!backward && u > 0) {
+        // Evaluation: nothing will go backward, so the producer's activations can go now.
+        for (int id : units_[u - 1]->AllModuleIds()) ctx.ReleaseSaved(id);
+      }
+      if (hooks != nullptr) SLUICE_RETURN_IF_ERROR(hooks->AfterForward(u));
+    }
+    if (logits_out != nullptr) {
+      std::copy_n(h.data, h.numel(), logits_out);
+      return 0.0;
+    }
+    SLUICE_ASSIGN_OR_RETURN(const T loss, loss_->Forward(ctx, h, targets));
+    if (!backward) return static_cast<double>(loss);
+
+    SLUICE_ASSIGN_OR_RETURN(Act<T> grad, loss_->Backward(ctx, targets, static_cast<T>(loss_grad)));
+    for (int u = num_units - 1; u >= 0; --u) {
+      if (hooks != nullptr) SLUICE_RETURN_IF_ERROR(hooks->BeforeBackward(u));
+      SLUICE_RETURN_IF_ERROR(Enter(u));
+      SLUICE_ASSIGN_OR_RETURN(Act<T> next, units_[u]->Backward(ctx, grad));
+      Leave(u);
+      if (u + 1 < num_units) ReleaseGradsOf(ctx, *units_[u + 1]);
+      grad = next;
+      if (hooks != nullptr) SLUICE_RETURN_IF_ERROR(hooks->AfterBackward(u));
+    }
+    model_.last_peak_activation_bytes_ = ctx.peak_bytes();
+    return static_cast<double>(loss);
+  }
+
+  bool widen() const {
+    if constexpr (std::is_same_v<T, float>) {
+      return model_.registry_.dtype() == DType::kBF16;
+    } else {
+      return false;
+    }
+  }
+
+  // With bf16 storage: widens the parameters unit `u` reads into one fp32 buffer.
+  Status Enter(int u) {
+    if (!widen()) return OkStatus();
+    if constexpr (std::is_same_v<T, float>) {
+      const UnitInfo& unit = model_.registry_.units()[u];
+      int64_t total = 0;
+      for (int p : unit.params) total += model_.registry_.parameter(p).numel;
+      SLUICE_ASSIGN_OR_RETURN(
+          widened_, model_.allocator_->Allocate(static_cast<size_t>(total) * sizeof(float),
+                                                MemoryCategory::kBuffers));
+      float* dst = widened_.data_as<float>();
+      const uint16_t* storage = model_.params_.template data_as<uint16_t>();
+      for (int p : unit.params) {
+        const ParameterInfo& info = model_.registry_.parameter(p);
+        kernels::cpu::ConvertBf16ToF32(storage + info.offset, dst, info.numel,
+                                       model_.options_.num_threads);
+        values_[p] = dst;
+        dst += info.numel;
+      }
+    }
+    return OkStatus();
+  }
+
+  void Leave(int u) {
+    if (!widen()) return;
+    for (int p : model_.registry_.units()[u].params) values_[p] = nullptr;
+    widened_.Reset();
+  }
+
+  Status ValidateBatch(const int32_t* inputs, const int32_t* targets, int64_t batch,
+                       int64_t seq) const {
+    const ModelOptions& o = model_.options_;
+    if (batch < 1 || seq < 1 || seq > o.seq_len) {
+      return InvalidArgumentError(
+          "batch of {} sequences of {} tokens: need at least one sequence of 1 to model.seq_len "
+          "= {} tokens",
+          batch, seq, o.seq_len);
+    }
+    const int64_t rows = batch * seq;
+    if (const int64_t bad = kernels::FirstInvalidToken(inputs, rows, o.vocab_size); bad >= 0) {
+      return InvalidArgumentError(
+          "input token {} at row {}, position {} is outside the vocabulary [0, {}); check that "
+          "the data was tokenized for model.vocab_size",
+          inputs[bad], bad / seq, bad % seq, o.vocab_size);
+    }
+    if (targets != nullptr) {
+      if (const int64_t bad = kernels::FirstInvalidTarget(targets, rows, o.vocab_size); bad >= 0) {
+        return InvalidArgumentError(
+            "target {} at row {}, position {} is outside the vocabulary [0, {}) and is not the "
+            "ignore index {}",
+            targets[bad], bad / seq, bad % seq, o.vocab_size, kernels::kIgnoreIndex);
+      }
+    }
+    return OkStatus();
+  }
+
+  Model<T>& model_;
+  ModuleBuilder builder_;
+  std::unique_ptr<Embeddings<T>> embeddings_;
+  std::vector<std::unique_ptr<DecoderBlock<T>>> blocks_;
+  std::unique_ptr<Module<T>> final_norm_;
+  std::unique_ptr<Linear<T>> lm_head_;
+  std::unique_ptr<CrossEntropyLoss<T>> loss_;
+  std::vector<Module<T>*> units_;
+  std::vector<const T*> values_;
+  std::vector<T*> grads_;
+  Buffer widened_;
+  bool want_grads_ = true;
+};
+
+template <typename T>
+Model<T>::Model(const ModelOptions& options, BufferAllocator& allocator)
+    : options_(options), allocator_(&allocator), registry_(options.param_dtype) {}
+
+template <typename T>
+Model<T>::~Model() = default;
+
+template <typename T>
+Result<std::unique_ptr<Model<T>>> Model<T>::Create(const ModelOptions& options,
+                                                   BufferAllocator& allocator) {
+  SLUICE_RETURN_IF_ERROR(ValidateModelOptions(options));
+  if (!std::is_same_v<T, float> && options.param_dtype != DType::kF32) {
+    return InvalidArgumentError(
+        "the fp64 reference model stores fp64 parameters; model.dtype {} "
+        "applies to the fp32 model only",
+        DTypeName(options.param_dtype));
+  }
+  if (!allocator.host_accessible()) {
+    return FailedPreconditionError(
+        "the model runs on the CPU ops, which need host-accessible memory; device kernels for "
+        "the model are not available, use device.type cpu");
+  }
+  std::unique_ptr<Model<T>> model(new Model<T>(options, allocator));
+  model->impl_ = std::make_unique<Impl>(*model);
+  model->impl_->Build();
+  model->units_ = model->impl_->units();
+  SLUICE_CHECK_EQ(model->units_.size(), model->registry_.units().size());
+
+  const int64_t count = model->registry_.total_elements();
+  const size_t param_bytes =
+      static_cast<size_t>(count) *
+      (std::is_same_v<T, float> ? DTypeSize(options.param_dtype) : sizeof(T));
+  SLUICE_ASSIGN_OR_RETURN(model->params_, allocator.Allocate(param_bytes, MemoryCategory::kParams));
+  SLUICE_ASSIGN_OR_RETURN(model->grads_, allocator.Allocate(static_cast<size_t>(count) * sizeof(T),
+                                                            MemoryCategory::kGrads));
+  if (param_bytes > 0) std::memset(model->params_.data(), 0, param_bytes);
+  model->ZeroGrads();
+  model->impl_->Bind();
+  return model;
+}
+
+template <typename T>
+Tensor Model<T>::params() const {
+  SLUICE_CHECK((std::is_same_v<T, float>)) << "Tensor views of the fp64 model's parameters";
+  return Tensor(params_.data(), registry_.dtype(), {ParameterCount()}, allocator_->tier());
+}
+
+template <typename T>
+Tensor Model<T>::grads() const {
+  SLUICE_CHECK((std::is_same_v<T, float>)) << "Tensor views of the fp64 model's gradients";
+  return Tensor(grads_.data(), DType::kF32, {ParameterCount()}, allocator_->tier());
+}
+
+template <typename T>
+T Model<T>::ParameterValue(int param, int64_t element) const {
+  const ParameterInfo& info = registry_.parameter(param);
+  SLUICE_CHECK(element >= 0 && element < info.numel) << info.name << " element " << element;
+  const int64_t at = info.offset + element;
+  if (registry_.dtype() == DType::kBF16) {
+    return static_cast<T>(kernels::Bf16ToF32(params_.data_as<uint16_t>()[at]));
+  }
+  return params_.data_as<T>()[at];
+}
+
+template <typename T>
+void Model<T>::SetParameterValue(int param, int64_t element, T value) {
+  const ParameterInfo& info = registry_.parameter(param);
+  SLUICE_CHECK(element >= 0 && element < info.numel) << info.name << " element " << element;
+  const int64_t at = info.offset + element;
+  if (registry_.dtype() == DType::kBF16) {
+    params_.data_as<uint16_t>()[at] = kernels::F32ToBf16(static_cast<float>(value));
+    return;
+  }
+  params_.data_as<T>()[at] = value;
+}
+
+template <typename T>
+void Model<T>::InitializeParameters(uint64_t seed) {
+  constexpr int64_t kChunk = int64_t{1} << 20;
+  std::vector<float> widened;
+  for (const ParameterInfo& info : registry_.parameters()) {
+    if (info.is_alias()) continue;
+    if (registry_.dtype() != DType::kBF16) {
+      InitializeRange<T>(info, seed, options_.init_std, options_.n_layer, 0, info.numel,
+                         params_.data_as<T>() + info.offset);
+      continue;
+    }
+    widened.resize(static_cast<size_t>(std::min(kChunk, info.numel)));
+    for (int64_t begin = 0; begin < info.numel; begin += kChunk) {
+      const int64_t end = std::min(info.numel, begin + kChunk);
+      InitializeRange<float>(info, seed, options_.init_std, options_.n_layer, begin, end,
+                             widened.data());
+      kernels::cpu::ConvertF32ToBf16(widened.data(),
+                                     params_.data_as<uint16_t>() + info.offset + begin, end - begin,
+                                     options_.num_threads);
+    }
+  }
+}
+
+template <typename T>
+void Model<T>::ZeroGrads() {
+  if (!grads_.empty()) std::memset(grads_.data(), 0, grads_.size());
+}
+
+template <typename T>
+Result<double> Model<T>::ForwardBackward(const int32_t* inputs, const int32_t* targets,
+                                         int64_t batch, int64_t seq, double loss_grad) {
+  return impl_->Run(inputs, targets, batch, seq, loss_grad, /*backward=*/true, nullptr);
+}
+
+template <typename T>
+Result<double> Model<T>::ForwardLoss(const int32_t* inputs, const int32_t* targets, int64_t batch,
+                                     int64_t seq) {
+  return impl_->Run(inputs, targets, batch, seq, 0.0, /*backward=*/false, nullptr);
+}
+
+template <typename T>
+Status Model<T>::ForwardLogits(const int32_t* inputs, int64_t batch, int64_t seq, T* logits) {
+  return impl_->Run(inputs, nullptr, batch, seq, 0.0, /*backward=*/false, logits).status();
+}
+
+template class Model<float>;
+template class Model<double>;
+
+}  // namespace sluice::model

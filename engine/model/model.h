@@ -1,0 +1,126 @@
+// A GPT-2 or Llama decoder, built from ModelOptions, with its parameters and gradients in two
+// flat buffers (layout: parameter_registry.h) and a ForwardBackward step on a batch of token ids.
+//
+//   model::HostAllocator host;                      // or DeviceAllocator(device)
+//   SLUICE_ASSIGN_OR_RETURN(auto net, model::Model<float>::Create(options, host));
+//   net->InitializeParameters(seed);
+//   net->ZeroGrads();
+//   SLUICE_ASSIGN_OR_RETURN(double loss, net->ForwardBackward(inputs, targets, batch, seq));
+//   // net->grads_data() now holds d(mean loss)/d(params), accumulated (+=) per call.
+//
+// Precision. Model<float> computes in fp32 (activations, gradients, the optimizer-facing gradient
+// buffer) and stores parameters in options.param_dtype: kF32 (the flat parameter buffer is what
+// every op reads) or kBF16 (before a unit runs, its parameters are widened into an fp32 scratch
+// buffer, released when the unit's forward or backward is done). fp32 master weights belong to
+// the optimizer, which writes the updated, rounded parameters back into params_data().
+// Model<double> stores and computes in fp64 on the reference ops (tests only; param_dtype must be
+// kF32 and the registry reports kF32 for it, the logical engine dtype).
+//
+// Units. The top-level modules in trace order: embeddings, blocks 0..n-1, final norm, LM head.
+// UnitHooks (optional) run before and after each unit's forward and backward: the ZeRO-3
+// parameter coordinator fetches and releases there, the gradient reducer takes a unit's finished
+// gradients after its backward (a tied embedding's gradient is final only after the embeddings'
+// backward, the last one).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/model/buffer.h"
+#include "engine/model/model_options.h"
+#include "engine/model/module.h"
+#include "engine/model/parameter_registry.h"
+#include "runtime/status.h"
+#include "runtime/tensor.h"
+
+namespace sluice::model {
+
+class UnitHooks {
+ public:
+  virtual ~UnitHooks() = default;
+  // `unit` indexes ParameterRegistry::units(). A non-OK status aborts the pass and is returned by
+  // ForwardBackward / ForwardLoss.
+  virtual Status BeforeForward(int unit) { return OkStatus(); }
+  virtual Status AfterForward(int unit) { return OkStatus(); }
+  virtual Status BeforeBackward(int unit) { return OkStatus(); }
+  virtual Status AfterBackward(int unit) { return OkStatus(); }
+};
+
+template <typename T>
+class Model {
+ public:
+  // Validates the options, registers the parameters and allocates the flat parameter (category
+  // params) and gradient (category grads) buffers from `allocator`, which must be
+  // host-accessible and outlive the model. Parameters and gradients start at zero; call
+  // InitializeParameters (or load values into params_data()).
+  static Result<std::unique_ptr<Model>> Create(const ModelOptions& options,
+                                               BufferAllocator& allocator);
+  ~Model();
+
+  const ModelOptions& options() const { return options_; }
+  const ParameterRegistry& registry() const { return registry_; }
+  // Elements of the flat buffers; equals CountParameters(options()).
+  int64_t ParameterCount() const { return registry_.total_elements(); }
+
+  // Flat parameter buffer: ParameterCount() elements of registry().dtype() (T for Model<double>).
+  void* params_data() const { return params_.data(); }
+  // Flat gradient buffer: ParameterCount() elements of T, same offsets as the parameters.
+  T* grads_data() const { return grads_.data_as<T>(); }
+  // Views of the flat buffers (Model<float> only: Tensor has no fp64 dtype).
+  Tensor params() const;
+  Tensor grads() const;
+  // The compute-dtype value of one parameter element (widened from bf16 when stored so); tests
+  // and checkpoint tools. Aliases resolve to their target.
+  T ParameterValue(int param, int64_t element) const;
+  void SetParameterValue(int param, int64_t element, T value);
+
+  // Deterministic init from `seed` (init.h): element e of parameter p depends only on (seed,
+  // p's name, e), never on threads, the layout or sharding.
+  void InitializeParameters(uint64_t seed);
+  void ZeroGrads();
+
+  // Runs forward, mean cross-entropy against `targets` (kIgnoreIndex = -1 rows skipped) and
+  // backward, accumulating d(loss_grad * mean loss)/d(params) into grads_data(). inputs and
+  // targets are [batch, seq] int32, row-major, seq <= options().seq_len. Returns the mean loss
+  // (unscaled). InvalidArgument when a token id or target is out of range; ResourceExhausted
+  // when activations do not fit the allocator.
+  Result<double> ForwardBackward(const int32_t* inputs, const int32_t* targets, int64_t batch,
+                                 int64_t seq, double loss_grad = 1.0);
+  // Forward and loss only (evaluation): no gradients, each unit's activations are freed as soon
+  // as the next unit has run.
+  Result<double> ForwardLoss(const int32_t* inputs, const int32_t* targets, int64_t batch,
+                             int64_t seq);
+  // Forward only, writing the logits [batch * seq, vocab_size] into `logits` (tests,
+  // generation).
+  Status ForwardLogits(const int32_t* inputs, int64_t batch, int64_t seq, T* logits);
+
+  // Optional; not owned; null clears.
+  void SetHooks(UnitHooks* hooks) { hooks_ = hooks; }
+  // The top-level modules, one per unit, in trace order.
+  std::span<Module<T>* const> units() const { return units_; }
+
+  // Bytes of activations the last ForwardBackward held at its peak (saved + grads), measured by
+  // the contexts: what activation checkpointing saves.
+  int64_t last_peak_activation_bytes() const { return last_peak_activation_bytes_; }
+
+ private:
+  Model(const ModelOptions& options, BufferAllocator& allocator);
+  class Impl;
+
+  ModelOptions options_;
+  BufferAllocator* allocator_;
+  ParameterRegistry registry_;
+  Buffer params_;
+  Buffer grads_;
+  std::unique_ptr<Impl> impl_;  // the module tree and the per-pass machinery
+  std::vector<Module<T>*> units_;
+  UnitHooks* hooks_ = nullptr;
+  int64_t last_peak_activation_bytes_ = 0;
+};
+
+extern template class Model<float>;
+extern template class Model<double>;
+
+}  // namespace sluice::model

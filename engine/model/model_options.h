@@ -1,0 +1,52 @@
+// What model to build: a plain struct the engine fills from the config's `model` section.
+// The family fixes the architecture:
+//   gpt2:  LayerNorm (weight and bias), GELU MLP (c_fc, c_proj), learned positions (wpe), biases
+//          on every linear, fused q/k/v projection (c_attn), multi-head attention.
+//   llama: RMSNorm (weight only), SwiGLU MLP (gate_proj, up_proj, down_proj), RoPE, no biases,
+//          separate q/k/v projections, grouped-query attention (n_kv_head <= n_head).
+// tie_embeddings (LM head shares the token table) is independent of the family.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "runtime/dtype.h"
+#include "runtime/status.h"
+
+namespace sluice::model {
+
+enum class Family : uint8_t { kGpt2 = 0, kLlama };
+std::string_view FamilyName(Family family);  // "gpt2", "llama"
+
+struct ModelOptions {
+  Family family = Family::kGpt2;
+  int64_t n_layer = 2;
+  int64_t n_head = 4;
+  int64_t n_kv_head = 4;  // gpt2: must equal n_head
+  int64_t d_model = 64;   // a multiple of n_head; head_dim = d_model / n_head (even for llama)
+  int64_t d_ff = 256;     // MLP hidden width
+  int64_t vocab_size = 256;
+  int64_t seq_len = 64;  // longest sequence (gpt2: rows of wpe); batches may be shorter
+  bool tie_embeddings = true;
+  double rope_theta = 10000.0;  // llama
+  float norm_eps = 1e-5f;       // LayerNorm / RMSNorm epsilon
+  double init_std = 0.02;       // std of the normal init (see init.h)
+  // Blocks keep only their input during the forward and recompute the rest in the backward.
+  bool activation_checkpointing = false;
+  // Storage dtype of the parameters (kF32 or kBF16). Compute and gradients are always fp32 (see
+  // model.h). Only Model<float> accepts kBF16.
+  DType param_dtype = DType::kF32;
+  // Threads for the CPU ops; 0 = OpenMP's default.
+  int num_threads = 0;
+};
+
+// OK, or InvalidArgument naming the offending field ("model.n_kv_head = 3 does not divide
+// model.n_head = 4") and what to change.
+Status ValidateModelOptions(const ModelOptions& options);
+
+// Parameters of the model `options` describes, counting a tied LM head once; no allocation.
+// GPT-2 124M (n_layer 12, n_head 12, d_model 768, d_ff 3072, vocab 50257, seq_len 1024, tied)
+// gives 124,439,808.
+int64_t CountParameters(const ModelOptions& options);
+
+}  // namespace sluice::model
