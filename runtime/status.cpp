@@ -25,7 +25,7 @@ Status& Status::WithContext(std::string_view context) & {
   return *this;
 }
 
-Status&& Status::WithContext(std::string_view context) && {
+Status Status::WithContext(std::string_view context) && {
   if (!ok()) message_ = fmt::format("{}: {}", context, message_);
   return std::move(*this);
 }

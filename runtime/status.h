@@ -39,9 +39,11 @@ class [[nodiscard]] Status {
   StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
 
-  // Prepends what the caller was doing: "loading swap file /x: pread failed: ...".
+  // Prepends what the caller was doing: "loading swap file /x: pread failed: ...". The rvalue
+  // overload returns by value so `SLUICE_RETURN_IF_ERROR(F().WithContext(..))` holds no
+  // reference into a temporary.
   Status& WithContext(std::string_view context) &;
-  Status&& WithContext(std::string_view context) &&;
+  Status WithContext(std::string_view context) &&;
 
   // "IoError: message", or "OK".
   std::string ToString() const;
@@ -81,7 +83,8 @@ class [[nodiscard]] Result {
   }
 
   bool ok() const { return value_.has_value(); }
-  const Status& status() const { return status_; }
+  const Status& status() const& { return status_; }
+  Status status() && { return std::move(status_); }
 
   T& value() & {
     SLUICE_CHECK(ok()) << "Result::value() on error: " << status_.ToString();
@@ -101,7 +104,7 @@ class [[nodiscard]] Result {
   const T& operator*() const& { return value(); }
 
   // Prepends context to the error, if any; returns *this for chaining.
-  Result&& WithContext(std::string_view context) && {
+  Result WithContext(std::string_view context) && {
     if (!ok()) status_.WithContext(context);
     return std::move(*this);
   }
@@ -134,5 +137,5 @@ Status AsStatus(const Result<T>& r) { return r.status(); }
   SLUICE_ASSIGN_OR_RETURN_IMPL(SLUICE_STATUS_CONCAT(sluice_result_, __LINE__), lhs, expr)
 #define SLUICE_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                                 \
-  if (!tmp.ok()) return tmp.status();                \
+  if (!tmp.ok()) return std::move(tmp).status();     \
   lhs = std::move(tmp).value()

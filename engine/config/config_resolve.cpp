@@ -190,6 +190,14 @@ class Resolver {
                      device, At(base + ".device"));
       }
     }
+    // O_DIRECT needs 4 KiB-aligned requests; the swap engine checks the same bounds.
+    int64_t block_size = v_.GetInt("aio.block_size");
+    if (block_size % 4096 != 0 || block_size > (int64_t{1} << 30)) {
+      return Error(
+          "aio.block_size {}{} must be a multiple of 4096 bytes (O_DIRECT alignment) and at "
+          "most 1GiB, e.g. 1MiB",
+          block_size, At("aio.block_size"));
+    }
     double ratio = v_.GetFloat("zero_optimization.offload_optimizer.ratio");
     if (ratio < 1.0 && stage != 3) {
       return Error(

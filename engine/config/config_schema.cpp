@@ -238,15 +238,19 @@ void AddZero(SettingsRegistry& r) {
 
 void AddAio(SettingsRegistry& r) {
   r.AddSection("aio", "Asynchronous NVMe I/O (io_uring in Sluice)");
-  r.Add("aio.block_size", T::kSize, "Bytes per I/O request").Default(int64_t{1048576}).Min(512);
+  r.Add("aio.block_size", T::kSize, "Bytes per I/O request; a multiple of 4096")
+      .Default(int64_t{1048576})
+      .Min(4096);
   r.Add("aio.queue_depth", T::kInt, "Requests in flight per worker thread")
       .Default(int64_t{8})
-      .Min(1);
+      .Min(1)
+      .Max(4096);
   r.Add("aio.intra_op_parallelism", T::kInt,
         "Worker threads per swap; each request is split into this many slices (alias "
         "thread_count)")
       .Default(int64_t{1})
-      .Min(1);
+      .Min(1)
+      .Max(64);
   r.Add("aio.single_submit", T::kBool, "Submit requests one at a time instead of in batches")
       .Default(false);
   r.Add("aio.overlap_events", T::kBool,

@@ -34,7 +34,7 @@ TEST(ConfigOutputTest, MarkdownHasOneRowPerSetting) {
     if (line.rfind("| `", 0) == 0) ++rows;
   }
   EXPECT_EQ(rows, ConfigRegistry().settings().size());
-  EXPECT_NE(md.find("| `aio.queue_depth` | int | 8 | an integer >= 1 |"), std::string::npos);
+  EXPECT_NE(md.find("| `aio.queue_depth` | int | 8 | an integer 1 to 4096 |"), std::string::npos);
 }
 
 TEST(ConfigOutputTest, DocsTableIsUpToDate) {

@@ -174,6 +174,29 @@ class ResultDeathTest : public ::testing::Test {
   void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
 };
 
+// A long message lives on the heap: reading it after its temporary died would show garbage
+// (or trip ASan), which is how the dangling-reference bug in the macros was found.
+TEST(StatusMacrosTest, ContextOnATemporaryStaysAliveThroughTheMacro) {
+  const std::string long_text(200, 'x');
+  auto fails = [&] { return IoError("{}", long_text); };
+  auto fails_result = [&]() -> Result<int> { return IoError("{}", long_text); };
+  auto via_status = [&]() -> Status {
+    SLUICE_RETURN_IF_ERROR(fails().WithContext("writing extent 3"));
+    return OkStatus();
+  };
+  auto via_result = [&]() -> Status {
+    SLUICE_RETURN_IF_ERROR(fails_result().WithContext("reading header"));
+    return OkStatus();
+  };
+  auto via_status_of_result = [&]() -> Status {
+    SLUICE_RETURN_IF_ERROR(fails_result().status());
+    return OkStatus();
+  };
+  EXPECT_EQ(via_status().message(), "writing extent 3: " + long_text);
+  EXPECT_EQ(via_result().message(), "reading header: " + long_text);
+  EXPECT_EQ(via_status_of_result().message(), long_text);
+}
+
 TEST_F(ResultDeathTest, OkStatusWithoutValueAborts) {
   EXPECT_DEATH(Result<int>{OkStatus()}, "Result constructed from an OK status without a value");
 }
