@@ -1,0 +1,138 @@
+// The NVMe swap store: one preallocated file per rank per swap directory (several directories
+// are striped into one space), an extent allocator handing out aligned slots for named tensors
+// (params, exp_avg, exp_avg_sq, grads of each optimizer sub-group), and an XXH3-64 checksum per
+// extent computed by the writer and verified after every read. Layout: docs/swap_format.md.
+//
+//   auto store = SwapStore::Create(engine, {.paths = {"/nvme0", "/nvme1"}, .rank = r});
+//   SLUICE_ASSIGN_OR_RETURN(auto extent, store->Allocate(SwapTensorName(3, kExpAvg), bytes));
+//   SwapHandle w = store->WriteAsync(extent.name, pinned, bytes);
+//   ... SLUICE_RETURN_IF_ERROR(w.Wait());
+//   SLUICE_RETURN_IF_ERROR(store->Read(extent.name, pinned, bytes));  // DataLoss on corruption
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "offload/aio_engine.h"
+#include "offload/extent_allocator.h"
+#include "offload/swap_format.h"
+#include "offload/swap_handle.h"
+#include "runtime/status.h"
+
+namespace sluice::offload {
+
+enum class SwapTensorKind { kParams, kExpAvg, kExpAvgSq, kGrads };
+
+// "subgroup3.exp_avg": the extent name of one tensor of one optimizer sub-group.
+std::string SwapTensorName(int sub_group, SwapTensorKind kind);
+
+struct SwapStoreOptions {
+  std::vector<std::string> paths;  // offload_*.nvme_path: one directory, or several to stripe
+  int rank = 0;
+  // Logical data bytes preallocated when the store is created.
+  uint64_t capacity_bytes = 0;
+  // When an allocation does not fit, the files grow by at least this much (0: never grow).
+  uint64_t growth_bytes = 256ull << 20;
+  uint64_t stripe_size = 1ull << 20;  // striping chunk across paths, a multiple of 4096
+  uint32_t max_extents = 4096;        // size of the extent table (fixed when created)
+  // Checksum every extent on write and verify it on read (on by default).
+  bool verify_checksums = true;
+  // Hashing granularity: piece k is hashed while piece k-1 is in flight.
+  uint64_t checksum_piece_bytes = 8ull << 20;
+  // File name in each directory; empty gives "sluice_swap.rank<R>.swp".
+  std::string file_name;
+};
+
+struct SwapExtent {
+  std::string name;
+  uint64_t offset = 0;
+  uint64_t capacity = 0;
+  uint64_t length = 0;
+  uint64_t checksum = 0;
+  bool written = false;
+  bool checksummed = false;
+};
+
+// Thread-safe. Handles must be waited on (or dropped) before the store is closed or destroyed.
+class SwapStore {
+ public:
+  // A new store: creates (truncating) the files, preallocates capacity_bytes, writes a header.
+  static Result<std::unique_ptr<SwapStore>> Create(AioEngine& engine,
+                                                   const SwapStoreOptions& options);
+  // An existing store: reads and validates every file's header (naming the mismatching field)
+  // and rebuilds the allocator from its extent table.
+  static Result<std::unique_ptr<SwapStore>> Open(AioEngine& engine,
+                                                 const SwapStoreOptions& options);
+  // Close()s if still open; an error is logged.
+  ~SwapStore();
+
+  SwapStore(const SwapStore&) = delete;
+  SwapStore& operator=(const SwapStore&) = delete;
+
+  // Reserves an aligned extent for `bytes` bytes, growing the files when the space is full.
+  // A full filesystem or file-size limit is ResourceExhausted; the store is unchanged then.
+  Result<SwapExtent> Allocate(std::string_view name, uint64_t bytes);
+  Status Free(std::string_view name);
+  Result<SwapExtent> Find(std::string_view name) const;
+  std::vector<SwapExtent> Extents() const;
+
+  // Buffers must be 4096-aligned and hold AlignUp(length, 4096) bytes: the padding after
+  // `length` is transferred too (it is not part of the checksum).
+  SwapHandle WriteAsync(std::string_view name, const void* data, uint64_t length);
+  // `length` must be the extent's written length: more is OutOfRange (past the end of the
+  // extent), less is InvalidArgument (checksums cover whole extents).
+  SwapHandle ReadAsync(std::string_view name, void* data, uint64_t length);
+  Status Write(std::string_view name, const void* data, uint64_t length) {
+    return WriteAsync(name, data, length).Wait();
+  }
+  Status Read(std::string_view name, void* data, uint64_t length) {
+    return ReadAsync(name, data, length).Wait();
+  }
+
+  // Writes the header (extent lengths and checksums) and fdatasyncs the files.
+  Status Flush();
+  Status Close();
+
+  uint64_t capacity() const;
+  uint64_t free_bytes() const;
+  const std::vector<std::string>& file_paths() const { return file_paths_; }
+  bool verify_checksums() const { return options_.verify_checksums; }
+  uint64_t generation() const;
+
+ private:
+  struct Extent {
+    SwapExtentRecord record;
+    int writes_in_flight = 0;
+  };
+
+  SwapStore(AioEngine& engine, const SwapStoreOptions& options);
+  Status OpenHeaderFiles(bool create);
+  void Abandon();  // closes the files of a store that failed to be created, writing nothing
+  Status LoadHeaders();
+  Status PersistLocked();
+  Status GrowLocked(uint64_t needed);
+  Status FinishWrite(const std::string& name, uint64_t length, uint64_t checksum, bool checksummed,
+                     Status io_status);
+  SwapExtent ToExtent(const SwapExtentRecord& record) const;
+  std::string Describe() const;
+
+  AioEngine& engine_;
+  SwapStoreOptions options_;
+  std::vector<std::string> file_paths_;
+  std::vector<int> header_fds_;
+  AioFileId data_file_ = 0;
+  bool open_ = false;
+
+  mutable std::mutex mu_;
+  SwapHeader header_;  // identity and geometry; extents live in extents_
+  std::map<std::string, Extent, std::less<>> extents_;
+  ExtentAllocator allocator_;
+};
+
+}  // namespace sluice::offload

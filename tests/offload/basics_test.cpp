@@ -1,0 +1,137 @@
+// The small parts under the engine and the store: aligned buffers, checksums, the extent
+// allocator and the header codec.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "offload/aligned_buffer.h"
+#include "offload/checksum.h"
+#include "offload/extent_allocator.h"
+#include "offload/swap_format.h"
+#include "tests/offload/test_support.h"
+
+namespace sluice::offload {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(AlignedBufferTest, IsAlignedZeroedAndRoundedUp) {
+  for (uint64_t bytes : {1ull, 4096ull, 5000ull, (3ull << 20) + 1}) {
+    auto buffer = AlignedBuffer::Allocate(bytes);
+    ASSERT_TRUE(buffer.ok());
+    EXPECT_TRUE(IsAligned(buffer->data()));
+    EXPECT_EQ(buffer->size(), AlignUp(bytes, kIoAlignment));
+    const auto* data = buffer->as<unsigned char>();
+    for (uint64_t i = 0; i < buffer->size(); i += 511) ASSERT_EQ(data[i], 0);
+  }
+  // Large buffers start on a huge-page boundary so THP can back them.
+  auto large = AlignedBuffer::Allocate(4 << 20);
+  EXPECT_TRUE(IsAligned(large->data(), 2 << 20));
+  EXPECT_EQ(AlignedBuffer::Allocate(0).status().code(), StatusCode::kInvalidArgument);
+  AlignedBuffer moved = std::move(large).value();
+  EXPECT_EQ(moved.size(), 4u << 20);
+}
+
+TEST(ChecksumTest, StreamingEqualsOneShotAndSeesOneBitFlips) {
+  std::vector<unsigned char> data(3 << 20);
+  testutil::FillPattern(data.data(), data.size(), 3);
+  const uint64_t whole = Checksum64(data.data(), data.size());
+  StreamingChecksum stream;
+  // Uneven pieces, as the store hashes them.
+  const size_t pieces[] = {1, 4095, 1 << 20, 12345, 0};
+  size_t at = 0;
+  for (size_t piece : pieces) {
+    stream.Update(data.data() + at, piece);
+    at += piece;
+  }
+  stream.Update(data.data() + at, data.size() - at);
+  EXPECT_EQ(stream.Digest(), whole);
+  data[777777] ^= 1;
+  EXPECT_NE(Checksum64(data.data(), data.size()), whole);
+}
+
+TEST(ExtentAllocatorTest, FirstFitWithCoalescingAndReservation) {
+  ExtentAllocator allocator(4096);
+  allocator.AddSpace(0, 1 << 20);
+  const uint64_t a = *allocator.Allocate(100);
+  const uint64_t b = *allocator.Allocate(8192);
+  const uint64_t c = *allocator.Allocate(4096);
+  EXPECT_EQ(a, 0u);
+  EXPECT_EQ(b, 4096u);
+  EXPECT_EQ(c, 12288u);
+  allocator.Free(a, 4096);
+  allocator.Free(b, 8192);  // coalesces with a's range
+  EXPECT_EQ(*allocator.Allocate(12288), 0u);
+  EXPECT_FALSE(allocator.Allocate(2 << 20).has_value());
+  allocator.AddSpace(1 << 20, 1 << 20);  // growth joins the tail
+  EXPECT_EQ(allocator.largest_free(), (2u << 20) - 16384);
+  EXPECT_TRUE(allocator.Allocate((2 << 20) - 16384).has_value());
+  EXPECT_EQ(allocator.free_bytes(), 0u);
+
+  ExtentAllocator rebuilt(4096);
+  rebuilt.AddSpace(0, 1 << 20);
+  EXPECT_TRUE(rebuilt.Reserve(8192, 4096).ok());
+  EXPECT_EQ(rebuilt.Reserve(8192, 4096).code(), StatusCode::kDataLoss);  // overlap
+  EXPECT_EQ(rebuilt.Reserve((1 << 20) - 4096, 8192).code(), StatusCode::kDataLoss);
+  EXPECT_EQ(*rebuilt.Allocate(8192), 0u);
+  EXPECT_EQ(*rebuilt.Allocate(4096), 12288u);
+}
+
+SwapHeader SampleHeader() {
+  SwapHeader header;
+  header.generation = 7;
+  header.store_id = 0x1234567890abcdefull;
+  header.rank = 3;
+  header.stripe_count = 2;
+  header.stripe_index = 1;
+  header.max_extents = 40;
+  header.stripe_size = 1 << 20;
+  header.slot_bytes = SwapSlotBytes(40);
+  header.data_offset = SwapDataOffset(header.slot_bytes);
+  header.capacity = 64 << 20;
+  header.extents.push_back({"subgroup0.params", 0, 8192, 5000, 0xfeedull, 3});
+  header.extents.push_back({std::string(kSwapMaxNameBytes, 'n'), 8192, 4096, 4096, 1, 1});
+  return header;
+}
+
+TEST(SwapFormatTest, EncodeDecodeRoundTrip) {
+  const SwapHeader header = SampleHeader();
+  const std::vector<std::byte> bytes = EncodeSwapHeader(header);
+  EXPECT_EQ(bytes.size() % 4096, 0u);
+  EXPECT_EQ(std::memcmp(bytes.data(), "SLUICESW", 8), 0);
+  auto decoded = DecodeSwapHeader(bytes, "sample");
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->generation, 7u);
+  EXPECT_EQ(decoded->store_id, header.store_id);
+  EXPECT_EQ(decoded->rank, 3u);
+  EXPECT_EQ(decoded->stripe_index, 1u);
+  EXPECT_EQ(decoded->capacity, header.capacity);
+  ASSERT_EQ(decoded->extents.size(), 2u);
+  EXPECT_EQ(decoded->extents[0].name, "subgroup0.params");
+  EXPECT_EQ(decoded->extents[0].checksum, 0xfeedu);
+  EXPECT_EQ(decoded->extents[1].name, header.extents[1].name);
+  // 4094 records fill two 512 KiB slots exactly; one more spills into the next MiB.
+  EXPECT_EQ(SwapDataOffset(SwapSlotBytes(4094)), 1u << 20);
+  EXPECT_EQ(SwapDataOffset(SwapSlotBytes(4095)), 2u << 20);
+}
+
+TEST(SwapFormatTest, DecodingNamesTheBadField) {
+  const std::vector<std::byte> good = EncodeSwapHeader(SampleHeader());
+  auto broken = [&](size_t at, std::byte value) {
+    std::vector<std::byte> bytes = good;
+    bytes[at] = value;
+    return DecodeSwapHeader(bytes, "slot").status();
+  };
+  EXPECT_THAT(broken(0, std::byte{'X'}).message(), HasSubstr("'magic'"));
+  EXPECT_THAT(broken(8, std::byte{9}).message(), HasSubstr("'version'"));
+  EXPECT_THAT(broken(100, std::byte{1}).message(), HasSubstr("'header_checksum'"));
+  // A flipped bit inside an extent record is caught by the header checksum too.
+  EXPECT_THAT(broken(256 + 100, std::byte{0x55}).message(), HasSubstr("'header_checksum'"));
+  EXPECT_THAT(broken(84, std::byte{100}).message(), HasSubstr("'extent_count'"));
+  EXPECT_EQ(broken(0, std::byte{'X'}).code(), StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace sluice::offload
