@@ -1,0 +1,174 @@
+// The reference is also the benchmark's "plain scalar loop" baseline, so it must stay scalar: no
+// auto-vectorization, and no fused multiply-add contraction (it defines the rounding).
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("no-tree-vectorize", "fp-contract=off")
+#endif
+
+#include "kernels/ref/adam_ref.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace sluice::kernels {
+namespace {
+
+// Runs on every kernel call: builds a message only when something is wrong.
+std::string CheckPointer(const void* pointer, const char* name, size_t element_size, size_t count) {
+  bool null = pointer == nullptr && count > 0;
+  bool misaligned = reinterpret_cast<uintptr_t>(pointer) % element_size != 0;
+  if (!null && !misaligned) return "";
+  std::ostringstream out;
+  if (null) {
+    out << name << " is null with count = " << count;
+  } else {
+    out << name << " = " << pointer << " is not aligned to its element size " << element_size;
+  }
+  return out.str();
+}
+
+template <AdamGradType kGrad, AdamCopyType kCopy>
+void ReferenceLoop(const AdamTensors& t, const AdamStepConstants& c) {
+  for (size_t i = 0; i < t.count; ++i) {
+    float p = t.params[i];
+    float m = t.exp_avg[i];
+    float v = t.exp_avg_sq[i];
+    AdamUpdateElement(c, LoadGradElement(t.grads, kGrad, i), p, m, v);
+    t.params[i] = p;
+    t.exp_avg[i] = m;
+    t.exp_avg_sq[i] = v;
+    StoreCopyElement(t.param_copy, kCopy, i, p);
+  }
+}
+
+template <AdamGradType kGrad>
+void ReferenceForGrad(const AdamTensors& t, const AdamStepConstants& c) {
+  switch (t.copy_type) {
+    case AdamCopyType::kNone:
+      return ReferenceLoop<kGrad, AdamCopyType::kNone>(t, c);
+    case AdamCopyType::kBF16:
+      return ReferenceLoop<kGrad, AdamCopyType::kBF16>(t, c);
+    case AdamCopyType::kF16:
+      return ReferenceLoop<kGrad, AdamCopyType::kF16>(t, c);
+  }
+}
+
+}  // namespace
+
+const char* AdamGradTypeName(AdamGradType type) {
+  switch (type) {
+    case AdamGradType::kF32:
+      return "f32";
+    case AdamGradType::kBF16:
+      return "bf16";
+    case AdamGradType::kF16:
+      return "f16";
+  }
+  return "?";
+}
+
+const char* AdamCopyTypeName(AdamCopyType type) {
+  switch (type) {
+    case AdamCopyType::kNone:
+      return "none";
+    case AdamCopyType::kBF16:
+      return "bf16";
+    case AdamCopyType::kF16:
+      return "f16";
+  }
+  return "?";
+}
+
+size_t AdamGradTypeSize(AdamGradType type) { return type == AdamGradType::kF32 ? 4 : 2; }
+
+size_t AdamCopyTypeSize(AdamCopyType type) { return type == AdamCopyType::kNone ? 0 : 2; }
+
+std::string AdamHyperparamsError(const AdamHyperparams& h) {
+  std::ostringstream out;
+  if (!std::isfinite(h.lr) || h.lr < 0.0f) {
+    out << "lr = " << h.lr << " must be finite and >= 0";
+  } else if (!(h.beta1 >= 0.0f && h.beta1 < 1.0f)) {
+    out << "beta1 = " << h.beta1 << " is outside [0, 1)";
+  } else if (!(h.beta2 >= 0.0f && h.beta2 < 1.0f)) {
+    out << "beta2 = " << h.beta2 << " is outside [0, 1)";
+  } else if (!std::isfinite(h.eps) || h.eps < 0.0f) {
+    out << "eps = " << h.eps << " must be finite and >= 0";
+  } else if (!std::isfinite(h.weight_decay) || h.weight_decay < 0.0f) {
+    out << "weight_decay = " << h.weight_decay << " must be finite and >= 0";
+  } else if (h.step < 1) {
+    out << "step = " << h.step << " must be >= 1 (the first step is 1)";
+  }
+  return out.str();
+}
+
+std::string AdamTensorsError(const AdamTensors& t) {
+  for (std::string error :
+       {CheckPointer(t.params, "params", sizeof(float), t.count),
+        CheckPointer(t.exp_avg, "exp_avg", sizeof(float), t.count),
+        CheckPointer(t.exp_avg_sq, "exp_avg_sq", sizeof(float), t.count),
+        CheckPointer(t.grads, "grads", AdamGradTypeSize(t.grad_type), t.count)}) {
+    if (!error.empty()) return error;
+  }
+  if (t.copy_type == AdamCopyType::kNone) {
+    if (t.param_copy != nullptr) {
+      return "param_copy is set but copy_type is none: name the copy's type (bf16 or f16)";
+    }
+    return "";
+  }
+  if (t.param_copy == nullptr) {
+    return std::string("copy_type is ") + AdamCopyTypeName(t.copy_type) +
+           " but param_copy is null: pass the staging buffer or copy_type none";
+  }
+  return CheckPointer(t.param_copy, "param_copy", AdamCopyTypeSize(t.copy_type), t.count);
+}
+
+AdamTensors SliceAdamTensors(const AdamTensors& t, size_t begin, size_t count) {
+  AdamTensors slice = t;
+  slice.params = t.params + begin;
+  slice.exp_avg = t.exp_avg + begin;
+  slice.exp_avg_sq = t.exp_avg_sq + begin;
+  slice.grads = static_cast<const char*>(t.grads) + begin * AdamGradTypeSize(t.grad_type);
+  if (t.param_copy != nullptr) {
+    slice.param_copy = static_cast<char*>(t.param_copy) + begin * AdamCopyTypeSize(t.copy_type);
+  }
+  slice.count = count;
+  return slice;
+}
+
+AdamStepConstants MakeAdamStepConstants(const AdamHyperparams& h, float grad_scale) {
+  double beta1 = h.beta1;
+  double beta2 = h.beta2;
+  double bias_correction1 = 1.0;
+  double bias_correction2 = 1.0;
+  if (h.bias_correction) {
+    bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(h.step));
+    bias_correction2 = 1.0 - std::pow(beta2, static_cast<double>(h.step));
+  }
+  AdamStepConstants c;
+  c.grad_scale = grad_scale;
+  c.l2_decay = h.adamw_mode ? 0.0f : h.weight_decay;
+  c.param_decay = h.adamw_mode ? static_cast<float>(1.0 - double{h.lr} * h.weight_decay) : 1.0f;
+  c.beta1 = h.beta1;
+  c.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+  c.beta2 = h.beta2;
+  c.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+  c.eps = h.eps;
+  c.step_size = static_cast<float>(h.lr / bias_correction1);
+  c.bias_correction2_rsqrt = static_cast<float>(1.0 / std::sqrt(bias_correction2));
+  return c;
+}
+
+void AdamStepReference(const AdamTensors& t, const AdamHyperparams& hyper, float grad_scale) {
+  AdamStepConstants c = MakeAdamStepConstants(hyper, grad_scale);
+  switch (t.grad_type) {
+    case AdamGradType::kF32:
+      return ReferenceForGrad<AdamGradType::kF32>(t, c);
+    case AdamGradType::kBF16:
+      return ReferenceForGrad<AdamGradType::kBF16>(t, c);
+    case AdamGradType::kF16:
+      return ReferenceForGrad<AdamGradType::kF16>(t, c);
+  }
+}
+
+}  // namespace sluice::kernels

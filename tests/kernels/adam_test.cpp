@@ -1,0 +1,425 @@
+// CPU Adam: every variant against the scalar reference over multi-step runs, for every gradient
+// and copy dtype, odd sizes and unaligned starts; hand-computed Adam vs AdamW; the copy's
+// rounding; argument checks; dispatch.
+#include "kernels/cpu/adam.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/ref/adam_ref.h"
+#include "kernels/ref/half.h"
+
+namespace sluice::kernels {
+namespace {
+
+constexpr double kRelativeTolerance = 1e-6;  // declared fp32 tolerance against the reference
+constexpr size_t kGuard = 64;                // sentinel elements around every buffer
+constexpr uint32_t kSentinel = 0x7fa5a5a5u;  // a NaN no kernel produces
+
+// Forces `isa` for the test's duration.
+class IsaScope {
+ public:
+  explicit IsaScope(Isa isa) { ForceIsa(isa); }
+  ~IsaScope() { ClearForcedIsa(); }
+};
+
+// Why this CPU cannot run `isa`, or empty.
+std::string MissingIsa(Isa isa) {
+  const CpuFeatures& f = DetectCpuFeatures();
+  if (isa == Isa::kAvx512 && !f.avx512) return "CPU lacks AVX-512";
+  if (isa == Isa::kAvx2 && !f.avx2) return "CPU lacks AVX2";
+  return "";
+}
+
+#define SKIP_WITHOUT(isa)                  \
+  do {                                     \
+    std::string missing = MissingIsa(isa); \
+    if (!missing.empty()) {                \
+      GTEST_SKIP() << missing;             \
+    }                                      \
+  } while (0)
+
+// Uniform in [-1, 1), cheap enough for million-element multi-step cases (splitmix64).
+float NextUniform(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) * 0x1p-23f - 1.0f;
+}
+
+// A buffer of `count` elements of `element_size` bytes starting `offset` elements past a 64-byte
+// boundary, with sentinel guards on both sides to catch writes outside the range.
+class GuardedBuffer {
+ public:
+  GuardedBuffer(size_t count, size_t element_size, size_t offset)
+      : count_(count), element_size_(element_size), offset_(offset) {
+    storage_.assign((count * element_size + 2 * kGuard * 4 + 64 + offset * element_size) / 4 + 1,
+                    kSentinel);
+    uintptr_t base = reinterpret_cast<uintptr_t>(storage_.data()) + kGuard * 4;
+    base = (base + 63) / 64 * 64;
+    data_ = reinterpret_cast<char*>(base) + offset * element_size;
+  }
+  void* data() { return data_; }
+  float* f32() { return reinterpret_cast<float*>(data_); }
+  uint16_t* u16() { return reinterpret_cast<uint16_t*>(data_); }
+
+  // True when nothing outside [data, data + count) changed.
+  bool GuardsIntact() const {
+    const char* first = reinterpret_cast<const char*>(storage_.data());
+    const char* last = first + storage_.size() * 4;
+    const char* begin = data_;
+    const char* end = data_ + count_ * element_size_;
+    auto untouched = [&](const char* from, const char* to) {
+      for (const char* at = from; at < to; ++at) {
+        size_t byte = static_cast<size_t>(at - first);
+        if (static_cast<char>(kSentinel >> (8 * (byte % 4))) != *at) return false;
+      }
+      return true;
+    };
+    return untouched(first, begin) && untouched(end, last);
+  }
+
+ private:
+  size_t count_;
+  size_t element_size_;
+  size_t offset_;
+  std::vector<uint32_t> storage_;
+  char* data_;
+};
+
+// All state of one optimizer: p, m, v, the gradient and the copy, at chosen misalignments.
+struct AdamState {
+  AdamState(size_t n, AdamGradType grad_type, AdamCopyType copy_type, bool aligned)
+      : params(n, 4, aligned ? 0 : 1),
+        exp_avg(n, 4, aligned ? 0 : 2),
+        exp_avg_sq(n, 4, aligned ? 0 : 3),
+        grads(n, AdamGradTypeSize(grad_type), aligned ? 0 : 5),
+        copy(n, 2, aligned ? 0 : 7),
+        count(n),
+        grad_type(grad_type),
+        copy_type(copy_type) {
+    uint64_t rng = 1234 + n;
+    for (size_t i = 0; i < n; ++i) {
+      params.f32()[i] = NextUniform(rng);
+      exp_avg.f32()[i] = 0.0f;
+      exp_avg_sq.f32()[i] = 0.0f;
+    }
+  }
+
+  void SetGrads(uint32_t seed) {
+    uint64_t rng = seed;
+    for (size_t i = 0; i < count; ++i) {
+      // Cubed: mostly small gradients with a few large ones, as in training.
+      float u = NextUniform(rng);
+      float g = 4.0f * u * u * u;
+      switch (grad_type) {
+        case AdamGradType::kF32:
+          grads.f32()[i] = g;
+          break;
+        case AdamGradType::kBF16:
+          grads.u16()[i] = F32ToBf16(g);
+          break;
+        case AdamGradType::kF16:
+          grads.u16()[i] = F32ToF16(g);
+          break;
+      }
+    }
+  }
+
+  AdamTensors Tensors() {
+    return AdamTensors{params.f32(),     exp_avg.f32(),
+                       exp_avg_sq.f32(), grads.data(),
+                       grad_type,        copy_type == AdamCopyType::kNone ? nullptr : copy.data(),
+                       copy_type,        count};
+  }
+
+  bool GuardsIntact() const {
+    return params.GuardsIntact() && exp_avg.GuardsIntact() && exp_avg_sq.GuardsIntact() &&
+           copy.GuardsIntact();
+  }
+
+  GuardedBuffer params, exp_avg, exp_avg_sq, grads, copy;
+  size_t count;
+  AdamGradType grad_type;
+  AdamCopyType copy_type;
+};
+
+bool BitwiseOrRelativeClose(float a, float b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  if (a == b) return true;
+  return std::fabs(double{a} - b) <= kRelativeTolerance * std::max(std::fabs(a), std::fabs(b));
+}
+
+// Index of the first element outside tolerance, or -1.
+int64_t FirstMismatch(const float* got, const float* want, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (!BitwiseOrRelativeClose(got[i], want[i])) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+uint16_t RoundCopy(AdamCopyType type, float value) {
+  return type == AdamCopyType::kF16 ? F32ToF16(value) : F32ToBf16(value);
+}
+
+// isa x grad dtype x copy dtype x size x aligned start.
+using CaseParam = std::tuple<Isa, AdamGradType, AdamCopyType, size_t, bool>;
+
+class AdamVsReference : public ::testing::TestWithParam<CaseParam> {};
+
+TEST_P(AdamVsReference, MultiStepAdamAndAdamWMatchReference) {
+  auto [isa, grad_type, copy_type, n, aligned] = GetParam();
+  SKIP_WITHOUT(isa);
+  IsaScope scope(isa);
+  ASSERT_EQ(AdamIsa(), isa);
+
+  for (bool adamw : {false, true}) {
+    SCOPED_TRACE(adamw ? "AdamW" : "Adam (L2)");
+    AdamState kernel(n, grad_type, copy_type, aligned);
+    AdamState reference(n, grad_type, copy_type, /*aligned=*/true);
+    AdamHyperparams hyper{.lr = 1e-2f, .weight_decay = 0.05f, .adamw_mode = adamw};
+    AdamThreading threading{.num_threads = 3};
+    const float grad_scale = 0.5f;  // e.g. loss-scale inverse times clip coefficient
+    for (int64_t step = 1; step <= 3; ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      hyper.step = step;
+      kernel.SetGrads(static_cast<uint32_t>(step));
+      reference.SetGrads(static_cast<uint32_t>(step));
+      AdamStep(kernel.Tensors(), hyper, grad_scale, threading);
+      AdamStepReference(reference.Tensors(), hyper, grad_scale);
+
+      EXPECT_EQ(FirstMismatch(kernel.params.f32(), reference.params.f32(), n), -1) << "params";
+      EXPECT_EQ(FirstMismatch(kernel.exp_avg.f32(), reference.exp_avg.f32(), n), -1) << "m";
+      EXPECT_EQ(FirstMismatch(kernel.exp_avg_sq.f32(), reference.exp_avg_sq.f32(), n), -1) << "v";
+      if (copy_type != AdamCopyType::kNone) {
+        // The copy is round-to-nearest-even of the kernel's own updated fp32 parameter.
+        int64_t bad = -1;
+        for (size_t i = 0; i < n && bad < 0; ++i) {
+          if (kernel.copy.u16()[i] != RoundCopy(copy_type, kernel.params.f32()[i])) bad = i;
+        }
+        EXPECT_EQ(bad, -1) << "copy differs from RNE of the updated parameter";
+      }
+      EXPECT_TRUE(kernel.GuardsIntact()) << "a write landed outside the tensors";
+      if (HasFailure()) return;
+    }
+  }
+}
+
+std::string CaseName(const ::testing::TestParamInfo<CaseParam>& info) {
+  auto [isa, grad_type, copy_type, n, aligned] = info.param;
+  return std::string(IsaName(isa)) + "_grad_" + AdamGradTypeName(grad_type) + "_copy_" +
+         AdamCopyTypeName(copy_type) + "_n" + std::to_string(n) +
+         (aligned ? "_aligned" : "_unaligned");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllVariants, AdamVsReference,
+    ::testing::Combine(
+        ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
+        ::testing::Values(AdamGradType::kF32, AdamGradType::kBF16, AdamGradType::kF16),
+        ::testing::Values(AdamCopyType::kNone, AdamCopyType::kBF16, AdamCopyType::kF16),
+        // tails around 8 and 16 lanes and the 32-element body, several tiles
+        ::testing::Values(size_t{1}, size_t{7}, size_t{17}, size_t{95}, size_t{1000003}),
+        ::testing::Bool()),
+    CaseName);
+
+class AdamPerIsa : public ::testing::TestWithParam<Isa> {};
+
+INSTANTIATE_TEST_SUITE_P(AllVariants, AdamPerIsa,
+                         ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
+                         [](const ::testing::TestParamInfo<Isa>& info) {
+                           return std::string(IsaName(info.param));
+                         });
+
+// Betas 0.5 and 0.9375 are exact in binary, so these hand-worked values hold to float rounding.
+// p = 1, grad = 1 scaled by 0.5 (g = 0.5), lr = 0.1, eps = 1e-8, weight decay 0.1.
+// Step 1, Adam (L2): g = 0.5 + 0.1 * 1 = 0.6, m = 0.5 * 0.6 = 0.3, v = 0.0625 * 0.36 = 0.0225,
+//   m^ = 0.3 / 0.5 = 0.6, sqrt(v^) = sqrt(0.0225 / 0.0625) = 0.6,
+//   p = 1 - 0.1 * 0.6 / (0.6 + 1e-8) = 0.900000001667.
+// Step 1, AdamW: p = 1 * (1 - 0.1 * 0.1) = 0.99, m = 0.25, v = 0.015625, m^ = 0.5,
+//   sqrt(v^) = 0.5, p = 0.99 - 0.1 * 0.5 / (0.5 + 1e-8) = 0.890000002.
+// Step 2, grad -1 (g = -0.5), Adam: g = -0.5 + 0.1 * 0.9 = -0.41, m = 0.15 - 0.205 = -0.055,
+//   v = 0.9375 * 0.0225 + 0.0625 * 0.1681 = 0.0316, bias corrections 0.75 and 0.12109375,
+//   p = 0.9 + (0.1 / 0.75) * 0.055 / (sqrt(0.0316 / 0.12109375) + 1e-8) = 0.914355515432.
+// Step 2, AdamW: p = 0.890000002 * 0.99, m = 0.125 - 0.25 = -0.125,
+//   v = 0.9375 * 0.015625 + 0.0625 * 0.25 = 0.0302734375, p = 0.914433334647.
+TEST_P(AdamPerIsa, AdamAndAdamWMatchHandComputedSteps) {
+  SKIP_WITHOUT(GetParam());
+  IsaScope scope(GetParam());
+  struct Expected {
+    bool adamw;
+    double p1, m1, v1, p2, m2, v2;
+  };
+  for (const Expected& e :
+       {Expected{false, 0.900000001667, 0.3, 0.0225, 0.914355515432, -0.055, 0.0316},
+        Expected{true, 0.890000002, 0.25, 0.015625, 0.914433334647, -0.125, 0.0302734375}}) {
+    SCOPED_TRACE(e.adamw ? "AdamW" : "Adam");
+    constexpr size_t n = 45;  // vector body and scalar tail both see the same values
+    std::vector<float> p(n, 1.0f), m(n, 0.0f), v(n, 0.0f), g(n, 1.0f);
+    AdamTensors t{
+        p.data(), m.data(), v.data(), g.data(), AdamGradType::kF32, nullptr, AdamCopyType::kNone,
+        n};
+    AdamHyperparams hyper{.lr = 0.1f,
+                          .beta1 = 0.5f,
+                          .beta2 = 0.9375f,
+                          .weight_decay = 0.1f,
+                          .adamw_mode = e.adamw,
+                          .step = 1};
+    AdamStep(t, hyper, 0.5f);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(p[i], e.p1, 1e-6 * e.p1) << i;
+      ASSERT_NEAR(m[i], e.m1, 1e-6 * std::fabs(e.m1)) << i;
+      ASSERT_NEAR(v[i], e.v1, 1e-6 * e.v1) << i;
+    }
+    std::fill(g.begin(), g.end(), -1.0f);
+    hyper.step = 2;
+    AdamStep(t, hyper, 0.5f);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(p[i], e.p2, 1e-6 * e.p2) << i;
+      ASSERT_NEAR(m[i], e.m2, 1e-6 * std::fabs(e.m2)) << i;
+      ASSERT_NEAR(v[i], e.v2, 1e-6 * e.v2) << i;
+    }
+  }
+}
+
+// Without bias correction (and no weight decay): m = 0.25, v = 0.015625,
+// p = 1 - 0.1 * 0.25 / (sqrt(0.015625) + 1e-8) = 0.800000016; with it, p would be 0.9.
+TEST_P(AdamPerIsa, BiasCorrectionOffMatchesHandComputedStep) {
+  SKIP_WITHOUT(GetParam());
+  IsaScope scope(GetParam());
+  constexpr size_t n = 40;
+  std::vector<float> p(n, 1.0f), m(n, 0.0f), v(n, 0.0f), g(n, 0.5f);
+  AdamTensors t{
+      p.data(), m.data(), v.data(), g.data(), AdamGradType::kF32, nullptr, AdamCopyType::kNone, n};
+  AdamStep(t,
+           AdamHyperparams{.lr = 0.1f,
+                           .beta1 = 0.5f,
+                           .beta2 = 0.9375f,
+                           .adamw_mode = false,
+                           .bias_correction = false},
+           1.0f);
+  for (size_t i = 0; i < n; ++i) ASSERT_NEAR(p[i], 0.800000016, 1e-6) << i;
+}
+
+// With lr = 0 the parameters keep their values, so the copy shows the conversion alone: NaNs,
+// infinities, subnormals, ties, f16 overflow and random bit patterns must round exactly as
+// kernels/ref/half.h does.
+TEST_P(AdamPerIsa, CopyRoundsToNearestEvenBitForBit) {
+  SKIP_WITHOUT(GetParam());
+  IsaScope scope(GetParam());
+  std::vector<uint32_t> bits = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                                0xffc00001u, 0x7f800001u, 0xff812345u, 0x00000001u, 0x807fffffu,
+                                0x00400000u, 0x7f7fffffu, 0x3f808000u, 0x3f818000u, 0x3f80c000u,
+                                0xbf808000u, 0x477fe000u, 0x477ff000u, 0x477fefffu, 0x38800000u,
+                                0x387fc000u, 0x33800000u, 0x33000000u, 0x33000001u, 0x7f7f8000u,
+                                0x3f7fffffu, 0x4b800000u, 0x3c003000u, 0x3c002000u, 0x3c001000u};
+  std::mt19937 rng(7);
+  while (bits.size() < 1000) bits.push_back(static_cast<uint32_t>(rng()));
+  const size_t n = bits.size();
+  for (AdamCopyType copy_type : {AdamCopyType::kBF16, AdamCopyType::kF16}) {
+    SCOPED_TRACE(AdamCopyTypeName(copy_type));
+    std::vector<float> p(n), m(n, 0.0f), v(n, 0.0f), g(n, 0.25f);
+    for (size_t i = 0; i < n; ++i) p[i] = std::bit_cast<float>(bits[i]);
+    std::vector<uint16_t> copy(n, 0);
+    AdamTensors t{p.data(),           m.data(),    v.data(),  g.data(),
+                  AdamGradType::kF32, copy.data(), copy_type, n};
+    AdamStep(t, AdamHyperparams{.lr = 0.0f}, 1.0f);
+    for (size_t i = 0; i < n; ++i) {
+      uint32_t in = bits[i];
+      ASSERT_EQ(std::bit_cast<uint32_t>(p[i]) | 0x00400000u * std::isnan(p[i]),
+                in | 0x00400000u * std::isnan(std::bit_cast<float>(in)))
+          << "lr = 0 changed parameter " << i;
+      ASSERT_EQ(copy[i], RoundCopy(copy_type, p[i]))
+          << "element " << i << " bits 0x" << std::hex << std::bit_cast<uint32_t>(p[i]);
+    }
+  }
+}
+
+// The probe must do the step's loads and stores: every element read and written, the copy too.
+TEST_P(AdamPerIsa, MemoryProbeTouchesEveryElement) {
+  SKIP_WITHOUT(GetParam());
+  IsaScope scope(GetParam());
+  const size_t n = 100003;
+  AdamState state(n, AdamGradType::kBF16, AdamCopyType::kBF16, /*aligned=*/false);
+  state.SetGrads(9);
+  std::vector<float> p0(state.params.f32(), state.params.f32() + n);
+  AdamMemoryProbe(state.Tensors(), AdamThreading{.num_threads = 2});
+  for (size_t i = 0; i < n; ++i) {
+    float g = Bf16ToF32(state.grads.u16()[i]);
+    ASSERT_EQ(state.params.f32()[i], p0[i] + g) << i;
+    ASSERT_EQ(state.exp_avg.f32()[i], g) << i;
+    ASSERT_EQ(state.exp_avg_sq.f32()[i], std::fabs(g)) << i;
+    ASSERT_EQ(state.copy.u16()[i], std::bit_cast<uint32_t>(state.params.f32()[i]) >> 16) << i;
+  }
+  EXPECT_TRUE(state.GuardsIntact());
+}
+
+TEST(AdamDispatch, ForceIsaLowersTheVariant) {
+  ForceIsa(Isa::kScalar);
+  EXPECT_EQ(AdamIsa(), Isa::kScalar);
+  ClearForcedIsa();
+  const CpuFeatures& f = DetectCpuFeatures();
+  Isa best = f.avx512 ? Isa::kAvx512 : f.avx2 ? Isa::kAvx2 : Isa::kScalar;
+  if (std::getenv("SLUICE_ISA") == nullptr) {
+    EXPECT_EQ(AdamIsa(), best);
+  }
+}
+
+TEST(AdamArgs, ValidCallsHaveNoError) {
+  std::vector<float> p(5), m(5), v(5), g(5);
+  std::vector<uint16_t> copy(5);
+  AdamTensors t{
+      p.data(), m.data(), v.data(), g.data(), AdamGradType::kF32, copy.data(), AdamCopyType::kBF16,
+      5};
+  EXPECT_EQ(AdamStepArgsError(t, {}, {}), "");
+  EXPECT_EQ(AdamStepArgsError(AdamTensors{}, {}, {}), "") << "count 0 needs no buffers";
+  AdamStep(AdamTensors{}, {}, 1.0f);  // and does nothing
+}
+
+TEST(AdamArgs, ErrorsNameTheField) {
+  std::vector<float> p(8), m(8), v(8), g(8);
+  std::vector<uint16_t> copy(8);
+  const AdamTensors good{
+      p.data(), m.data(), v.data(), g.data(), AdamGradType::kF32, nullptr, AdamCopyType::kNone, 8};
+  auto error_of = [&](AdamTensors t, AdamHyperparams h, AdamThreading th = {}) {
+    return AdamStepArgsError(t, h, th);
+  };
+  AdamTensors t = good;
+  t.exp_avg_sq = nullptr;
+  EXPECT_NE(error_of(t, {}).find("exp_avg_sq is null"), std::string::npos) << error_of(t, {});
+  t = good;
+  t.params = reinterpret_cast<float*>(reinterpret_cast<char*>(p.data()) + 1);
+  EXPECT_NE(error_of(t, {}).find("params"), std::string::npos);
+  EXPECT_NE(error_of(t, {}).find("not aligned"), std::string::npos);
+  t = good;
+  t.copy_type = AdamCopyType::kBF16;
+  EXPECT_NE(error_of(t, {}).find("param_copy is null"), std::string::npos);
+  t = good;
+  t.param_copy = copy.data();
+  EXPECT_NE(error_of(t, {}).find("copy_type is none"), std::string::npos);
+  EXPECT_NE(error_of(good, {.step = 0}).find("step = 0"), std::string::npos);
+  EXPECT_NE(error_of(good, {.beta2 = 1.0f}).find("beta2"), std::string::npos);
+  EXPECT_NE(error_of(good, {.lr = -1.0f}).find("lr"), std::string::npos);
+  EXPECT_NE(error_of(good, {.eps = NAN}).find("eps"), std::string::npos);
+  EXPECT_NE(error_of(good, {}, {.num_threads = -2}).find("num_threads"), std::string::npos);
+}
+
+TEST(AdamArgsDeathTest, StepAbortsOnInvalidArguments) {
+  std::vector<float> p(8), m(8), v(8), g(8);
+  AdamTensors t{
+      p.data(), m.data(), v.data(), g.data(), AdamGradType::kF32, nullptr, AdamCopyType::kBF16, 8};
+  EXPECT_DEATH(AdamStep(t, {}, 1.0f), "param_copy is null");
+}
+
+}  // namespace
+}  // namespace sluice::kernels
