@@ -333,7 +333,7 @@ void AddData(SettingsRegistry& r) {
       .Default(std::string("auto"))
       .Allowed({"text", "nanogpt_u16", "llmc_bin", "auto"});
   r.Add("data.val_fraction", T::kFloat,
-        "Share of the training file held out when val_path is unset")
+        "Share of the training file held out, in evenly spaced blocks, when val_path is unset")
       .Default(0.1)
       .Min(0)
       .Max(1, /*exclusive=*/true);

@@ -17,9 +17,9 @@ void FillBatch(const TokenRegion& region, std::span<const int64_t> starts, int64
     SLUICE_CHECK(start >= 0 && start + seq_len + 1 <= region.size())
         << "window [" << start << ", " << start + seq_len + 1 << ") outside a region of "
         << region.size() << " tokens";
-    region.tokens.CopyToInt32(start, seq_len, batch->inputs.data() + r * seq_len);
-    region.tokens.CopyToInt32(start + 1, seq_len, batch->targets.data() + r * seq_len);
-    batch->window_starts[static_cast<size_t>(r)] = region.begin + start;
+    region.CopyToInt32(start, seq_len, batch->inputs.data() + r * seq_len);
+    region.CopyToInt32(start + 1, seq_len, batch->targets.data() + r * seq_len);
+    batch->window_starts[static_cast<size_t>(r)] = region.FileIndex(start);
   }
 }
 

@@ -5,7 +5,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/data/token_dataset.h"
+#include "engine/data/token_region.h"
 
 namespace sluice::data {
 

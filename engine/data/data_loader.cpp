@@ -86,7 +86,7 @@ Status DataLoader::RestoreState(const nlohmann::json& state) {
         "data sampler state was saved for {} training tokens at seq_len {}, but '{}' now gives {} "
         "training tokens at seq_len {}; the data file, data.val_fraction or model.seq_len changed "
         "since the checkpoint",
-        train_tokens, saved_seq_len, dataset_.train().file->path(), dataset_.train().size(),
+        train_tokens, saved_seq_len, dataset_.train().file()->path(), dataset_.train().size(),
         seq_len());
   }
   return sampler_.Restore(SamplerState{seed_it->get<uint64_t>(), epoch, position});

@@ -12,7 +12,7 @@ namespace sluice::data {
 
 struct DataOptions {
   std::string train_path;
-  // Empty: the validation split is the last val_fraction of train_path's windows.
+  // Empty: validation is val_fraction of train_path, held out in evenly spaced blocks.
   std::string val_path;
   TokenFormat format = TokenFormat::kAuto;  // applied to both files, each detected on its own
   int64_t seq_len = 0;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/data/token_writer.h"
 #include "tests/data/test_files.h"
 
 namespace sluice::data {
@@ -121,38 +122,94 @@ TEST_F(DataLoaderTest, RankTakesEveryWorldSizethSampleOfTheGlobalOrder) {
   }
 }
 
-TEST_F(DataLoaderTest, SplitHoldsOutTheTailOnAWindowBoundary) {
-  DataLoader loader = Open(Options());
+TEST_F(DataLoaderTest, SplitHoldsOutEvenlySpacedBlocks) {
+  // Token i of this file is i, so every token read says where in the file it came from.
+  const int64_t n = 20000;
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  DataOptions o = Options();
+  o.train_path = dir_.File("positions.bin");
+  o.format = TokenFormat::kNanogptU16;
+  o.vocab_size = 65536;
+  ASSERT_TRUE(WriteNanogptU16(o.train_path, ids).ok());
+  DataLoader loader = Open(o);
   const TokenDataset& ds = loader.dataset();
-  const int64_t n = static_cast<int64_t>(text_.size());
-  const int64_t windows = (n - 1) / kSeqLen;       // 1249
-  const int64_t val_windows = (windows + 5) / 10;  // round(0.1 * 1249) = 125
-  ASSERT_EQ(ds.val().size(), val_windows * kSeqLen + 1);
-  EXPECT_EQ(ds.train().begin, 0);
-  EXPECT_EQ(ds.val().begin, ds.train().size());
-  EXPECT_EQ(ds.train().size() + ds.val().size(), n);
-  EXPECT_EQ(ds.val().NumWindows(kSeqLen), val_windows);
 
-  // Three epochs of training never read a validation token.
-  const int64_t split = ds.train().size();
-  int64_t max_end = 0;
+  // 1249 windows: blocks of 1249 / 200 = 6 windows (97 tokens), 207 blocks, round(20.7) = 21
+  // held out, spread evenly: the gaps between them are 9 or 10 blocks.
+  const int64_t block = 6 * kSeqLen + 1;
+  const auto& val = ds.val().stretches();
+  ASSERT_EQ(val.size(), 21u);
+  EXPECT_EQ(ds.val().size(), 21 * block);
+  EXPECT_EQ(ds.train().size() + ds.val().size(), n);
+  EXPECT_EQ(ds.val().NumWindows(kSeqLen), (21 * block - 1) / kSeqLen);
+  std::vector<bool> is_val(static_cast<size_t>(n), false);
+  for (size_t k = 0; k < val.size(); ++k) {
+    EXPECT_EQ(val[k].count, block);
+    EXPECT_EQ(val[k].begin % block, 0);
+    if (k > 0)
+      EXPECT_THAT(val[k].begin - val[k - 1].begin, ::testing::AnyOf(9 * block, 10 * block));
+    for (int64_t i = val[k].begin; i < val[k].begin + val[k].count; ++i)
+      is_val[static_cast<size_t>(i)] = true;
+  }
+  EXPECT_LT(val.front().begin, n / 10);
+  EXPECT_GT(val.back().begin, n - n / 10);
+
+  // Three epochs of training never read a validation token, and reach nearly every other one
+  // (a few at the ends of the stream fall outside every epoch's phase).
+  std::vector<bool> seen(static_cast<size_t>(n), false);
   for (int step = 0; step < 300; ++step) {
     const Batch b = loader.NextBatch(16);
-    for (int64_t s : b.window_starts) max_end = std::max(max_end, s + kSeqLen + 1);
+    for (int32_t t : b.inputs) seen[static_cast<size_t>(t)] = true;
+    for (int32_t t : b.targets) seen[static_cast<size_t>(t)] = true;
+    for (int64_t r = 0; r < b.batch_size; ++r) {
+      EXPECT_EQ(b.window_starts[static_cast<size_t>(r)],
+                b.inputs[static_cast<size_t>(r * kSeqLen)]);
+    }
   }
-  EXPECT_LE(max_end, split);
-  EXPECT_GE(max_end, split - kSeqLen);  // and training does reach the end of its part
+  int64_t train_seen = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!seen[static_cast<size_t>(i)]) continue;
+    ASSERT_FALSE(is_val[static_cast<size_t>(i)]) << "training read held-out token " << i;
+    ++train_seen;
+  }
+  EXPECT_GT(train_seen, ds.train().size() - 2 * kSeqLen);
 
-  // Validation windows start at the split, at stride seq_len, and end at the file's end.
-  Result<ValidationIterator> val = loader.Validation(5, 25);  // all 125 windows
-  ASSERT_TRUE(val.ok());
-  std::set<int64_t> starts;
+  // Validation (128 samples of 127 windows: all of them) reads only held-out tokens, and all
+  // of them but the few after the stream's last whole window.
+  Result<ValidationIterator> it = loader.Validation(8, 16);
+  ASSERT_TRUE(it.ok());
+  std::vector<bool> read(static_cast<size_t>(n), false);
   Batch b;
-  while (val->Next(&b)) starts.insert(b.window_starts.begin(), b.window_starts.end());
-  ASSERT_EQ(static_cast<int64_t>(starts.size()), val_windows);
-  EXPECT_EQ(*starts.begin(), split);
-  EXPECT_EQ(*starts.rbegin() + kSeqLen + 1, n);
-  for (int64_t s : starts) EXPECT_EQ((s - split) % kSeqLen, 0);
+  while (it->Next(&b)) {
+    for (int32_t t : b.inputs) read[static_cast<size_t>(t)] = true;
+    for (int32_t t : b.targets) read[static_cast<size_t>(t)] = true;
+  }
+  int64_t val_read = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!read[static_cast<size_t>(i)]) continue;
+    ASSERT_TRUE(is_val[static_cast<size_t>(i)]) << "validation read training token " << i;
+    ++val_read;
+  }
+  EXPECT_EQ(val_read, 127 * kSeqLen + 1);
+}
+
+TEST_F(DataLoaderTest, TooSmallAFractionStillHoldsOutOneBlockMidFile) {
+  DataOptions o = Options();
+  o.val_fraction = 0.001;  // 0.2 of a block
+  DataLoader loader = Open(o);
+  const auto& val = loader.dataset().val().stretches();
+  ASSERT_EQ(val.size(), 1u);
+  EXPECT_EQ(val[0].begin, 103 * (6 * kSeqLen + 1));  // block 207 / 2
+}
+
+TEST_F(DataLoaderTest, SplitTooShortForTwoPartsNamesTheSettings) {
+  DataOptions o = Options();
+  o.seq_len = 15000;  // one window: nothing left to hold out
+  Result<DataLoader> loader = DataLoader::Open(o);
+  ASSERT_FALSE(loader.ok());
+  EXPECT_THAT(loader.status().message(), HasSubstr("data.val_fraction 0.1"));
+  EXPECT_THAT(loader.status().message(), HasSubstr("data.val_path"));
 }
 
 TEST_F(DataLoaderTest, SeparateValidationFile) {
@@ -162,7 +219,7 @@ TEST_F(DataLoaderTest, SeparateValidationFile) {
   WriteString(o.val_path, val_text);
   DataLoader loader = Open(o);
   EXPECT_EQ(loader.dataset().train().size(), static_cast<int64_t>(text_.size()));
-  EXPECT_EQ(loader.dataset().val().file->path(), o.val_path);
+  EXPECT_EQ(loader.dataset().val().file()->path(), o.val_path);
   Result<ValidationIterator> val = loader.Validation(4, 2);
   ASSERT_TRUE(val.ok());
   Batch b;
@@ -208,10 +265,11 @@ TEST_F(DataLoaderTest, ValidationIsTheSameEveryTimeAndSpreadOverTheSplit) {
   val->Reset();
   ASSERT_TRUE(val->Next(&b));
   EXPECT_EQ(b.window_starts[0], starts[0]);
-  // 12 samples of 125 windows: evenly spaced, so the last lies in the last tenth of the split.
-  const int64_t split = loader.dataset().val().begin;
-  EXPECT_EQ(starts.front(), split);
-  EXPECT_GT(starts.back(), split + 110 * kSeqLen);
+  // 12 samples of the held-out windows, evenly spaced: from the first block to the last tenth.
+  const auto& blocks = loader.dataset().val().stretches();
+  EXPECT_EQ(starts.front(), blocks.front().begin);
+  ASSERT_EQ(blocks.size(), 21u);
+  EXPECT_GE(starts.back(), blocks[19].begin);
 }
 
 TEST_F(DataLoaderTest, ValidationShardsLikeTraining) {
@@ -278,7 +336,7 @@ TEST_F(DataLoaderTest, RestoreRejectsAStateForOtherData) {
   DataLoader b = Open(other);
   Status s = b.RestoreState(state);
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
-  EXPECT_THAT(s.message(), HasSubstr("saved for 17999 training tokens at seq_len 16"));
+  EXPECT_THAT(s.message(), HasSubstr("saved for 17963 training tokens at seq_len 16"));
 
   nlohmann::json broken = state;
   broken.erase("position");
