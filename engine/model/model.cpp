@@ -91,8 +91,15 @@ class Model<T>::Impl final : public ParameterBinding<T> {
   Result<double> RunPass(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
                          double loss_grad, bool backward, T* logits_out) {
     SLUICE_RETURN_IF_ERROR(ValidateBatch(inputs, targets, batch, seq));
+    if (model_.storage_ == ModelStorage::kExternal && model_.binding_ == nullptr) {
+      return FailedPreconditionError(
+          "the model was created without flat parameter buffers (external storage): set a "
+          "parameter binding (Model::SetParameterBinding) before running it");
+    }
     want_grads_ = backward;
-    ForwardContext<T> ctx(*model_.allocator_, *this, batch, seq, inputs,
+    external_ = model_.binding_ != nullptr;
+    const ParameterBinding<T>& binding = external_ ? *model_.binding_ : *this;
+    ForwardContext<T> ctx(*model_.allocator_, binding, batch, seq, inputs,
                           model_.options_.num_threads);
     UnitHooks* hooks = model_.hooks_;
     const int num_units = static_cast<int>(units_.size());
@@ -131,6 +138,7 @@ class Model<T>::Impl final : public ParameterBinding<T> {
   }
 
   bool widen() const {
+    if (external_) return false;  // the binding provides T values itself
     if constexpr (std::is_same_v<T, float>) {
       return model_.registry_.dtype() == DType::kBF16;
     } else {
@@ -206,6 +214,7 @@ class Model<T>::Impl final : public ParameterBinding<T> {
   std::vector<T*> grads_;
   Buffer widened_;
   bool want_grads_ = true;
+  bool external_ = false;  // this pass runs on the model's external binding
 };
 
 template <typename T>
@@ -217,7 +226,8 @@ Model<T>::~Model() = default;
 
 template <typename T>
 Result<std::unique_ptr<Model<T>>> Model<T>::Create(const ModelOptions& options,
-                                                   BufferAllocator& allocator) {
+                                                   BufferAllocator& allocator,
+                                                   ModelStorage storage) {
   SLUICE_RETURN_IF_ERROR(ValidateModelOptions(options));
   if (!std::is_same_v<T, float> && options.param_dtype != DType::kF32) {
     return InvalidArgumentError(
@@ -235,6 +245,8 @@ Result<std::unique_ptr<Model<T>>> Model<T>::Create(const ModelOptions& options,
   model->impl_->Build();
   model->units_ = model->impl_->units();
   SLUICE_CHECK_EQ(model->units_.size(), model->registry_.units().size());
+  model->storage_ = storage;
+  if (storage == ModelStorage::kExternal) return model;
 
   const int64_t count = model->registry_.total_elements();
   const size_t param_bytes =
@@ -252,17 +264,20 @@ Result<std::unique_ptr<Model<T>>> Model<T>::Create(const ModelOptions& options,
 template <typename T>
 Tensor Model<T>::params() const {
   SLUICE_CHECK((std::is_same_v<T, float>)) << "Tensor views of the fp64 model's parameters";
+  SLUICE_CHECK(storage_ == ModelStorage::kFlat) << "params() of a model without flat buffers";
   return Tensor(params_.data(), registry_.dtype(), {ParameterCount()}, allocator_->tier());
 }
 
 template <typename T>
 Tensor Model<T>::grads() const {
   SLUICE_CHECK((std::is_same_v<T, float>)) << "Tensor views of the fp64 model's gradients";
+  SLUICE_CHECK(storage_ == ModelStorage::kFlat) << "grads() of a model without flat buffers";
   return Tensor(grads_.data(), DType::kF32, {ParameterCount()}, allocator_->tier());
 }
 
 template <typename T>
 T Model<T>::ParameterValue(int param, int64_t element) const {
+  SLUICE_CHECK(storage_ == ModelStorage::kFlat) << "ParameterValue of a model without flat buffers";
   const ParameterInfo& info = registry_.parameter(param);
   SLUICE_CHECK(element >= 0 && element < info.numel) << info.name << " element " << element;
   const int64_t at = info.offset + element;
@@ -274,6 +289,8 @@ T Model<T>::ParameterValue(int param, int64_t element) const {
 
 template <typename T>
 void Model<T>::SetParameterValue(int param, int64_t element, T value) {
+  SLUICE_CHECK(storage_ == ModelStorage::kFlat)
+      << "SetParameterValue of a model without flat buffers";
   const ParameterInfo& info = registry_.parameter(param);
   SLUICE_CHECK(element >= 0 && element < info.numel) << info.name << " element " << element;
   const int64_t at = info.offset + element;
@@ -286,6 +303,9 @@ void Model<T>::SetParameterValue(int param, int64_t element, T value) {
 
 template <typename T>
 void Model<T>::InitializeParameters(uint64_t seed) {
+  SLUICE_CHECK(storage_ == ModelStorage::kFlat)
+      << "InitializeParameters of a model without flat buffers: the owner of the parameters "
+         "initializes them (init.h)";
   constexpr int64_t kChunk = int64_t{1} << 20;
   std::vector<float> widened;
   for (const ParameterInfo& info : registry_.parameters()) {

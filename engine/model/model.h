@@ -21,6 +21,11 @@
 // parameter coordinator fetches and releases there, the gradient reducer takes a unit's finished
 // gradients after its backward (a tied embedding's gradient is final only after the embeddings'
 // backward, the last one).
+//
+// Storage. By default the model allocates the flat buffers and binds every parameter to them.
+// ZeRO (engine/zero) creates it with ModelStorage::kExternal instead: no flat buffers are
+// allocated, and a ParameterBinding set with SetParameterBinding() tells each pass where the
+// (gathered, fp32) parameter values are and where the gradients go.
 #pragma once
 
 #include <cstdint>
@@ -48,15 +53,23 @@ class UnitHooks {
   virtual Status AfterBackward(int unit) { return OkStatus(); }
 };
 
+enum class ModelStorage : uint8_t {
+  kFlat = 0,  // the model owns the flat parameter and gradient buffers
+  kExternal,  // no flat buffers: every pass reads and writes through SetParameterBinding()
+};
+
 template <typename T>
 class Model {
  public:
   // Validates the options, registers the parameters and allocates the flat parameter (category
   // params) and gradient (category grads) buffers from `allocator`, which must be
   // host-accessible and outlive the model. Parameters and gradients start at zero; call
-  // InitializeParameters (or load values into params_data()).
+  // InitializeParameters (or load values into params_data()). With ModelStorage::kExternal
+  // nothing is allocated: params_data() and grads_data() are null, the accessors of parameter
+  // values must not be used, and a binding must be set before any pass.
   static Result<std::unique_ptr<Model>> Create(const ModelOptions& options,
-                                               BufferAllocator& allocator);
+                                               BufferAllocator& allocator,
+                                               ModelStorage storage = ModelStorage::kFlat);
   ~Model();
 
   const ModelOptions& options() const { return options_; }
@@ -98,6 +111,12 @@ class Model {
 
   // Optional; not owned; null clears.
   void SetHooks(UnitHooks* hooks) { hooks_ = hooks; }
+  // Where the passes find parameter values (fp32, T) and accumulate gradients instead of the
+  // flat buffers; not owned, must outlive the passes; null restores the flat buffers. Values are
+  // read as they are (no bf16 widening). A pass of a kExternal model without a binding fails
+  // with FailedPrecondition.
+  void SetParameterBinding(const ParameterBinding<T>* binding) { binding_ = binding; }
+  ModelStorage storage() const { return storage_; }
   // The top-level modules, one per unit, in trace order.
   std::span<Module<T>* const> units() const { return units_; }
 
@@ -117,6 +136,8 @@ class Model {
   std::unique_ptr<Impl> impl_;  // the module tree and the per-pass machinery
   std::vector<Module<T>*> units_;
   UnitHooks* hooks_ = nullptr;
+  ModelStorage storage_ = ModelStorage::kFlat;
+  const ParameterBinding<T>* binding_ = nullptr;
   int64_t last_peak_activation_bytes_ = 0;
 };
 
