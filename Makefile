@@ -21,9 +21,15 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# The demo: a ~1.3M-parameter byte-level GPT trained on text every Debian system has; writes
+# runs/demo/{metrics.jsonl,summary.json,loss.png}.
 run: build
+	scripts/make-demo-corpus.sh data/demo_corpus.txt
 	$(BUILD)/bin/sluice env
-	$(BUILD)/bin/sluice config check configs/default.yaml
+	$(BUILD)/bin/sluice config check configs/demo_gpt.yaml
+	$(BUILD)/bin/sluice train --config configs/demo_gpt.yaml --run-dir runs/demo
+	gnuplot -e "set terminal pngcairo size 960,540; set output 'runs/demo/loss.png'; set title 'Sluice demo: byte-level GPT on Debian text'; set xlabel 'optimizer step'; set ylabel 'loss (nats per byte)'; set grid; set arrow from graph 0, first 2 to graph 1, first 2 nohead dashtype 2; plot '< sed -n \"s/^{.step.:\\([0-9]*\\),.loss.:\\([-+0-9.e]*\\),.*/\\1 \\2/p\" runs/demo/metrics.jsonl' with lines title 'train', '< sed -n \"s/^{.step.:\\([0-9]*\\),.*.val_loss.:\\([-+0-9.e]*\\).*/\\1 \\2/p\" runs/demo/metrics.jsonl' with linespoints pointtype 7 title 'validation'"
+	@echo "loss curve: runs/demo/loss.png"
 
 test: build
 	cd $(BUILD) && ctest -LE slow --output-on-failure -j $(JOBS) --timeout 600

@@ -11,9 +11,20 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
-set(BLA_VENDOR OpenBLAS)
-find_package(BLAS REQUIRED)
-find_path(OPENBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas openblas-pthread)
+# OpenBLAS built on OpenMP, so GEMMs and Sluice's own parallel loops share one thread team: the
+# default pthread build keeps a second pool that fights OpenMP's spinning workers for the cores
+# (2-3x slower training on 2 cores). Linked by full path, which puts its directory in the
+# binaries' RUNPATH ahead of the system's alternatives link to the pthread build.
+find_library(SLUICE_OPENBLAS_OPENMP NAMES openblas NO_DEFAULT_PATH
+             PATHS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp)
+find_path(SLUICE_OPENBLAS_OPENMP_INCLUDE cblas.h NO_DEFAULT_PATH
+          PATHS /usr/include/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp)
+if(NOT SLUICE_OPENBLAS_OPENMP OR NOT SLUICE_OPENBLAS_OPENMP_INCLUDE)
+  message(FATAL_ERROR "OpenBLAS (OpenMP build) not found: run scripts/install-deps.sh "
+                      "(Debian package libopenblas-openmp-dev)")
+endif()
+set(BLAS_LIBRARIES ${SLUICE_OPENBLAS_OPENMP})
+set(OPENBLAS_INCLUDE_DIR ${SLUICE_OPENBLAS_OPENMP_INCLUDE})
 
 # sluice_glob_library(NAME DIR [LIBS ...] [RECURSE])
 # A static library of the .cpp and .cu files of DIR (adding a file needs no CMake edit). A folder with no

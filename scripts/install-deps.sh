@@ -7,9 +7,10 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config
   libgtest-dev libgmock-dev
   liburing-dev libhwloc-dev hwloc libtbb-dev libyaml-cpp-dev nlohmann-json3-dev
-  libcli11-dev libfmt-dev libopenblas-dev libxxhash-dev
+  libcli11-dev libfmt-dev libopenblas-openmp-dev libxxhash-dev
   libopenmpi-dev openmpi-bin
   fio e2fsprogs util-linux
+  gnuplot-nox
 )
 
 missing=()

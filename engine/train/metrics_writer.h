@@ -1,0 +1,36 @@
+// metrics.jsonl: one JSON object per optimizer step (step_metrics.h), each written as one line
+// with a single write(2), so a crash or a reader tailing the file never sees a torn line and the
+// curve so far survives an interrupted run.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "runtime/status.h"
+
+namespace sluice::train {
+
+class MetricsWriter {
+ public:
+  // Creates or truncates `path`.
+  static Result<MetricsWriter> Open(const std::string& path);
+
+  MetricsWriter(MetricsWriter&& other) noexcept;
+  MetricsWriter& operator=(MetricsWriter&& other) noexcept;
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+  ~MetricsWriter();
+
+  // Appends `record` as one compact line.
+  Status Write(const nlohmann::ordered_json& record);
+
+  const std::string& path() const { return path_; }
+
+ private:
+  MetricsWriter(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+
+  int fd_ = -1;
+  std::string path_;
+};
+
+}  // namespace sluice::train

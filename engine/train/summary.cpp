@@ -1,0 +1,102 @@
+#include "engine/train/summary.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <vector>
+
+#include "engine/train/progress.h"
+#include "runtime/size_format.h"
+
+namespace sluice::train {
+namespace {
+
+nlohmann::ordered_json Number(double value) {
+  if (!std::isfinite(value)) return nullptr;
+  return value;
+}
+
+nlohmann::ordered_json Optional(const std::optional<double>& value) {
+  if (!value.has_value()) return nullptr;
+  return Number(*value);
+}
+
+std::string Row(std::string_view name, std::string_view value) {
+  return fmt::format("  {:<18} {}\n", name, value);
+}
+
+}  // namespace
+
+std::string FormatSummaryTable(const TrainSummary& s) {
+  std::string out = fmt::format("Training summary ({})\n", s.run_dir);
+  out += Row("model", fmt::format("{}, {} parameters, {}", s.model,
+                                  FormatCount(static_cast<double>(s.parameters)), s.precision));
+  out += Row("steps", fmt::format("{} ({} skipped), {} tokens", s.steps, s.skipped_steps,
+                                  FormatCount(static_cast<double>(s.tokens))));
+  out += Row("throughput",
+             fmt::format("{} tokens/s (training {}, wall {})", FormatCount(s.tokens_per_s),
+                         FormatDuration(s.train_s), FormatDuration(s.wall_s)));
+  const std::pair<const char*, double> phases[] = {{"forward", s.phases.forward_s},
+                                                   {"backward", s.phases.backward_s},
+                                                   {"optimizer", s.phases.optimizer_s},
+                                                   {"eval", s.phases.eval_s},
+                                                   {"other", s.phases.other_s}};
+  std::string phase_text;
+  for (const auto& [name, seconds] : phases) {
+    const double share = s.wall_s > 0 ? 100.0 * seconds / s.wall_s : 0.0;
+    if (!phase_text.empty()) phase_text += ", ";
+    phase_text += fmt::format("{} {} ({:.0f}%)", name, FormatDuration(seconds), share);
+  }
+  out += Row("time per phase", phase_text);
+  std::string memory;
+  for (MemoryTier tier : kAllMemoryTiers) {
+    if (!memory.empty()) memory += ", ";
+    memory += fmt::format("{} {}", MemoryTierName(tier),
+                          FormatBytes(s.peak_bytes[static_cast<int>(tier)]));
+  }
+  out += Row("peak memory", memory);
+  out += Row("train loss", fmt::format("{:.4f} (mean of the last {} steps)", s.final_train_loss,
+                                       s.final_train_loss_window));
+  if (s.final_val_loss.has_value()) {
+    std::string val = fmt::format("{:.4f}", *s.final_val_loss);
+    if (s.initial_val_loss.has_value()) {
+      val = fmt::format("{:.4f} at step 0 -> {}", *s.initial_val_loss, val);
+    }
+    out += Row("validation loss", val);
+  } else {
+    out += Row("validation loss", "not evaluated (no validation data or run.eval_interval 0)");
+  }
+  return out;
+}
+
+nlohmann::ordered_json SummaryToJson(const TrainSummary& s) {
+  nlohmann::ordered_json json;
+  json["run_dir"] = s.run_dir;
+  json["model"] = s.model;
+  json["parameters"] = s.parameters;
+  json["precision"] = s.precision;
+  json["steps"] = s.steps;
+  json["skipped_steps"] = s.skipped_steps;
+  json["tokens"] = s.tokens;
+  json["wall_s"] = Number(s.wall_s);
+  json["train_s"] = Number(s.train_s);
+  json["tokens_per_s"] = Number(s.tokens_per_s);
+  json["phases_s"] = {{"forward", Number(s.phases.forward_s)},
+                      {"backward", Number(s.phases.backward_s)},
+                      {"optimizer", Number(s.phases.optimizer_s)},
+                      {"eval", Number(s.phases.eval_s)},
+                      {"other", Number(s.phases.other_s)}};
+  nlohmann::ordered_json peaks;
+  for (MemoryTier tier : kAllMemoryTiers) {
+    peaks[std::string(MemoryTierName(tier))] = s.peak_bytes[static_cast<int>(tier)];
+  }
+  json["peak_bytes"] = std::move(peaks);
+  json["final_train_loss"] = Number(s.final_train_loss);
+  json["final_train_loss_window"] = s.final_train_loss_window;
+  json["initial_val_loss"] = Optional(s.initial_val_loss);
+  json["final_val_loss"] = Optional(s.final_val_loss);
+  json["final_loss_scale"] = Number(s.final_loss_scale);
+  return json;
+}
+
+}  // namespace sluice::train

@@ -1,0 +1,48 @@
+// The end-of-run summary: a table for people (stdout) and summary.json for tools, from the same
+// numbers: throughput, time per phase, peak memory per tier, final train and validation loss.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "runtime/memory_kinds.h"
+
+namespace sluice::train {
+
+struct PhaseTimes {
+  double forward_s = 0.0;
+  double backward_s = 0.0;
+  double optimizer_s = 0.0;
+  double eval_s = 0.0;
+  double other_s = 0.0;  // set-up, data loading, logging: wall time minus the phases above
+};
+
+struct TrainSummary {
+  std::string run_dir;
+  std::string model;  // "gpt2, 4 layers, d_model 256"
+  int64_t parameters = 0;
+  std::string precision;  // "bf16"
+  int64_t steps = 0;
+  int64_t skipped_steps = 0;
+  int64_t tokens = 0;
+  double wall_s = 0.0;        // from the start of set-up to the end of the last evaluation
+  double train_s = 0.0;       // summed step times
+  double tokens_per_s = 0.0;  // tokens / train_s
+  PhaseTimes phases;
+  std::array<uint64_t, kNumMemoryTiers> peak_bytes{};
+  double final_train_loss = 0.0;  // mean over the last kFinalLossWindow applied steps
+  int64_t final_train_loss_window = 0;
+  std::optional<double> initial_val_loss;  // before the first step
+  std::optional<double> final_val_loss;    // after the last step
+  double final_loss_scale = 1.0;
+};
+
+inline constexpr int64_t kFinalLossWindow = 10;
+
+std::string FormatSummaryTable(const TrainSummary& summary);
+nlohmann::ordered_json SummaryToJson(const TrainSummary& summary);
+
+}  // namespace sluice::train

@@ -1,0 +1,404 @@
+#include "engine/train/trainer.h"
+
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "engine/train/grad_clip.h"
+#include "engine/train/metrics_writer.h"
+#include "engine/train/progress.h"
+#include "engine/train/run_files.h"
+#include "engine/train/run_setup.h"
+#include "runtime/device/device_factory.h"
+#include "runtime/logging.h"
+#include "runtime/memory_accounting.h"
+#include "runtime/size_format.h"
+#include "runtime/trace.h"
+
+namespace sluice::train {
+namespace {
+
+double NowSeconds() {
+  using Clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+// Splits each ForwardBackward into its forward part (up to the end of the last unit's forward)
+// and the rest (the loss and the backward), and records both in the trace when it is enabled.
+class PhaseClock final : public model::UnitHooks {
+ public:
+  explicit PhaseClock(int last_unit) : last_unit_(last_unit) {}
+
+  void BeginPass() {
+    start_ns_ = TraceClockNs();
+    forward_end_ns_ = -1;
+  }
+  void EndPass(int64_t step, int64_t micro) {
+    const int64_t end = TraceClockNs();
+    const int64_t split = forward_end_ns_ >= 0 ? forward_end_ns_ : end;
+    forward_s += 1e-9 * static_cast<double>(split - start_ns_);
+    backward_s += 1e-9 * static_cast<double>(end - split);
+    TraceRecorder& trace = TraceRecorder::Global();
+    if (trace.enabled()) {
+      trace.Record(kTraceLaneCompute, fmt::format("forward step {} micro {}", step, micro),
+                   start_ns_, split);
+      trace.Record(kTraceLaneCompute, fmt::format("backward step {} micro {}", step, micro), split,
+                   end);
+    }
+  }
+  Status AfterForward(int unit) override {
+    if (unit == last_unit_) forward_end_ns_ = TraceClockNs();
+    return OkStatus();
+  }
+
+  double forward_s = 0.0;
+  double backward_s = 0.0;
+
+ private:
+  int last_unit_;
+  int64_t start_ns_ = 0;
+  int64_t forward_end_ns_ = -1;
+};
+
+void TakePeaks(std::array<uint64_t, kNumMemoryTiers>& peaks) {
+  const MemorySnapshot snapshot = MemoryLedger::Global().Snapshot();
+  for (MemoryTier tier : kAllMemoryTiers) {
+    const int t = static_cast<int>(tier);
+    peaks[t] = std::max(peaks[t], snapshot.tier(tier).peak);
+  }
+}
+
+Status DeviceTypeSupported(const Config& config) {
+  if (config.device.type == DeviceType::kCpu) return OkStatus();
+  return UnimplementedError(
+      "device.type is cuda, but sluice train runs the model on the CPU ops for now: set "
+      "device.type: cpu with a device.memory_limit (for a DeepSpeed ds_config.json: --set "
+      "device.type=cpu --set device.memory_limit=1GiB)");
+}
+
+// On one rank every ZeRO stage partitions nothing, so stages 1-3 train exactly as stage 0; moving
+// state off the device is what this trainer cannot do yet.
+Status ZeroSupported(const Config& config) {
+  const ZeroConfig& zero = config.zero;
+  if (zero.offload_optimizer.device != OffloadDevice::kNone ||
+      zero.offload_param.device != OffloadDevice::kNone) {
+    return UnimplementedError(
+        "zero_optimization.offload_optimizer.device = {} / offload_param.device = {}: sluice "
+        "train keeps all state on the device for now; set both to none (--set "
+        "zero_optimization.offload_optimizer.device=none --set "
+        "zero_optimization.offload_param.device=none)",
+        OffloadDeviceName(zero.offload_optimizer.device),
+        OffloadDeviceName(zero.offload_param.device));
+  }
+  if (zero.stage > 0) {
+    SLUICE_LOG(kInfo, "train",
+               "zero_optimization.stage {} on one rank partitions nothing: training as stage 0",
+               zero.stage);
+  }
+  return OkStatus();
+}
+
+// OpenBLAS keeps its own thread pool; device.threads caps it as it caps the OpenMP kernels.
+void ApplyThreadCount(int threads) {
+  if (threads > 0) openblas_set_num_threads(threads);
+}
+
+}  // namespace
+
+TrainIntervals IntervalsFromConfig(const Config& config) {
+  TrainIntervals intervals;
+  intervals.eval_interval = config.run.eval_interval;
+  intervals.log_interval = std::max<int64_t>(1, config.run.log_interval);
+  // A DeepSpeed config says how often to log with steps_per_print; run.log_interval wins when
+  // both are given.
+  const bool log_interval_given =
+      config.values.entry("run.log_interval").source != ValueSource::kDefault;
+  if (!log_interval_given && config.steps_per_print.has_value()) {
+    intervals.log_interval = std::max<int64_t>(1, *config.steps_per_print);
+  }
+  return intervals;
+}
+
+Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
+                                                 const TrainerOptions& options) {
+  SLUICE_RETURN_IF_ERROR(DeviceTypeSupported(config));
+  SLUICE_RETURN_IF_ERROR(ZeroSupported(config));
+  SLUICE_ASSIGN_OR_RETURN(LrSchedule schedule,
+                          LrSchedule::Create(config.scheduler, config.optimizer.lr));
+  const Precision precision = PrecisionOf(config.model.dtype);
+  LossScaler scaler =
+      precision == Precision::kF16 ? LossScaler::FromConfig(config.fp16) : LossScaler::Disabled();
+  std::unique_ptr<Trainer> trainer(
+      new Trainer(config, options, std::move(schedule), std::move(scaler), precision));
+  SLUICE_RETURN_IF_ERROR(trainer->Build());
+  return trainer;
+}
+
+Trainer::Trainer(const Config& config, const TrainerOptions& options, LrSchedule schedule,
+                 LossScaler scaler, Precision precision)
+    : config_(config),
+      options_(options),
+      schedule_(std::move(schedule)),
+      scaler_(std::move(scaler)),
+      precision_(precision),
+      num_threads_(config.device.threads) {}
+
+Trainer::~Trainer() = default;
+
+Status Trainer::Build() {
+  MemoryLedger::Global().ResetPeaks();
+  ApplyThreadCount(num_threads_);
+  if (!config_.device.memory_limit.has_value()) {
+    return InvalidArgumentError(
+        "device.memory_limit is not set: the cpu device needs a capacity (e.g. 512MiB)");
+  }
+  DeviceOptions device_options;
+  device_options.kind = DeviceKind::kCpu;
+  device_options.index = config_.device.index;
+  device_options.memory_limit_bytes = static_cast<uint64_t>(*config_.device.memory_limit);
+  SLUICE_ASSIGN_OR_RETURN(device_, CreateDevice(device_options));
+  allocator_ = std::make_unique<model::DeviceAllocator>(*device_);
+
+  SLUICE_ASSIGN_OR_RETURN(model::ModelOptions model_options,
+                          ModelOptionsFromConfig(config_, precision_));
+  {
+    Result<std::unique_ptr<model::Model<float>>> model =
+        model::Model<float>::Create(model_options, *allocator_);
+    if (!model.ok()) return Status(model.status()).WithContext("building the model");
+    model_ = std::move(model).value();
+  }
+  model_->InitializeParameters(static_cast<uint64_t>(config_.run.seed));
+  if (precision_ == Precision::kF16) {
+    RoundToF16InPlace(static_cast<float*>(model_->params_data()), model_->ParameterCount(),
+                      num_threads_);
+  }
+  {
+    Result<std::unique_ptr<DeviceAdam>> adam =
+        DeviceAdam::Create(*device_, config_.optimizer, precision_, model_->params_data(),
+                           model_->ParameterCount(), num_threads_);
+    if (!adam.ok()) return Status(adam.status()).WithContext("creating the optimizer");
+    optimizer_ = std::move(adam).value();
+  }
+
+  {
+    Result<data::DataLoader> loader = data::DataLoader::Open(DataOptionsFromConfig(config_));
+    if (!loader.ok()) return Status(loader.status()).WithContext("opening the training data");
+    loader_.emplace(std::move(loader).value());
+  }
+  Result<data::ValidationIterator> validation =
+      loader_->Validation(config_.batch.micro_batch_per_gpu, config_.data.eval_batches);
+  if (validation.ok()) {
+    validation_.emplace(std::move(validation).value());
+  } else if (validation.status().code() != StatusCode::kFailedPrecondition) {
+    return Status(validation.status()).WithContext("preparing the validation batches");
+  }
+  TakePeaks(run_peak_bytes_);
+  SLUICE_LOG(kInfo, "train", "model {}: {} parameters, {}; optimizer state {} on {}",
+             DescribeModel(model_options), model_->ParameterCount(), PrecisionName(precision_),
+             FormatBytes(optimizer_->state_bytes()), device_->name());
+  return OkStatus();
+}
+
+Result<StepMetrics> Trainer::TrainStep() {
+  const double start = NowSeconds();
+  MemoryLedger::Global().ResetPeaks();
+  const int64_t micro_batch = config_.batch.micro_batch_per_gpu;
+  const int64_t accumulation = config_.batch.gradient_accumulation_steps;
+  const double loss_scale = scaler_.scale();
+
+  StepMetrics m;
+  m.step = steps_done_ + 1;
+  m.loss_scale = loss_scale;
+  m.lr = schedule_.current_lr();
+
+  model_->ZeroGrads();
+  PhaseClock clock(static_cast<int>(model_->units().size()) - 1);
+  model_->SetHooks(&clock);
+  double loss_sum = 0.0;
+  for (int64_t micro = 0; micro < accumulation; ++micro) {
+    loader_->NextBatch(micro_batch, &batch_);
+    clock.BeginPass();
+    Result<double> loss =
+        model_->ForwardBackward(batch_.inputs.data(), batch_.targets.data(), batch_.batch_size,
+                                batch_.seq_len, loss_scale / static_cast<double>(accumulation));
+    if (!loss.ok()) {
+      model_->SetHooks(nullptr);
+      return Status(loss.status())
+          .WithContext(fmt::format("step {}, micro-batch {}", m.step, micro + 1));
+    }
+    clock.EndPass(m.step, micro + 1);
+    loss_sum += *loss;
+    m.tokens += batch_.batch_size * batch_.seq_len;
+  }
+  model_->SetHooks(nullptr);
+  m.loss = loss_sum / static_cast<double>(accumulation);
+  m.forward_s = clock.forward_s;
+  m.backward_s = clock.backward_s;
+
+  const double optimizer_start = NowSeconds();
+  ScopedTraceEvent optimizer_event(kTraceLaneCompute, fmt::format("optimizer step {}", m.step));
+  float* grads = model_->grads_data();
+  const int64_t count = model_->ParameterCount();
+  if (precision_ == Precision::kF16) RoundToF16InPlace(grads, count, num_threads_);
+  const GradNorm norm = GlobalGradNorm(grads, count, 1.0 / loss_scale, num_threads_);
+  m.grad_norm = norm.norm;
+  if (!norm.finite) {
+    m.skipped = true;
+    SLUICE_LOG(kDebug, "train", "step {}: non-finite gradient, step skipped", m.step);
+    SLUICE_RETURN_IF_ERROR(scaler_.Update(/*overflow=*/true));
+  } else {
+    const double clip = ClipCoefficient(norm.norm, config_.gradient_clipping);
+    SLUICE_RETURN_IF_ERROR(optimizer_->Step(grads, m.lr, clip / loss_scale));
+    schedule_.Step();
+    SLUICE_RETURN_IF_ERROR(scaler_.Update(/*overflow=*/false));
+  }
+  const double end = NowSeconds();
+  m.optimizer_s = end - optimizer_start;
+  m.step_time_s = end - start;
+  m.tokens_per_s = m.step_time_s > 0 ? static_cast<double>(m.tokens) / m.step_time_s : 0.0;
+  total_tokens_ += m.tokens;
+  m.total_tokens = total_tokens_;
+  ++steps_done_;
+  TakePeaks(m.peak_bytes);
+  TakePeaks(run_peak_bytes_);
+  return m;
+}
+
+Result<double> Trainer::Evaluate() {
+  if (!validation_.has_value()) {
+    return FailedPreconditionError(
+        "the run has no validation data: set data.val_path or a data.val_fraction > 0");
+  }
+  ScopedTraceEvent event(kTraceLaneCompute, "evaluate");
+  validation_->Reset();
+  double sum = 0.0;
+  int64_t batches = 0;
+  while (validation_->Next(&batch_)) {
+    Result<double> loss = model_->ForwardLoss(batch_.inputs.data(), batch_.targets.data(),
+                                              batch_.batch_size, batch_.seq_len);
+    if (!loss.ok()) return Status(loss.status()).WithContext("evaluating");
+    sum += *loss;
+    ++batches;
+  }
+  TakePeaks(run_peak_bytes_);
+  if (batches == 0) return FailedPreconditionError("the validation split yielded no batches");
+  return sum / static_cast<double>(batches);
+}
+
+Result<TrainSummary> Trainer::Run() {
+  const double start = NowSeconds();
+  const std::string& run_dir = config_.run.dir;
+  std::optional<MetricsWriter> metrics;
+  if (options_.write_files) {
+    SLUICE_RETURN_IF_ERROR(CreateRunDirectory(run_dir));
+    const std::filesystem::path dir(run_dir);
+    for (const char* name :
+         {"summary.json", "config.resolved.json", "metrics.jsonl", "trace.rank0.json"}) {
+      SLUICE_RETURN_IF_ERROR(RemoveStaleFile((dir / name).string()));
+    }
+    SLUICE_RETURN_IF_ERROR(WriteFileAtomically((dir / "config.resolved.json").string(),
+                                               ConfigRecordJson(config_).dump(2) + "\n"));
+    SLUICE_ASSIGN_OR_RETURN(MetricsWriter writer,
+                            MetricsWriter::Open((dir / "metrics.jsonl").string()));
+    metrics.emplace(std::move(writer));
+  }
+  if (config_.run.trace) TraceRecorder::Global().Enable();
+  const TrainIntervals intervals = IntervalsFromConfig(config_);
+  const bool evaluate = validation_.has_value() && intervals.eval_interval > 0;
+  const int64_t total_steps = config_.run.steps;
+
+  std::optional<double> initial_val_loss;
+  double initial_eval_s = 0.0;
+  if (evaluate) {
+    const double eval_start = NowSeconds();
+    SLUICE_ASSIGN_OR_RETURN(initial_val_loss, Evaluate());
+    initial_eval_s = NowSeconds() - eval_start;
+  }
+
+  const bool interactive = options_.progress == ProgressMode::kBar ||
+                           (options_.progress == ProgressMode::kAuto &&
+                            ProgressReporter::IsTerminal(options_.progress_stream));
+  std::optional<ProgressReporter> progress;
+  if (options_.progress != ProgressMode::kOff) {
+    progress.emplace(options_.progress_stream, interactive, total_steps, intervals.log_interval);
+    progress->Start();
+  }
+
+  std::vector<StepMetrics> steps;
+  steps.reserve(static_cast<size_t>(total_steps));
+  while (steps_done_ < total_steps) {
+    SLUICE_ASSIGN_OR_RETURN(StepMetrics m, TrainStep());
+    if (evaluate && (m.step % intervals.eval_interval == 0 || m.step == total_steps)) {
+      const double eval_start = NowSeconds();
+      SLUICE_ASSIGN_OR_RETURN(m.val_loss, Evaluate());
+      m.eval_s = NowSeconds() - eval_start;
+      TakePeaks(m.peak_bytes);
+    }
+    if (metrics.has_value()) SLUICE_RETURN_IF_ERROR(metrics->Write(StepMetricsToJson(m)));
+    if (progress.has_value()) progress->Update(m);
+    steps.push_back(m);
+  }
+  if (progress.has_value()) progress->Finish();
+
+  TrainSummary summary = Summarize(steps);
+  summary.initial_val_loss = initial_val_loss;
+  summary.phases.eval_s += initial_eval_s;
+  summary.wall_s = NowSeconds() - start;
+  const PhaseTimes& p = summary.phases;
+  summary.phases.other_s =
+      std::max(0.0, summary.wall_s - p.forward_s - p.backward_s - p.optimizer_s - p.eval_s);
+  if (options_.write_files) {
+    const std::string path = (std::filesystem::path(run_dir) / "summary.json").string();
+    SLUICE_RETURN_IF_ERROR(WriteFileAtomically(path, SummaryToJson(summary).dump(2) + "\n"));
+    if (config_.run.trace) {
+      const std::string trace = (std::filesystem::path(run_dir) / "trace.rank0.json").string();
+      SLUICE_RETURN_IF_ERROR(TraceRecorder::Global().WriteChromeTrace(trace, /*rank=*/0));
+      SLUICE_LOG(kInfo, "train", "trace written to {} (open it in Perfetto)", trace);
+    }
+  }
+  if (options_.summary_stream != nullptr) {
+    std::fprintf(options_.summary_stream, "%s", FormatSummaryTable(summary).c_str());
+    std::fflush(options_.summary_stream);
+  }
+  return summary;
+}
+
+TrainSummary Trainer::Summarize(const std::vector<StepMetrics>& steps) const {
+  TrainSummary s;
+  s.run_dir = config_.run.dir;
+  Result<model::ModelOptions> options = ModelOptionsFromConfig(config_, precision_);
+  s.model = options.ok() ? DescribeModel(*options) : std::string("?");
+  s.parameters = model_->ParameterCount();
+  s.precision = std::string(PrecisionName(precision_));
+  s.steps = static_cast<int64_t>(steps.size());
+  for (const StepMetrics& m : steps) {
+    if (m.skipped) ++s.skipped_steps;
+    s.tokens += m.tokens;
+    s.train_s += m.step_time_s;
+    s.phases.forward_s += m.forward_s;
+    s.phases.backward_s += m.backward_s;
+    s.phases.optimizer_s += m.optimizer_s;
+    s.phases.eval_s += m.eval_s;
+    if (m.val_loss.has_value()) s.final_val_loss = m.val_loss;
+  }
+  s.tokens_per_s = s.train_s > 0 ? static_cast<double>(s.tokens) / s.train_s : 0.0;
+  s.peak_bytes = run_peak_bytes_;
+  double loss_sum = 0.0;
+  for (auto it = steps.rbegin(); it != steps.rend() && s.final_train_loss_window < kFinalLossWindow;
+       ++it) {
+    if (it->skipped) continue;
+    loss_sum += it->loss;
+    ++s.final_train_loss_window;
+  }
+  s.final_train_loss = s.final_train_loss_window > 0
+                           ? loss_sum / static_cast<double>(s.final_train_loss_window)
+                           : std::nan("");
+  s.final_loss_scale = scaler_.scale();
+  return s;
+}
+
+}  // namespace sluice::train

@@ -1,0 +1,299 @@
+// The trainer on tiny models: gradient accumulation, fp16 overflow skipping, bf16 master
+// weights, a Llama-family run, the files of Run(), and the errors of bad input.
+#include "engine/train/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "engine/train/run_setup.h"
+#include "kernels/ref/half.h"
+#include "tests/train/train_test_util.h"
+
+namespace sluice::train {
+namespace {
+
+using test_util::TempPath;
+using test_util::TinyGptConfig;
+
+std::unique_ptr<Trainer> MakeTrainer(const Config& config) {
+  TrainerOptions options;
+  options.progress = ProgressMode::kOff;
+  options.summary_stream = nullptr;
+  options.write_files = false;
+  Result<std::unique_ptr<Trainer>> trainer = Trainer::Create(config, options);
+  EXPECT_TRUE(trainer.ok()) << trainer.status().ToString();
+  return trainer.ok() ? std::move(trainer).value() : nullptr;
+}
+
+StepMetrics Step(Trainer& trainer) {
+  Result<StepMetrics> m = trainer.TrainStep();
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? *m : StepMetrics{};
+}
+
+double Mean(const std::vector<double>& v, size_t begin, size_t end) {
+  double sum = 0;
+  for (size_t i = begin; i < end; ++i) sum += v[i];
+  return sum / static_cast<double>(end - begin);
+}
+
+// GAS = 2 with micro-batch 2 sees the same four windows per step as GAS = 1 with micro-batch 4
+// (the loader hands out windows in one global order), and loss_grad = 1 / GAS makes the
+// accumulated fp32 gradient the same mean. Only the summation order differs.
+TEST(TrainerTest, GradientAccumulationMatchesALargerBatch) {
+  auto whole = MakeTrainer(
+      TinyGptConfig({"train_micro_batch_size_per_gpu=4", "gradient_accumulation_steps=1"}));
+  auto accumulated = MakeTrainer(
+      TinyGptConfig({"train_micro_batch_size_per_gpu=2", "gradient_accumulation_steps=2"}));
+  ASSERT_TRUE(whole && accumulated);
+  StepMetrics a = Step(*whole);
+  StepMetrics b = Step(*accumulated);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_NEAR(a.loss, b.loss, 1e-6 * a.loss);
+  EXPECT_NEAR(a.grad_norm, b.grad_norm, 1e-5 * a.grad_norm);
+  const int64_t n = whole->model().ParameterCount();
+  const float* ga = whole->model().grads_data();
+  const float* gb = accumulated->model().grads_data();
+  float max_abs = 0, max_diff = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    max_abs = std::max(max_abs, std::fabs(ga[i]));
+    max_diff = std::max(max_diff, std::fabs(ga[i] - gb[i]));
+  }
+  EXPECT_GT(max_abs, 0.0f);
+  // Measured: 2.5e-7 of max |g| (the losses agree to 4e-8).
+  EXPECT_LE(max_diff, 5e-6f * max_abs) << "max |g| " << max_abs;
+  for (int s = 0; s < 5; ++s) {
+    a = Step(*whole);
+    b = Step(*accumulated);
+    EXPECT_NEAR(a.loss, b.loss, 1e-6 * a.loss) << "step " << a.step;
+  }
+}
+
+// Scale 2^40 makes every gradient overflow fp16: DeepSpeed's sequence is skip (hysteresis 2 ->
+// 1, scale kept), then skip and halve on every further overflow until the gradients fit.
+TEST(TrainerTest, Fp16OverflowSkipsTheStepAndHalvesTheScale) {
+  auto trainer = MakeTrainer(
+      TinyGptConfig({"fp16.enabled=true", "fp16.initial_scale_power=40", "fp16.hysteresis=2"}));
+  ASSERT_TRUE(trainer);
+  ASSERT_EQ(trainer->precision(), Precision::kF16);
+  const int64_t n = trainer->model().ParameterCount();
+  // The model holds fp16 values.
+  const float* params = static_cast<const float*>(trainer->model().params_data());
+  for (int64_t i = 0; i < n; i += 97) {
+    ASSERT_EQ(params[i], kernels::F16ToF32(kernels::F32ToF16(params[i]))) << i;
+  }
+  std::vector<float> before(params, params + n);
+
+  StepMetrics first = Step(*trainer);
+  EXPECT_TRUE(first.skipped);
+  EXPECT_FALSE(std::isfinite(first.grad_norm));
+  EXPECT_EQ(first.loss_scale, std::ldexp(1.0, 40));
+  EXPECT_EQ(trainer->loss_scaler().scale(), std::ldexp(1.0, 40));  // hysteresis used instead
+  EXPECT_EQ(trainer->optimizer().step(), 0);
+  EXPECT_EQ(trainer->schedule().last_batch_iteration(), -1);  // not stepped on a skip
+  EXPECT_EQ(std::memcmp(before.data(), params, n * sizeof(float)), 0) << "skipped step moved";
+
+  double expected_scale = std::ldexp(1.0, 40);
+  int skipped = 1;
+  StepMetrics m;
+  for (int s = 0; s < 45; ++s) {
+    m = Step(*trainer);
+    EXPECT_EQ(m.loss_scale, expected_scale) << "step " << m.step;
+    if (!m.skipped) break;
+    ++skipped;
+    expected_scale /= 2;
+    EXPECT_EQ(trainer->loss_scaler().scale(), expected_scale);
+  }
+  ASSERT_FALSE(m.skipped) << "no step fitted fp16 after " << skipped << " overflows";
+  EXPECT_GE(skipped, 2);
+  EXPECT_TRUE(std::isfinite(m.grad_norm));
+  EXPECT_EQ(trainer->optimizer().step(), 1);
+  EXPECT_EQ(trainer->schedule().last_batch_iteration(), 0);
+  // Later steps train normally.
+  std::vector<double> losses;
+  for (int s = 0; s < 20; ++s) losses.push_back(Step(*trainer).loss);
+  for (double l : losses) EXPECT_TRUE(std::isfinite(l));
+  EXPECT_LT(Mean(losses, 15, 20), Mean(losses, 0, 5));
+}
+
+TEST(TrainerTest, Bf16KeepsFp32MastersAndRoundedModelWeights) {
+  auto trainer = MakeTrainer(TinyGptConfig({"bf16.enabled=true"}));
+  ASSERT_TRUE(trainer);
+  ASSERT_EQ(trainer->precision(), Precision::kBF16);
+  ASSERT_EQ(trainer->model().registry().dtype(), DType::kBF16);
+  std::vector<double> losses;
+  for (int s = 0; s < 20; ++s) losses.push_back(Step(*trainer).loss);
+  const int64_t n = trainer->model().ParameterCount();
+  const float* master = trainer->optimizer().master();
+  const uint16_t* model = static_cast<const uint16_t*>(trainer->model().params_data());
+  int64_t not_representable = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(model[i], kernels::F32ToBf16(master[i])) << "element " << i;
+    if (kernels::Bf16ToF32(model[i]) != master[i]) ++not_representable;
+  }
+  // The masters keep what bf16 cannot hold (else there would be no point in keeping them).
+  EXPECT_GT(not_representable, n / 2);
+  EXPECT_LT(Mean(losses, 15, 20), Mean(losses, 0, 5) - 0.3);
+}
+
+TEST(TrainerTest, LlamaFamilyTrainsWithFallingLoss) {
+  auto trainer = MakeTrainer(TinyGptConfig(
+      {"model.family=llama", "model.n_head=4", "model.n_kv_head=2", "model.d_ff=64"}));
+  ASSERT_TRUE(trainer);
+  EXPECT_EQ(trainer->model().options().family, model::Family::kLlama);
+  std::vector<double> losses;
+  for (int s = 0; s < 30; ++s) losses.push_back(Step(*trainer).loss);
+  EXPECT_NEAR(losses[0], std::log(256.0), 0.3);
+  EXPECT_LT(Mean(losses, 25, 30), Mean(losses, 0, 5) - 0.5)
+      << "first " << losses.front() << " last " << losses.back();
+  Result<double> val = trainer->Evaluate();
+  ASSERT_TRUE(val.ok()) << val.status().ToString();
+  EXPECT_LT(*val, std::log(256.0) - 0.5);
+}
+
+std::vector<nlohmann::json> ReadJsonLines(const std::string& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+TEST(TrainerTest, RunWritesMetricsConfigAndSummary) {
+  Config config = TinyGptConfig({"run.steps=6", "run.eval_interval=3"});
+  TrainerOptions options;
+  options.progress = ProgressMode::kOff;
+  options.summary_stream = nullptr;
+  Result<std::unique_ptr<Trainer>> trainer = Trainer::Create(config, options);
+  ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+  Result<TrainSummary> summary = (*trainer)->Run();
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+
+  const std::string dir = config.run.dir;
+  std::vector<nlohmann::json> lines = ReadJsonLines(dir + "/metrics.jsonl");
+  ASSERT_EQ(lines.size(), 6u);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const nlohmann::json& l = lines[i];
+    for (const char* key : {"step", "loss", "lr", "grad_norm", "tokens", "step_time_s",
+                            "tokens_per_s", "skipped", "peak_bytes"}) {
+      EXPECT_TRUE(l.contains(key)) << key << " missing from line " << i + 1;
+    }
+    EXPECT_EQ(l["step"], static_cast<int>(i + 1));
+    EXPECT_EQ(l["tokens"], 4 * 32);
+    EXPECT_GT(l["peak_bytes"]["device"].get<uint64_t>(), 0u);
+    EXPECT_EQ(l.contains("val_loss"), i == 2 || i == 5) << "line " << i + 1;
+  }
+  std::ifstream resolved(dir + "/config.resolved.json");
+  nlohmann::json record = nlohmann::json::parse(resolved);
+  EXPECT_FALSE(record.dump().find("model.d_model") == std::string::npos);
+
+  std::ifstream summary_file(dir + "/summary.json");
+  nlohmann::json s = nlohmann::json::parse(summary_file);
+  EXPECT_EQ(s["steps"], 6);
+  EXPECT_EQ(s["tokens"], 6 * 4 * 32);
+  EXPECT_GT(s["tokens_per_s"].get<double>(), 0);
+  EXPECT_GT(s["peak_bytes"]["device"].get<uint64_t>(), 0u);
+  EXPECT_EQ(s["final_val_loss"].get<double>(), lines[5]["val_loss"].get<double>());
+  EXPECT_NEAR(s["initial_val_loss"].get<double>(), std::log(256.0), 0.3);
+  EXPECT_TRUE(s["phases_s"].contains("optimizer"));
+}
+
+TEST(TrainerTest, MissingDataFileNamesThePath) {
+  Config config = TinyGptConfig({"data.train_path=/nonexistent/sluice/corpus.txt"});
+  Result<std::unique_ptr<Trainer>> trainer = Trainer::Create(config);
+  ASSERT_FALSE(trainer.ok());
+  EXPECT_NE(trainer.status().message().find("/nonexistent/sluice/corpus.txt"), std::string::npos)
+      << trainer.status().message();
+}
+
+TEST(TrainerTest, ModelLargerThanTheDeviceSaysWhatToChange) {
+  Config config = TinyGptConfig({"device.memory_limit=256KiB"});
+  Result<std::unique_ptr<Trainer>> trainer = Trainer::Create(config);
+  ASSERT_FALSE(trainer.ok());
+  EXPECT_EQ(trainer.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(trainer.status().message().find("device.memory_limit"), std::string::npos)
+      << trainer.status().message();
+}
+
+TEST(TrainConfigTest, ModelSectionMissingAndNoModelFile) {
+  const std::string config =
+      test_util::WriteFile(TempPath("ds_config.json"),
+                           R"({"train_micro_batch_size_per_gpu": 2, "data": {"train_path": "x"}})");
+  TrainConfigSources sources;
+  sources.config_path = config;
+  sources.env.emplace();
+  Result<Config> loaded = LoadTrainConfig(sources);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("no model section"), std::string::npos);
+  EXPECT_NE(loaded.status().message().find("--model"), std::string::npos);
+}
+
+TEST(TrainConfigTest, ModelFromASeparateFile) {
+  const std::string config = test_util::WriteFile(
+      TempPath("ds_config.json"),
+      R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 3,
+          "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+          "data": {"train_path": "corpus.txt"}})");
+  const std::string model = test_util::WriteFile(
+      TempPath("model.yaml"), "model:\n  family: llama\n  n_layer: 3\n  d_model: 48\n");
+  const std::string bare = test_util::WriteFile(TempPath("bare.yaml"), "n_layer: 5\n");
+  TrainConfigSources sources;
+  sources.config_path = config;
+  sources.model_path = model;
+  sources.env.emplace();
+  Result<Config> loaded = LoadTrainConfig(sources);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_TRUE(loaded->model.present);
+  EXPECT_EQ(loaded->model.family, ModelFamily::kLlama);
+  EXPECT_EQ(loaded->model.n_layer, 3);
+  EXPECT_EQ(loaded->batch.gradient_accumulation_steps, 3);
+
+  sources.model_path = bare;
+  loaded = LoadTrainConfig(sources);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->model.n_layer, 5);
+
+  const std::string bad = test_util::WriteFile(TempPath("bad_model.yaml"), "n_layers: 5\n");
+  sources.model_path = bad;
+  loaded = LoadTrainConfig(sources);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find(bad), std::string::npos) << loaded.status().message();
+}
+
+TEST(TrainConfigTest, TrainingNeedsData) {
+  const std::string config = test_util::WriteFile(
+      TempPath("config.yaml"),
+      "train_micro_batch_size_per_gpu: 2\nmodel: {family: gpt2, n_layer: 1}\n");
+  TrainConfigSources sources;
+  sources.config_path = config;
+  sources.env.emplace();
+  Result<Config> loaded = LoadTrainConfig(sources);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("data.train_path"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sluice::train
+
+namespace sluice::train {
+namespace {
+
+TEST(TrainIntervalsTest, StepsPerPrintActsAsTheLogIntervalUnlessRunSaysOtherwise) {
+  const std::string base = "train_micro_batch_size_per_gpu: 1\nsteps_per_print: 7\n";
+  Config deepspeed = test_util::LoadTestConfig(base, {});
+  EXPECT_EQ(IntervalsFromConfig(deepspeed).log_interval, 7);
+  Config both = test_util::LoadTestConfig(base + "run: {log_interval: 3, eval_interval: 9}\n", {});
+  EXPECT_EQ(IntervalsFromConfig(both).log_interval, 3);
+  EXPECT_EQ(IntervalsFromConfig(both).eval_interval, 9);
+  Config neither = test_util::LoadTestConfig("train_micro_batch_size_per_gpu: 1\n", {});
+  EXPECT_EQ(IntervalsFromConfig(neither).log_interval, neither.run.log_interval);
+}
+
+}  // namespace
+}  // namespace sluice::train
