@@ -1,0 +1,66 @@
+#include "engine/zero/allreduce_reducer.h"
+
+#include <fmt/format.h>
+
+#include "runtime/check.h"
+
+namespace sluice::zero {
+
+AllReduceReducer::AllReduceReducer(const model::ParameterRegistry& registry, CommQueue& queue,
+                                   float* full_grads, int64_t bucket_size)
+    : registry_(&registry), queue_(&queue), full_grads_(full_grads), bucket_size_(bucket_size) {}
+
+Status AllReduceReducer::BeginPass(bool boundary) {
+  SLUICE_CHECK_EQ(pending_count_, 0);
+  boundary_ = boundary;
+  return OkStatus();
+}
+
+Status AllReduceReducer::AfterBackward(int unit) {
+  if (!boundary_) return OkStatus();
+  const model::UnitInfo& info = registry_->units()[static_cast<size_t>(unit)];
+  if (info.numel == 0) return OkStatus();
+  if (pending_count_ > 0 && pending_count_ + info.numel > bucket_size_) {
+    SLUICE_RETURN_IF_ERROR(Flush());
+  }
+  // Backward runs the units in reverse, so the open bucket grows downwards.
+  SLUICE_CHECK(pending_count_ == 0 || info.offset + info.numel == pending_offset_)
+      << "unit " << info.name << " is not adjacent to the open bucket";
+  pending_offset_ = info.offset;
+  pending_count_ += info.numel;
+  return OkStatus();
+}
+
+Status AllReduceReducer::Flush() {
+  if (pending_count_ == 0) return OkStatus();
+  if (static_cast<int>(in_flight_.size()) >= kMaxBucketsInFlight) {
+    SLUICE_RETURN_IF_ERROR(queue_->Wait(in_flight_.front()));
+    in_flight_.pop_front();
+  }
+  float* data = full_grads_ + pending_offset_;
+  const size_t count = static_cast<size_t>(pending_count_);
+  SLUICE_ASSIGN_OR_RETURN(CommTicket ticket,
+                          queue_->Enqueue(fmt::format("all_reduce grads [{}, {})", pending_offset_,
+                                                      pending_offset_ + pending_count_),
+                                          count * sizeof(float), [data, count](Comm& comm) {
+                                            return comm.AllReduce(data, count, DType::kF32,
+                                                                  ReduceOp::kAvg);
+                                          }));
+  in_flight_.push_back(std::move(ticket));
+  ++stats_.buckets;
+  stats_.reduced_elements += pending_count_;
+  pending_count_ = 0;
+  return OkStatus();
+}
+
+Status AllReduceReducer::EndPass() {
+  Status status = boundary_ ? Flush() : OkStatus();
+  while (!in_flight_.empty()) {
+    Status waited = queue_->Wait(in_flight_.front());
+    if (status.ok()) status = std::move(waited);
+    in_flight_.pop_front();
+  }
+  return status;
+}
+
+}  // namespace sluice::zero

@@ -1,0 +1,44 @@
+// Stages 0 and 1: the gradients are the full flat fp32 buffer, replicated. Micro-batches
+// accumulate into it locally; during the boundary micro-batch's backward, contiguous runs of
+// finished units (reduce_bucket_size elements at most, a bigger unit alone) are all-reduced
+// (averaged) in place on the comm stream, overlapping the backward of the units below (DDP).
+// A unit's range is final after its own backward, since units only ever read earlier units'
+// storage (a tied LM head writes the embeddings' gradient before the embeddings' backward).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+
+#include "engine/model/parameter_registry.h"
+#include "engine/zero/comm_queue.h"
+#include "engine/zero/gradient_reducer.h"
+
+namespace sluice::zero {
+
+class AllReduceReducer final : public GradientReducer {
+ public:
+  // `full_grads` (registry.total_elements() floats) must outlive the reducer.
+  AllReduceReducer(const model::ParameterRegistry& registry, CommQueue& queue, float* full_grads,
+                   int64_t bucket_size);
+
+  Status BeginPass(bool boundary) override;
+  Status BeforeBackward(int unit) override { return OkStatus(); }
+  Status AfterBackward(int unit) override;
+  Status EndPass() override;
+  const ReducerStats& stats() const override { return stats_; }
+
+ private:
+  Status Flush();
+
+  const model::ParameterRegistry* registry_;
+  CommQueue* queue_;
+  float* full_grads_;
+  int64_t bucket_size_;
+  bool boundary_ = false;
+  int64_t pending_offset_ = 0;  // the open bucket: [offset, offset + count) of the flat buffer
+  int64_t pending_count_ = 0;
+  std::deque<CommTicket> in_flight_;
+  ReducerStats stats_;
+};
+
+}  // namespace sluice::zero

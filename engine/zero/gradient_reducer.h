@@ -1,0 +1,42 @@
+// The gradient side of a ZeRO pass: after each unit's backward its finished gradients join a
+// bucket of reduce_bucket_size elements; a full bucket is reduced (averaged over the ranks) on
+// the comm stream while the backward goes on with the next units. Two implementations:
+//   AllReduceReducer (stages 0, 1): full fp32 gradients accumulate locally over the micro-batches;
+//     during the last micro-batch's backward the buckets are all-reduced in place.
+//   ReduceScatterReducer (stages 2, 3): each micro-batch's gradients are reduce-scattered, and
+//     each rank adds its piece into its fp32 gradient shard (accumulation over micro-batches).
+// At most kMaxBucketsInFlight buckets are outstanding (DeepSpeed's max_param_reduce_events): the
+// backward waits for the oldest before it issues another, which bounds the memory of pending
+// buckets when the network is slower than the compute.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/status.h"
+
+namespace sluice::zero {
+
+struct ReducerStats {
+  int64_t buckets = 0;           // collectives issued
+  int64_t reduced_elements = 0;  // gradient elements they covered (no padding)
+};
+
+class GradientReducer {
+ public:
+  static constexpr int kMaxBucketsInFlight = 2;
+
+  virtual ~GradientReducer() = default;
+
+  // A micro-batch's pass begins. `boundary`: the last micro-batch before the optimizer step.
+  virtual Status BeginPass(bool boundary) = 0;
+  // The model is about to run `unit`'s backward: its gradient storage must be bound.
+  virtual Status BeforeBackward(int unit) = 0;
+  // `unit`'s backward is done: its own gradients are final.
+  virtual Status AfterBackward(int unit) = 0;
+  // After the backward: issues the last bucket and waits for every reduction of the pass.
+  virtual Status EndPass() = 0;
+
+  virtual const ReducerStats& stats() const = 0;
+};
+
+}  // namespace sluice::zero

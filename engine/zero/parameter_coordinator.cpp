@@ -1,0 +1,441 @@
+#include "engine/zero/parameter_coordinator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <string>
+
+#include "engine/zero/partition_copy.h"
+#include "engine/zero/rank_agreement.h"
+#include "runtime/check.h"
+#include "runtime/logging.h"
+
+namespace sluice::zero {
+namespace {
+
+// A tag travels as the raw bits of one element (collectives copy bits, never interpret them).
+void WriteTag(void* at, DType dtype, uint32_t tag) {
+  if (DTypeSize(dtype) == 4) {
+    std::memcpy(at, &tag, 4);
+  } else {
+    const uint16_t half = static_cast<uint16_t>(tag);
+    std::memcpy(at, &half, 2);
+  }
+}
+
+uint32_t ReadTag(const void* at, DType dtype) {
+  if (DTypeSize(dtype) == 4) {
+    uint32_t tag = 0;
+    std::memcpy(&tag, at, 4);
+    return tag;
+  }
+  uint16_t half = 0;
+  std::memcpy(&half, at, 2);
+  return half;
+}
+
+}  // namespace
+
+ParameterCoordinator::ParameterCoordinator(const CoordinatorOptions& options,
+                                           const model::ParameterRegistry& registry,
+                                           const ShardLayout& layout, CommQueue& queue,
+                                           ZeroBinding& binding, const void* param_shard)
+    : options_(options),
+      registry_(&registry),
+      layout_(&layout),
+      queue_(&queue),
+      binding_(&binding),
+      param_shard_(param_shard),
+      dense_offset_(registry.parameters().size(), 0) {}
+
+Result<std::unique_ptr<ParameterCoordinator>> ParameterCoordinator::Create(
+    const CoordinatorOptions& options, const model::ParameterRegistry& registry,
+    const ShardLayout& layout, CommQueue& queue, ZeroBinding& binding, const void* param_shard) {
+  std::unique_ptr<ParameterCoordinator> c(
+      new ParameterCoordinator(options, registry, layout, queue, binding, param_shard));
+  const size_t num_units = registry.units().size();
+  SLUICE_CHECK_LT(num_units, static_cast<size_t>(kPersistentTag)) << "too many units to tag";
+  std::vector<int> group_of_unit(num_units, -1);
+  for (size_t u = 0; u < num_units; ++u) {
+    const UnitShards& shards = layout.units()[u];
+    if (shards.gathered_numel == 0) continue;
+    group_of_unit[u] = static_cast<int>(c->groups_.size());
+    Group group;
+    group.unit = static_cast<int>(u);
+    group.numel = shards.gathered_numel;
+    c->groups_.push_back(std::move(group));
+    int64_t offset = 0;
+    for (int index : shards.gathered) {
+      const PartitionInfo& p = layout.partitions()[static_cast<size_t>(index)];
+      c->dense_offset_[static_cast<size_t>(p.param)] = offset;
+      offset += p.numel;
+    }
+  }
+  const std::vector<std::vector<int>> reads = StorageUnitsReadBy(registry);
+  c->needs_.resize(num_units);
+  for (size_t u = 0; u < num_units; ++u) {
+    for (int owner : reads[u]) {
+      if (group_of_unit[static_cast<size_t>(owner)] >= 0) {
+        c->needs_[u].push_back(group_of_unit[static_cast<size_t>(owner)]);
+      }
+    }
+  }
+
+  const int64_t persistent = layout.persistent_numel();
+  for (size_t u = 0; u < num_units; ++u) {
+    const int64_t need = c->UnitNeed(static_cast<int>(u));
+    if (persistent + need > options.max_live_parameters) {
+      return InvalidArgumentError(
+          "zero_optimization.stage3_max_live_parameters = {} is too small: {} needs {} parameter "
+          "elements gathered at once plus the {} of the persistent parameters (those of at most "
+          "stage3_param_persistence_threshold elements stay gathered); raise it to at least {} "
+          "or lower the persistence threshold",
+          options.max_live_parameters, registry.units()[u].name, need, persistent,
+          persistent + need);
+    }
+  }
+
+  if (persistent > 0) {
+    Result<DeviceBuffer> buffer = queue.device().Allocate(
+        static_cast<size_t>(persistent) * sizeof(float), MemoryCategory::kParams);
+    if (!buffer.ok()) {
+      return Status(buffer.status()).WithContext("allocating the persistent parameters");
+    }
+    c->persistent_ = std::move(buffer).value();
+    std::memset(c->persistent_.data(), 0, c->persistent_.size());  // until GatherPersistent
+    int64_t offset = 0;
+    for (int index : layout.persistent()) {
+      const PartitionInfo& p = layout.partitions()[static_cast<size_t>(index)];
+      c->dense_offset_[static_cast<size_t>(p.param)] = offset;
+      binding.SetValue(p.param, c->persistent_.data_as<float>() + offset);
+      offset += p.numel;
+    }
+  }
+  c->stats_.live = persistent;
+  c->stats_.peak_live = persistent;
+  return c;
+}
+
+ParameterCoordinator::~ParameterCoordinator() {
+  for (Group& g : groups_) {
+    if (g.state == State::kInflight) (void)queue_->Wait(g.ticket);
+  }
+}
+
+int64_t ParameterCoordinator::UnitNeed(int unit) const {
+  int64_t need = 0;
+  for (int g : needs_[static_cast<size_t>(unit)]) need += groups_[static_cast<size_t>(g)].numel;
+  return need;
+}
+
+const ModuleTrace* ParameterCoordinator::trace(PassKind kind) const {
+  const auto& trace = traces_[static_cast<int>(kind)];
+  return trace.has_value() ? &*trace : nullptr;
+}
+
+Status ParameterCoordinator::GatherPersistent() {
+  SLUICE_CHECK(!in_pass_) << "persistent parameters are gathered between passes";
+  if (layout_->persistent().empty()) return OkStatus();
+  SLUICE_ASSIGN_OR_RETURN(
+      CommTicket ticket,
+      EnqueueGather(kPersistentTag, layout_->persistent(), layout_->persistent_offset(),
+                    layout_->persistent_elements(), persistent_.data_as<float>()));
+  return queue_->Wait(ticket);
+}
+
+std::string ParameterCoordinator::TagName(uint32_t tag) const {
+  if (tag == kPersistentTag) return "the persistent parameters";
+  if (tag >= 1 && tag <= registry_->units().size()) return registry_->units()[tag - 1].name;
+  return fmt::format("unknown parameters (tag {})", tag);
+}
+
+Result<CommTicket> ParameterCoordinator::EnqueueGather(uint32_t tag, const std::vector<int>& run,
+                                                       int64_t shard_offset, int64_t elements,
+                                                       float* dense) {
+  const DType dtype = options_.param_dtype;
+  const size_t size = DTypeSize(dtype);
+  const int world = layout_->world();
+  const int rank = layout_->rank();
+  const size_t piece = static_cast<size_t>(elements) + 1;  // a tag, then the partitions
+  const size_t total = piece * static_cast<size_t>(world);
+  const ShardLayout* layout = layout_;
+  const void* shard =
+      static_cast<const uint8_t*>(param_shard_) + static_cast<size_t>(shard_offset) * size;
+  const int64_t* offsets = dense_offset_.data();
+  const std::vector<int>* partitions = &run;
+  CommQueue* queue = queue_;
+  auto op = [this, queue, layout, partitions, dtype, size, rank, world, piece, total, tag, shard,
+             dense, offsets](Comm& comm) -> Status {
+    SLUICE_ASSIGN_OR_RETURN(
+        DeviceBuffer staging,
+        AllocateStaging(*queue, total * size,
+                        fmt::format("the all-gather buffer of {}", TagName(tag))));
+    auto* gathered = staging.data_as<uint8_t>();
+    uint8_t* mine = gathered + static_cast<size_t>(rank) * piece * size;
+    WriteTag(mine, dtype, tag);
+    std::memcpy(mine + size, shard, (piece - 1) * size);
+    Status status = comm.AllGather(mine, gathered, total, dtype);
+    if (!status.ok()) return ReleaseStaging(*queue, staging, std::move(status));
+    for (int r = 0; r < world && status.ok(); ++r) {
+      const uint32_t theirs = ReadTag(gathered + static_cast<size_t>(r) * piece * size, dtype);
+      if (theirs != tag) {
+        status = FailedPreconditionError(
+            "the ranks gathered different parameters at the same point: rank {} gathered {}, "
+            "rank {} gathered {}; every rank must run the same modules in the same order",
+            rank, TagName(tag), r, TagName(theirs));
+      }
+    }
+    if (status.ok()) {
+      UnpackGathered(
+          *layout, *partitions, gathered, dtype,
+          [dense, offsets](const PartitionInfo& p) { return dense + offsets[p.param]; },
+          /*header=*/1);
+    }
+    // The collective completed: nothing else writes into the staging any more.
+    (void)ReleaseStaging(*queue, staging, OkStatus());
+    return status;
+  };
+  return queue_->Enqueue(
+      fmt::format("all_gather {}", tag == kPersistentTag ? "persistent parameters" : TagName(tag)),
+      total * size, std::move(op));
+}
+
+Status ParameterCoordinator::Issue(int group) {
+  Group& g = groups_[static_cast<size_t>(group)];
+  SLUICE_CHECK(g.state == State::kReleased);
+  SLUICE_CHECK_LE(stats_.live + g.numel, options_.max_live_parameters) << "budget overrun";
+  const model::UnitInfo& unit = registry_->units()[static_cast<size_t>(g.unit)];
+  const UnitShards& shards = layout_->units()[static_cast<size_t>(g.unit)];
+  Result<DeviceBuffer> buffer = queue_->device().Allocate(
+      static_cast<size_t>(g.numel) * sizeof(float), MemoryCategory::kParams);
+  if (!buffer.ok()) {
+    return Status(buffer.status())
+        .WithContext(fmt::format("allocating the gathered parameters of {}", unit.name));
+  }
+  g.buffer = std::move(buffer).value();
+  float* dense = g.buffer.data_as<float>();
+  SLUICE_ASSIGN_OR_RETURN(g.ticket,
+                          EnqueueGather(static_cast<uint32_t>(g.unit) + 1, shards.gathered,
+                                        shards.gather_offset, shards.gather_elements, dense));
+  for (int index : shards.gathered) {
+    const PartitionInfo& p = layout_->partitions()[static_cast<size_t>(index)];
+    binding_->SetValue(p.param, dense + dense_offset_[static_cast<size_t>(p.param)]);
+  }
+  g.state = State::kInflight;
+  stats_.live += g.numel;
+  stats_.peak_live = std::max(stats_.peak_live, stats_.live);
+  ++stats_.gathers;
+  stats_.gathered_elements += g.numel;
+  return OkStatus();
+}
+
+Status ParameterCoordinator::WaitFor(int group) {
+  Group& g = groups_[static_cast<size_t>(group)];
+  if (g.state != State::kInflight) return OkStatus();
+  SLUICE_RETURN_IF_ERROR(queue_->Wait(g.ticket));
+  g.state = State::kAvailable;
+  return OkStatus();
+}
+
+Status ParameterCoordinator::ReleaseGroup(int group) {
+  Group& g = groups_[static_cast<size_t>(group)];
+  if (g.state == State::kReleased) return OkStatus();
+  SLUICE_RETURN_IF_ERROR(WaitFor(group));  // the gather still writes into the buffer
+  for (int index : layout_->units()[static_cast<size_t>(g.unit)].gathered) {
+    binding_->SetValue(layout_->partitions()[static_cast<size_t>(index)].param, nullptr);
+  }
+  g.buffer.Reset();
+  g.state = State::kReleased;
+  stats_.live -= g.numel;
+  return OkStatus();
+}
+
+size_t ParameterCoordinator::NextUse(int group) const {
+  if (mode_ != Mode::kReplay) return kNever;
+  const ModuleTrace& trace = active_trace();
+  for (size_t j = position_; j < trace.size(); ++j) {
+    const std::vector<int>& needs = needs_[static_cast<size_t>(trace[j].unit)];
+    if (std::find(needs.begin(), needs.end(), group) != needs.end()) return j;
+  }
+  return kNever;
+}
+
+bool ParameterCoordinator::KeepForReuse(int group) const {
+  if (mode_ != Mode::kReplay) return false;
+  const ModuleTrace& trace = active_trace();
+  int64_t distance = 0;
+  for (size_t j = position_; j < trace.size(); ++j) {
+    const std::vector<int>& needs = needs_[static_cast<size_t>(trace[j].unit)];
+    if (std::find(needs.begin(), needs.end(), group) != needs.end()) {
+      return distance < options_.max_reuse_distance;
+    }
+    distance += UnitNeed(trace[j].unit);
+  }
+  return false;
+}
+
+Result<bool> ParameterCoordinator::MakeRoom(int64_t missing, size_t needed_at) {
+  while (stats_.live + missing > options_.max_live_parameters) {
+    // Evict the resident group used farthest ahead (Belady), if that is after `needed_at`.
+    int victim = -1;
+    size_t victim_use = 0;
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const Group& group = groups_[g];
+      if (!resident(group) || group.in_use) continue;
+      const size_t use = NextUse(static_cast<int>(g));
+      if (victim < 0 || use > victim_use) {
+        victim = static_cast<int>(g);
+        victim_use = use;
+      }
+    }
+    if (victim < 0 || (needed_at != kNever && victim_use <= needed_at)) return false;
+    SLUICE_RETURN_IF_ERROR(ReleaseGroup(victim));
+    ++stats_.evictions;
+  }
+  return true;
+}
+
+Status ParameterCoordinator::Prefetch() {
+  if (options_.prefetch_bucket_size == 0) return OkStatus();
+  const ModuleTrace& trace = active_trace();
+  std::vector<bool> visited(groups_.size(), false);
+  int64_t ahead = 0;
+  for (size_t j = position_; j < trace.size(); ++j) {
+    for (int group : needs_[static_cast<size_t>(trace[j].unit)]) {
+      Group& g = groups_[static_cast<size_t>(group)];
+      if (visited[static_cast<size_t>(group)] || g.in_use) continue;
+      visited[static_cast<size_t>(group)] = true;
+      if (resident(g)) {
+        ahead += g.numel;
+        continue;
+      }
+      if (ahead >= options_.prefetch_bucket_size) return OkStatus();
+      // Room only at the expense of groups needed later than this one.
+      SLUICE_ASSIGN_OR_RETURN(const bool fits, MakeRoom(g.numel, j));
+      if (!fits) return OkStatus();
+      SLUICE_RETURN_IF_ERROR(Issue(group));
+      ++stats_.prefetches;
+      ahead += g.numel;
+    }
+  }
+  return OkStatus();
+}
+
+void ParameterCoordinator::LeaveTrace(const ModuleAccess& access) {
+  mode_ = Mode::kOnDemand;
+  ++stats_.divergences;
+  if (divergence_logged_) return;
+  divergence_logged_ = true;
+  const ModuleTrace& trace = active_trace();
+  SLUICE_LOG(kWarn, "zero",
+             "a {} pass left its recorded module trace at access {}: expected {}, got {}; "
+             "fetching parameters on demand for the rest of the pass (said once; later "
+             "divergences are only counted)",
+             PassKindName(kind_), position_ + 1,
+             position_ < trace.size() ? DescribeAccess(trace[position_], *registry_)
+                                      : std::string("the end of the pass"),
+             DescribeAccess(access, *registry_));
+}
+
+Status ParameterCoordinator::BeginPass(PassKind kind) {
+  SLUICE_CHECK(!in_pass_) << "BeginPass without EndPass";
+  in_pass_ = true;
+  kind_ = kind;
+  position_ = 0;
+  if (traces_[static_cast<int>(kind)].has_value()) {
+    mode_ = Mode::kReplay;
+    return Prefetch();
+  }
+  mode_ = Mode::kRecord;
+  recording_ = ModuleTrace();
+  return OkStatus();
+}
+
+Status ParameterCoordinator::Fetch(const ModuleAccess& access) {
+  SLUICE_CHECK(in_pass_) << "Fetch outside a pass";
+  SLUICE_CHECK(access.unit >= 0 && static_cast<size_t>(access.unit) < needs_.size());
+  switch (mode_) {
+    case Mode::kRecord:
+      recording_.Append(access);
+      break;
+    case Mode::kReplay: {
+      const ModuleTrace& trace = active_trace();
+      if (position_ < trace.size() && trace[position_] == access) {
+        ++position_;
+      } else {
+        LeaveTrace(access);
+      }
+      break;
+    }
+    case Mode::kOnDemand:
+      break;
+  }
+  const std::vector<int>& needs = needs_[static_cast<size_t>(access.unit)];
+  int64_t missing = 0;
+  for (int group : needs) {
+    Group& g = groups_[static_cast<size_t>(group)];
+    g.in_use = true;
+    if (resident(g)) {
+      ++stats_.reused;
+    } else {
+      missing += g.numel;
+    }
+  }
+  SLUICE_ASSIGN_OR_RETURN(const bool fits, MakeRoom(missing, kNever));
+  // Create() checked that every access fits the budget on its own.
+  SLUICE_CHECK(fits) << "no group to evict for " << missing << " elements";
+  for (int group : needs) {
+    if (!resident(groups_[static_cast<size_t>(group)])) SLUICE_RETURN_IF_ERROR(Issue(group));
+  }
+  if (mode_ == Mode::kReplay) SLUICE_RETURN_IF_ERROR(Prefetch());
+  for (int group : needs) SLUICE_RETURN_IF_ERROR(WaitFor(group));
+  if (observer_) observer_(access, stats_);
+  return OkStatus();
+}
+
+Status ParameterCoordinator::Release(const ModuleAccess& access) {
+  SLUICE_CHECK(in_pass_) << "Release outside a pass";
+  const std::vector<int>& needs = needs_[static_cast<size_t>(access.unit)];
+  for (int group : needs) groups_[static_cast<size_t>(group)].in_use = false;
+  for (int group : needs) {
+    if (KeepForReuse(group)) continue;
+    SLUICE_RETURN_IF_ERROR(ReleaseGroup(group));
+  }
+  return OkStatus();
+}
+
+Status ParameterCoordinator::CheckTraceAcrossRanks(const ModuleTrace& trace) {
+  const std::array<AgreedValue, 2> values = {
+      AgreedValue{
+          fmt::format("the number of unit accesses of the first {} pass", PassKindName(kind_)),
+          static_cast<int64_t>(trace.size())},
+      AgreedValue{
+          fmt::format("the module order (trace hash) of the first {} pass", PassKindName(kind_)),
+          static_cast<int64_t>(trace.Hash())},
+  };
+  return queue_->Run("check module trace", [&values](Comm& comm) {
+    return CheckSameOnAllRanks(comm, values, "the stage-3 module trace");
+  });
+}
+
+Status ParameterCoordinator::EndPass() {
+  SLUICE_CHECK(in_pass_) << "EndPass without BeginPass";
+  in_pass_ = false;
+  Status status;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    groups_[g].in_use = false;
+    Status released = ReleaseGroup(static_cast<int>(g));
+    if (status.ok()) status = std::move(released);
+  }
+  SLUICE_RETURN_IF_ERROR(status);
+  if (mode_ == Mode::kRecord) {
+    SLUICE_RETURN_IF_ERROR(CheckTraceAcrossRanks(recording_));
+    traces_[static_cast<int>(kind_)] = std::move(recording_);
+    recording_ = ModuleTrace();
+  }
+  return OkStatus();
+}
+
+}  // namespace sluice::zero

@@ -1,0 +1,166 @@
+// Stage 3: which units' parameters are gathered when. The engine calls Fetch before a unit's
+// forward or backward and Release after it; the coordinator all-gathers the unit's
+// non-persistent partitions (one collective, on the comm stream) into a full fp32 buffer, binds it
+// for the model, and frees it again.
+//
+// Groups. A unit's non-persistent parameters form one gather group; a unit needs its own group
+// and those of the units whose storage it reads (the embeddings for a tied LM head). Parameters
+// of at most stage3_param_persistence_threshold elements are persistent: gathered once after
+// every optimizer step into one buffer and never released.
+//
+// Trace. The first pass of each kind (training, evaluation) records the order of the accesses;
+// at its end the trace is compared across ranks (a rank that ran different modules is an
+// error). Later passes replay it:
+//   - prefetch: after each fetch, the groups of the next accesses in trace order are gathered
+//     ahead while the numel gathered ahead is below stage3_prefetch_bucket_size (0 disables);
+//   - reuse: a released group is kept when the trace uses it again within
+//     stage3_max_reuse_distance elements (the numel of the accesses in between);
+//   - budget: stage3_max_live_parameters bounds the elements gathered or being gathered,
+//     persistent ones included, at every moment. To make room, resident groups the current
+//     access does not use are evicted, those used farthest ahead first: a fetch evicts what it
+//     must; a prefetch only groups needed later than the one it brings, and stops otherwise.
+//     Create() fails when one access alone cannot fit.
+// An access that is not the trace's next one leaves the trace: the rest of the pass fetches on
+// demand and releases after use. The first time, a warning says so; later ones are counted.
+// Every pass ends with nothing gathered but the persistent parameters (the optimizer step that
+// may follow changes the shards).
+//
+// Unlike DeepSpeed, where max_live_parameters only throttles prefetching (a soft limit), the
+// budget here is hard: the live count never exceeds it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/model/parameter_registry.h"
+#include "engine/zero/comm_queue.h"
+#include "engine/zero/module_trace.h"
+#include "engine/zero/shard_layout.h"
+#include "engine/zero/zero_binding.h"
+#include "runtime/device.h"
+#include "runtime/dtype.h"
+#include "runtime/status.h"
+
+namespace sluice::zero {
+
+struct CoordinatorOptions {
+  int64_t prefetch_bucket_size = 50000000;   // zero_optimization.stage3_prefetch_bucket_size
+  int64_t max_live_parameters = 1000000000;  // zero_optimization.stage3_max_live_parameters
+  int64_t max_reuse_distance = 1000000000;   // zero_optimization.stage3_max_reuse_distance
+  DType param_dtype = DType::kF32;           // of the shard and the all-gathers
+};
+
+struct CoordinatorStats {
+  int64_t live = 0;         // parameter elements gathered or being gathered, persistent included
+  int64_t peak_live = 0;    // since creation
+  int64_t gathers = 0;      // unit all-gathers issued (persistent gathers not counted)
+  int64_t prefetches = 0;   // of which issued ahead of need, from the trace
+  int64_t reused = 0;       // fetches of a group that was still resident (kept or prefetched)
+  int64_t evictions = 0;    // groups released early to stay within the budget
+  int64_t divergences = 0;  // passes that left their trace
+  int64_t gathered_elements = 0;
+};
+
+// Called at the end of every Fetch (the access's parameters are ready), with the stats then.
+using FetchObserver = std::function<void(const ModuleAccess&, const CoordinatorStats&)>;
+
+class ParameterCoordinator {
+ public:
+  // `param_shard` holds this rank's layout.shard_elements() values of options.param_dtype; it,
+  // and everything else passed, must outlive the coordinator. InvalidArgument (naming
+  // zero_optimization.stage3_max_live_parameters) when an access cannot fit the budget.
+  static Result<std::unique_ptr<ParameterCoordinator>> Create(
+      const CoordinatorOptions& options, const model::ParameterRegistry& registry,
+      const ShardLayout& layout, CommQueue& queue, ZeroBinding& binding, const void* param_shard);
+  // Waits for gathers still in flight.
+  ~ParameterCoordinator();
+
+  // (Re)gathers the persistent parameters from the shard: after initialization and after every
+  // optimizer step. Outside a pass.
+  Status GatherPersistent();
+
+  Status BeginPass(PassKind kind);
+  // Before `access`'s unit runs: its parameters are gathered and bound when this returns.
+  Status Fetch(const ModuleAccess& access);
+  // After it ran: releases what is not kept for reuse.
+  Status Release(const ModuleAccess& access);
+  // Finishes recording (comparing the trace across ranks: collective on the first pass of each
+  // kind) and releases every group.
+  Status EndPass();
+
+  const CoordinatorStats& stats() const { return stats_; }
+  void SetFetchObserver(FetchObserver observer) { observer_ = std::move(observer); }
+  // The recorded trace of a pass kind, if any.
+  const ModuleTrace* trace(PassKind kind) const;
+  // Elements access of `unit` needs gathered at once (its groups, without persistent ones).
+  int64_t UnitNeed(int unit) const;
+  const CoordinatorOptions& options() const { return options_; }
+
+ private:
+  enum class State : uint8_t { kReleased, kInflight, kAvailable };
+  enum class Mode : uint8_t { kRecord, kReplay, kOnDemand };
+  struct Group {
+    int unit = -1;
+    int64_t numel = 0;
+    State state = State::kReleased;
+    bool in_use = false;
+    DeviceBuffer buffer;
+    CommTicket ticket;
+  };
+  static constexpr size_t kNever = static_cast<size_t>(-1);
+
+  ParameterCoordinator(const CoordinatorOptions& options, const model::ParameterRegistry& registry,
+                       const ShardLayout& layout, CommQueue& queue, ZeroBinding& binding,
+                       const void* param_shard);
+  // Each rank's piece of a gather starts with a tag naming what it gathered (unit + 1, or
+  // kPersistentTag), so ranks that run different modules fail at the first mismatched gather
+  // instead of exchanging the wrong parameters.
+  static constexpr uint32_t kPersistentTag = 0xffff;
+  std::string TagName(uint32_t tag) const;
+  // Enqueues the tagged all-gather of the partitions `run` (this rank's `elements` at
+  // `shard_offset` of the shard) and their unpacking, widened, into `dense`.
+  Result<CommTicket> EnqueueGather(uint32_t tag, const std::vector<int>& run, int64_t shard_offset,
+                                   int64_t elements, float* dense);
+  Status Issue(int group);
+  Status WaitFor(int group);
+  Status ReleaseGroup(int group);
+  // Evicts resident groups the current access does not use, farthest next use first, until
+  // `missing` more elements fit the budget. With `needed_at` (a trace index) only groups used
+  // after it may go; false when that is not enough. kNever: any such group may go.
+  Result<bool> MakeRoom(int64_t missing, size_t needed_at);
+  Status Prefetch();
+  void LeaveTrace(const ModuleAccess& access);
+  // Index of the next trace access (from position_) that needs `group`; kNever if none.
+  size_t NextUse(int group) const;
+  bool KeepForReuse(int group) const;
+  Status CheckTraceAcrossRanks(const ModuleTrace& trace);
+  bool resident(const Group& g) const { return g.state != State::kReleased; }
+  const ModuleTrace& active_trace() const { return *traces_[static_cast<int>(kind_)]; }
+
+  CoordinatorOptions options_;
+  const model::ParameterRegistry* registry_;
+  const ShardLayout* layout_;
+  CommQueue* queue_;
+  ZeroBinding* binding_;
+  const void* param_shard_;
+  std::vector<Group> groups_;
+  std::vector<std::vector<int>> needs_;  // per unit: group indices
+  std::vector<int64_t> dense_offset_;    // per registry parameter: offset in its gathered buffer
+  DeviceBuffer persistent_;
+
+  std::optional<ModuleTrace> traces_[kNumPassKinds];
+  ModuleTrace recording_;
+  PassKind kind_ = PassKind::kTrain;
+  Mode mode_ = Mode::kRecord;
+  size_t position_ = 0;  // the next expected access in the trace
+  bool in_pass_ = false;
+  bool divergence_logged_ = false;
+  CoordinatorStats stats_;
+  FetchObserver observer_;
+};
+
+}  // namespace sluice::zero

@@ -1,0 +1,151 @@
+#include "engine/zero/reduce_scatter_reducer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/zero/partition_copy.h"
+#include "runtime/check.h"
+
+namespace sluice::zero {
+
+ReduceScatterReducer::ReduceScatterReducer(const model::ParameterRegistry& registry,
+                                           const ShardLayout& layout, CommQueue& queue,
+                                           ZeroBinding& binding, float* grad_shard,
+                                           int64_t bucket_size)
+    : registry_(&registry),
+      layout_(&layout),
+      queue_(&queue),
+      binding_(&binding),
+      grad_shard_(grad_shard),
+      bucket_size_(bucket_size),
+      writes_(StorageUnitsReadBy(registry)),
+      unit_grads_(registry.units().size()) {}
+
+ReduceScatterReducer::~ReduceScatterReducer() {
+  // Buckets still queued read the unit buffers.
+  (void)queue_->Synchronize();
+}
+
+Status ReduceScatterReducer::BeginPass(bool /*boundary*/) {
+  for (const DeviceBuffer& buffer : unit_grads_) SLUICE_CHECK(buffer.empty());
+  SLUICE_CHECK(open_.run.empty());
+  return OkStatus();
+}
+
+Status ReduceScatterReducer::BeforeBackward(int unit) {
+  for (int owner : writes_[static_cast<size_t>(unit)]) {
+    DeviceBuffer& buffer = unit_grads_[static_cast<size_t>(owner)];
+    const model::UnitInfo& info = registry_->units()[static_cast<size_t>(owner)];
+    if (!buffer.empty() || info.numel == 0) continue;
+    Result<DeviceBuffer> allocated = queue_->device().Allocate(
+        static_cast<size_t>(info.numel) * sizeof(float), MemoryCategory::kGrads);
+    if (!allocated.ok()) {
+      return Status(allocated.status())
+          .WithContext(fmt::format("allocating the gradients of {}", info.name));
+    }
+    buffer = std::move(allocated).value();
+    std::memset(buffer.data(), 0, buffer.size());
+    float* base = buffer.data_as<float>();
+    for (int index : layout_->units()[static_cast<size_t>(owner)].all) {
+      const PartitionInfo& p = layout_->partitions()[static_cast<size_t>(index)];
+      binding_->SetGrad(p.param, base + (p.full_offset - info.offset));
+    }
+    live_gradient_elements_ += info.numel;
+    peak_gradient_elements_ = std::max(peak_gradient_elements_, live_gradient_elements_);
+  }
+  return OkStatus();
+}
+
+void ReduceScatterReducer::Unbind(int unit) {
+  for (int index : layout_->units()[static_cast<size_t>(unit)].all) {
+    binding_->SetGrad(layout_->partitions()[static_cast<size_t>(index)].param, nullptr);
+  }
+}
+
+Status ReduceScatterReducer::AfterBackward(int unit) {
+  DeviceBuffer& buffer = unit_grads_[static_cast<size_t>(unit)];
+  if (buffer.empty()) return OkStatus();  // owns no parameters
+  const model::UnitInfo& info = registry_->units()[static_cast<size_t>(unit)];
+  const std::vector<int>& all = layout_->units()[static_cast<size_t>(unit)].all;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    const PartitionInfo& p = layout_->partitions()[static_cast<size_t>(*it)];
+    if (open_.numel > 0 && open_.numel + p.numel > bucket_size_) {
+      SLUICE_RETURN_IF_ERROR(Flush());
+    }
+    open_.run.push_back(*it);
+    open_.sources.push_back(buffer.data_as<float>() + (p.full_offset - info.offset));
+    open_.numel += p.numel;
+  }
+  Unbind(unit);
+  live_gradient_elements_ -= info.numel;
+  open_.release.push_back(std::move(buffer));
+  return OkStatus();
+}
+
+Status ReduceScatterReducer::Flush() {
+  if (open_.run.empty()) return OkStatus();
+  if (static_cast<int>(in_flight_.size()) >= kMaxBucketsInFlight) {
+    SLUICE_RETURN_IF_ERROR(queue_->Wait(in_flight_.front()));
+    in_flight_.pop_front();
+  }
+  Bucket bucket = std::move(open_);
+  open_ = Bucket();
+  const ShardLayout* layout = layout_;
+  const int64_t piece = RunElements(*layout, bucket.run);
+  const size_t total = static_cast<size_t>(piece) * static_cast<size_t>(layout->world());
+  CommQueue* queue = queue_;
+  float* grad_shard = grad_shard_;
+  const int rank = layout->rank();
+  std::vector<const float*> by_param(registry_->parameters().size(), nullptr);
+  for (size_t i = 0; i < bucket.run.size(); ++i) {
+    by_param[static_cast<size_t>(layout->partitions()[static_cast<size_t>(bucket.run[i])].param)] =
+        bucket.sources[i];
+  }
+  auto op = [queue, layout, run = bucket.run, by_param = std::move(by_param), total, piece, rank,
+             grad_shard](Comm& comm) -> Status {
+    SLUICE_ASSIGN_OR_RETURN(
+        DeviceBuffer staging,
+        AllocateStaging(*queue, total * sizeof(float), "a gradient reduce-scatter bucket"));
+    float* full = staging.data_as<float>();
+    PackForReduceScatter(
+        *layout, run,
+        [&by_param](const PartitionInfo& p) { return by_param[static_cast<size_t>(p.param)]; },
+        full);
+    float* mine = full + static_cast<size_t>(rank) * static_cast<size_t>(piece);
+    Status status = comm.ReduceScatter(full, mine, total, DType::kF32, ReduceOp::kAvg);
+    if (status.ok()) AccumulateIntoShard(*layout, run, mine, grad_shard);
+    return ReleaseStaging(*queue, staging, std::move(status));
+  };
+  SLUICE_ASSIGN_OR_RETURN(
+      CommTicket ticket,
+      queue_->Enqueue(fmt::format("reduce_scatter grads ({} params, {} elements)",
+                                  bucket.run.size(), bucket.numel),
+                      total * sizeof(float), std::move(op)));
+  // Read by the packing before the collective: free once the stream is past it.
+  for (DeviceBuffer& source : bucket.release) source.FreeAsync(queue_->stream());
+  in_flight_.push_back(std::move(ticket));
+  ++stats_.buckets;
+  stats_.reduced_elements += bucket.numel;
+  return OkStatus();
+}
+
+Status ReduceScatterReducer::EndPass() {
+  Status status = Flush();
+  while (!in_flight_.empty()) {
+    Status waited = queue_->Wait(in_flight_.front());
+    if (status.ok()) status = std::move(waited);
+    in_flight_.pop_front();
+  }
+  for (size_t u = 0; u < unit_grads_.size(); ++u) {
+    if (unit_grads_[u].empty()) continue;
+    // A pass that stopped early (evaluation has no backward; a failure) leaves buffers bound.
+    Unbind(static_cast<int>(u));
+    live_gradient_elements_ -= registry_->units()[u].numel;
+    unit_grads_[u].Reset();
+  }
+  return status;
+}
+
+}  // namespace sluice::zero

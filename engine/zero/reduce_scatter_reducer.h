@@ -1,0 +1,69 @@
+// Stages 2 and 3: no full gradient buffer survives a pass. Before a unit's backward, a full-size
+// fp32 gradient buffer is bound for every unit whose storage it writes (its own; the embeddings'
+// for a tied LM head), zeroed. After the unit's backward its parameters join the open bucket
+// (reduce_bucket_size elements at most, a bigger parameter alone); a full bucket is, on the comm
+// stream: packed rank-major by partition (shard_layout.h), reduce-scattered (averaged), and this
+// rank's piece added into its fp32 gradient shard, which so accumulates the micro-batches in
+// fp32. A unit's gradient buffer is freed on the comm stream once its last bucket went out.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <utility>
+#include <vector>
+
+#include "engine/model/parameter_registry.h"
+#include "engine/zero/comm_queue.h"
+#include "engine/zero/gradient_reducer.h"
+#include "engine/zero/shard_layout.h"
+#include "engine/zero/zero_binding.h"
+#include "runtime/device.h"
+
+namespace sluice::zero {
+
+class ReduceScatterReducer final : public GradientReducer {
+ public:
+  // `grad_shard` (layout.shard_elements() floats) and everything else must outlive the reducer.
+  ReduceScatterReducer(const model::ParameterRegistry& registry, const ShardLayout& layout,
+                       CommQueue& queue, ZeroBinding& binding, float* grad_shard,
+                       int64_t bucket_size);
+  ~ReduceScatterReducer() override;
+
+  Status BeginPass(bool boundary) override;
+  Status BeforeBackward(int unit) override;
+  Status AfterBackward(int unit) override;
+  Status EndPass() override;
+  const ReducerStats& stats() const override { return stats_; }
+
+  // Elements of full-size gradient buffers bound now (units between their first and last
+  // backward use).
+  int64_t live_gradient_elements() const { return live_gradient_elements_; }
+  int64_t peak_gradient_elements() const { return peak_gradient_elements_; }
+
+ private:
+  struct Bucket {
+    std::vector<int> run;               // partition indices, in the order they joined
+    std::vector<const float*> sources;  // each one's full gradient
+    std::vector<DeviceBuffer> release;  // unit buffers whose last parameter is in here
+    int64_t numel = 0;
+  };
+
+  Status Flush();
+  void Unbind(int unit);
+
+  const model::ParameterRegistry* registry_;
+  const ShardLayout* layout_;
+  CommQueue* queue_;
+  ZeroBinding* binding_;
+  float* grad_shard_;
+  int64_t bucket_size_;
+  std::vector<std::vector<int>> writes_;  // per unit: the units whose gradients it writes
+  std::vector<DeviceBuffer> unit_grads_;  // per unit, while bound
+  Bucket open_;
+  std::deque<CommTicket> in_flight_;
+  int64_t live_gradient_elements_ = 0;
+  int64_t peak_gradient_elements_ = 0;
+  ReducerStats stats_;
+};
+
+}  // namespace sluice::zero

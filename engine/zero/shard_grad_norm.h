@@ -1,0 +1,26 @@
+// The global gradient norm over all shards and ranks, and the clip coefficient.
+//
+// Each rank sums the squares of the gradient elements it owns (padding excluded) in double, the
+// way the single-rank trainer does (engine/train/grad_clip.cpp): elements in flat order within
+// blocks of kNormBlock elements of the model's flat index, block sums added in block order. The
+// ranks' sums are then added in rank order (SumInRankOrder), so every rank gets the same bits;
+// with one rank the sum is the trainer's bit for bit. An inf or NaN anywhere, on any rank, makes
+// the sum non-finite on every rank: that is the overflow check.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/zero/shard_layout.h"
+
+namespace sluice::zero {
+
+inline constexpr int64_t kNormBlock = 8192;
+
+// Sum of squares of this rank's owned elements of `grad_shard` (layout.shard_elements()).
+double LocalSquaredSum(const ShardLayout& layout, const float* grad_shard);
+
+// min(1, max_norm / (norm + 1e-6)) as torch.nn.utils.clip_grad_norm_; 1 when max_norm is 0
+// (gradient_clipping off) or the norm is not finite.
+double ClipCoefficient(double norm, double max_norm);
+
+}  // namespace sluice::zero

@@ -1,0 +1,103 @@
+#include "engine/zero/sharded_adam.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "engine/zero/partition_copy.h"
+#include "kernels/cpu/adam.h"
+
+namespace sluice::zero {
+namespace {
+
+Result<DeviceBuffer> AllocateZeroed(Device& device, int64_t count, const char* what) {
+  Result<DeviceBuffer> buffer =
+      device.Allocate(static_cast<size_t>(count) * sizeof(float), MemoryCategory::kOptimizer);
+  if (!buffer.ok()) {
+    return Status(buffer.status())
+        .WithContext(fmt::format("allocating the optimizer's {} shard", what));
+  }
+  if (!buffer->empty()) std::memset(buffer->data(), 0, buffer->size());
+  return buffer;
+}
+
+kernels::AdamCopyType CopyTypeFor(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16:
+      return kernels::AdamCopyType::kBF16;
+    case DType::kF16:
+      return kernels::AdamCopyType::kF16;
+    default:
+      return kernels::AdamCopyType::kNone;
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ShardedAdam>> ShardedAdam::Create(Device& device,
+                                                         const OptimizerConfig& config,
+                                                         DType param_dtype, void* param_shard,
+                                                         int64_t count, int num_threads) {
+  if (device.kind() != DeviceKind::kCpu) {
+    return UnimplementedError(
+        "the ZeRO optimizer runs on the cpu device backend only for now (device {}); set "
+        "device.type: cpu",
+        device.name());
+  }
+  std::unique_ptr<ShardedAdam> adam(new ShardedAdam());
+  adam->config_ = config;
+  adam->param_dtype_ = param_dtype;
+  adam->param_shard_ = param_shard;
+  adam->count_ = count;
+  adam->num_threads_ = num_threads;
+  SLUICE_ASSIGN_OR_RETURN(adam->exp_avg_, AllocateZeroed(device, count, "exp_avg"));
+  SLUICE_ASSIGN_OR_RETURN(adam->exp_avg_sq_, AllocateZeroed(device, count, "exp_avg_sq"));
+  if (param_dtype == DType::kF32) {
+    adam->master_ = static_cast<float*>(param_shard);
+  } else {
+    SLUICE_ASSIGN_OR_RETURN(adam->master_buffer_,
+                            AllocateZeroed(device, count, "fp32 master weight"));
+    adam->master_ = adam->master_buffer_.data_as<float>();
+  }
+  return adam;
+}
+
+void ShardedAdam::LoadMasterFromParams() {
+  if (param_dtype_ == DType::kF32) return;
+  ConvertToF32(param_shard_, param_dtype_, master_, count_, num_threads_);
+}
+
+Status ShardedAdam::Step(const float* grads, double lr, double grad_scale) {
+  kernels::AdamHyperparams hyper;
+  hyper.lr = static_cast<float>(lr);
+  hyper.beta1 = static_cast<float>(config_.beta1);
+  hyper.beta2 = static_cast<float>(config_.beta2);
+  hyper.eps = static_cast<float>(config_.eps);
+  hyper.weight_decay = static_cast<float>(config_.weight_decay);
+  hyper.adamw_mode = config_.adam_w_mode;
+  hyper.bias_correction = true;
+  hyper.step = step_ + 1;
+  kernels::AdamTensors t;
+  t.params = master_;
+  t.exp_avg = exp_avg_.data_as<float>();
+  t.exp_avg_sq = exp_avg_sq_.data_as<float>();
+  t.grads = grads;
+  t.grad_type = kernels::AdamGradType::kF32;
+  t.copy_type = CopyTypeFor(param_dtype_);
+  t.param_copy = t.copy_type == kernels::AdamCopyType::kNone ? nullptr : param_shard_;
+  t.count = static_cast<size_t>(count_);
+  kernels::AdamThreading threading;
+  threading.num_threads = num_threads_;
+  if (std::string error = kernels::AdamStepArgsError(t, hyper, threading); !error.empty()) {
+    return InvalidArgumentError("ZeRO optimizer step {}: {}", hyper.step, error);
+  }
+  kernels::AdamStep(t, hyper, static_cast<float>(grad_scale), threading);
+  ++step_;
+  return OkStatus();
+}
+
+uint64_t ShardedAdam::state_bytes() const {
+  return exp_avg_.size() + exp_avg_sq_.size() + master_buffer_.size();
+}
+
+}  // namespace sluice::zero

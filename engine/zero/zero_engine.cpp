@@ -1,0 +1,477 @@
+#include "engine/zero/zero_engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "engine/model/init.h"
+#include "engine/zero/allreduce_reducer.h"
+#include "engine/zero/partition_copy.h"
+#include "engine/zero/rank_agreement.h"
+#include "engine/zero/reduce_scatter_reducer.h"
+#include "engine/zero/shard_grad_norm.h"
+#include "engine/zero/word_gather.h"
+#include "runtime/check.h"
+#include "runtime/logging.h"
+#include "runtime/trace.h"
+
+namespace sluice::zero {
+namespace {
+
+Result<DeviceBuffer> AllocateZeroed(Device& device, size_t bytes, MemoryCategory category,
+                                    const char* what) {
+  Result<DeviceBuffer> buffer = device.Allocate(bytes, category);
+  if (!buffer.ok()) return Status(buffer.status()).WithContext(fmt::format("allocating {}", what));
+  if (!buffer->empty()) std::memset(buffer->data(), 0, buffer->size());
+  return buffer;
+}
+
+// FNV-1a over every parameter's name, size and unit: ranks that built different models (same
+// size, other architecture) would gather and reduce mismatched pieces.
+int64_t RegistryHash(const model::ParameterRegistry& registry) {
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  auto mix = [&hash](const void* data, size_t bytes) {
+    for (size_t i = 0; i < bytes; ++i) {
+      hash ^= static_cast<const uint8_t*>(data)[i];
+      hash *= 0x100000001b3ULL;
+    }
+  };
+  for (const model::ParameterInfo& p : registry.parameters()) {
+    mix(p.name.data(), p.name.size());
+    mix(&p.numel, sizeof(p.numel));
+    mix(&p.unit, sizeof(p.unit));
+    mix(&p.tied_to, sizeof(p.tied_to));
+  }
+  return static_cast<int64_t>(hash);
+}
+
+}  // namespace
+
+class ZeroEngine::Hooks final : public model::UnitHooks {
+ public:
+  explicit Hooks(ZeroEngine& engine) : engine_(&engine) {}
+  Status BeforeForward(int unit) override { return engine_->Before({unit, Phase::kForward}); }
+  Status AfterForward(int unit) override { return engine_->After({unit, Phase::kForward}); }
+  Status BeforeBackward(int unit) override { return engine_->Before({unit, Phase::kBackward}); }
+  Status AfterBackward(int unit) override { return engine_->After({unit, Phase::kBackward}); }
+
+ private:
+  ZeroEngine* engine_;
+};
+
+ZeroEngine::ZeroEngine(const ZeroOptions& options, model::Model<float>& model, Device& device)
+    : options_(options), model_(&model), device_(&device), binding_(model.registry()) {}
+
+ZeroEngine::~ZeroEngine() {
+  if (queue_ != nullptr) (void)queue_->Synchronize();
+}
+
+Result<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(const ZeroOptions& options,
+                                                       model::Model<float>& model, Comm& world,
+                                                       Device& device) {
+  SLUICE_RETURN_IF_ERROR(ValidateZeroOptions(options));
+  if (model.storage() != model::ModelStorage::kExternal) {
+    return FailedPreconditionError(
+        "the ZeRO engine owns the parameters: create the model with ModelStorage::kExternal");
+  }
+  if (device.kind() != DeviceKind::kCpu) {
+    return UnimplementedError(
+        "the ZeRO engine runs the model on the CPU ops; device {} is not a cpu device",
+        device.name());
+  }
+  std::unique_ptr<ZeroEngine> engine(new ZeroEngine(options, model, device));
+  SLUICE_RETURN_IF_ERROR(engine->Build(world));
+  return engine;
+}
+
+Status ZeroEngine::Build(Comm& world) {
+  const model::ParameterRegistry& registry = model_->registry();
+  const int stage = options_.stage;
+  // Stage 0 keeps everything on every rank: the layout of a world of one.
+  const int world_size = stage == 0 ? 1 : world.size();
+  const int rank = stage == 0 ? 0 : world.rank();
+  layout_ = ShardLayout::Build(registry, world_size, rank,
+                               stage == 3 ? options_.stage3_param_persistence_threshold : -1);
+
+  Result<std::unique_ptr<Comm>> comm = world.Split(0, world.rank());
+  if (!comm.ok()) return Status(comm.status()).WithContext("creating the ZeRO communicator");
+  SLUICE_ASSIGN_OR_RETURN(
+      queue_, CommQueue::Create(*device_, std::move(comm).value(), options_.overlap_comm));
+  std::vector<AgreedValue> agreed = AgreedValuesOf(options_);
+  agreed.push_back({"the model's parameter count", registry.total_elements()});
+  agreed.push_back({"the model's unit count", static_cast<int64_t>(registry.units().size())});
+  agreed.push_back({"the model's parameter names and shapes (hash)", RegistryHash(registry)});
+  SLUICE_RETURN_IF_ERROR(queue_->Run("check config", [&agreed](Comm& comm) {
+    return CheckSameOnAllRanks(comm, agreed, "the ZeRO configuration");
+  }));
+
+  const size_t total = static_cast<size_t>(registry.total_elements());
+  const size_t shard = static_cast<size_t>(layout_.shard_elements());
+  const size_t param_size = DTypeSize(options_.param_dtype);
+  if (stage <= 2) {
+    SLUICE_ASSIGN_OR_RETURN(full_params_,
+                            AllocateZeroed(*device_, total * sizeof(float), MemoryCategory::kParams,
+                                           "the replicated fp32 parameters"));
+    for (const PartitionInfo& p : layout_.partitions()) {
+      binding_.SetValue(p.param, full_params_.data_as<float>() + p.full_offset);
+    }
+  }
+  if (stage <= 1) {
+    SLUICE_ASSIGN_OR_RETURN(full_grads_,
+                            AllocateZeroed(*device_, total * sizeof(float), MemoryCategory::kGrads,
+                                           "the replicated fp32 gradients"));
+    for (const PartitionInfo& p : layout_.partitions()) {
+      binding_.SetGrad(p.param, full_grads_.data_as<float>() + p.full_offset);
+    }
+  }
+  if (stage >= 1) {
+    SLUICE_ASSIGN_OR_RETURN(grad_shard_,
+                            AllocateZeroed(*device_, shard * sizeof(float), MemoryCategory::kGrads,
+                                           "the fp32 gradient shard"));
+  }
+  if (stage == 0 && options_.param_dtype == DType::kF32) {
+    param_shard_data_ = full_params_.data();  // the master weights are the compute copy
+  } else {
+    SLUICE_ASSIGN_OR_RETURN(param_shard_,
+                            AllocateZeroed(*device_, shard * param_size, MemoryCategory::kParams,
+                                           "the parameter shard"));
+    param_shard_data_ = param_shard_.data();
+  }
+  SLUICE_ASSIGN_OR_RETURN(
+      adam_,
+      ShardedAdam::Create(*device_, options_.optimizer, options_.param_dtype, param_shard_data_,
+                          layout_.shard_elements(), options_.num_threads));
+
+  if (stage == 3) {
+    CoordinatorOptions coordinator;
+    coordinator.prefetch_bucket_size = options_.stage3_prefetch_bucket_size;
+    coordinator.max_live_parameters = options_.stage3_max_live_parameters;
+    coordinator.max_reuse_distance = options_.stage3_max_reuse_distance;
+    coordinator.param_dtype = options_.param_dtype;
+    SLUICE_ASSIGN_OR_RETURN(coordinator_,
+                            ParameterCoordinator::Create(coordinator, registry, layout_, *queue_,
+                                                         binding_, param_shard_data_));
+  }
+  if (stage <= 1) {
+    reducer_ = std::make_unique<AllReduceReducer>(registry, *queue_, full_grads_.data_as<float>(),
+                                                  options_.reduce_bucket_size);
+  } else {
+    reducer_ = std::make_unique<ReduceScatterReducer>(registry, layout_, *queue_, binding_,
+                                                      grad_shard_.data_as<float>(),
+                                                      options_.reduce_bucket_size);
+  }
+  hooks_ = std::make_unique<Hooks>(*this);
+  if (world.rank() == 0) {
+    SLUICE_LOG(kInfo, "zero",
+               "stage {} over {} ranks: {} parameters, shards of {} elements, optimizer state {} "
+               "bytes per rank",
+               stage, world.size(), registry.total_elements(), layout_.shard_elements(),
+               adam_->state_bytes());
+  }
+  return OkStatus();
+}
+
+Status ZeroEngine::CheckUsable() const {
+  if (broken_.ok()) return OkStatus();
+  return FailedPreconditionError("the ZeRO engine is unusable since an earlier failure: {}",
+                                 broken_.ToString());
+}
+
+Status ZeroEngine::Fail(Status status) {
+  if (broken_.ok()) broken_ = status;
+  // Nothing may still write into the buffers the failed pass left behind.
+  (void)queue_->Synchronize();
+  return status;
+}
+
+Status ZeroEngine::InitializeParameters(uint64_t seed) {
+  SLUICE_RETURN_IF_ERROR(CheckUsable());
+  const model::ModelOptions& o = model_->options();
+  const size_t param_size = DTypeSize(options_.param_dtype);
+  std::vector<float> values;
+  for (const PartitionInfo& p : layout_.partitions()) {
+    const ShardSpan owned = layout_.Owned(p);
+    values.resize(owned.count);
+    const int64_t begin = static_cast<int64_t>(owned.offset);
+    model::InitializeRange<float>(model_->registry().parameter(p.param), seed, o.init_std,
+                                  o.n_layer, begin, begin + static_cast<int64_t>(owned.count),
+                                  values.data());
+    ConvertFromF32(
+        values.data(),
+        static_cast<uint8_t*>(param_shard_data_) + static_cast<size_t>(p.shard_offset) * param_size,
+        options_.param_dtype, static_cast<int64_t>(owned.count), options_.num_threads);
+  }
+  adam_->LoadMasterFromParams();
+  Status status = Publish();
+  return status.ok() ? status : Fail(std::move(status));
+}
+
+Status ZeroEngine::Publish() {
+  switch (options_.stage) {
+    case 0:
+      if (options_.param_dtype != DType::kF32) {
+        ConvertToF32(param_shard_data_, options_.param_dtype, full_params_.data_as<float>(),
+                     layout_.total_elements(), options_.num_threads);
+      }
+      return OkStatus();
+    case 1:
+    case 2:
+      return PublishByAllGather();
+    default:
+      return coordinator_->GatherPersistent();
+  }
+}
+
+// Stages 1-2: consecutive partitions, up to allgather_bucket_size gathered elements per
+// collective, all-gathered and unpacked into the replicated compute copy.
+Status ZeroEngine::PublishByAllGather() {
+  const ShardLayout* layout = &layout_;
+  const int world = layout_.world();
+  const DType dtype = options_.param_dtype;
+  const size_t element_size = DTypeSize(dtype);
+  float* full = full_params_.data_as<float>();
+  std::deque<CommTicket> tickets;
+  Status status;
+  const size_t count = layout_.partitions().size();
+  for (size_t first = 0; first < count && status.ok();) {
+    size_t last = first;
+    int64_t piece = 0;
+    while (last < count &&
+           (last == first || (piece + layout_.partitions()[last].partition) * world <=
+                                 options_.allgather_bucket_size)) {
+      piece += layout_.partitions()[last].partition;
+      ++last;
+    }
+    std::vector<int> run;
+    for (size_t i = first; i < last; ++i) run.push_back(static_cast<int>(i));
+    const size_t total = static_cast<size_t>(piece) * static_cast<size_t>(world);
+    const void* shard =
+        static_cast<const uint8_t*>(param_shard_data_) +
+        static_cast<size_t>(layout_.partitions()[first].shard_offset) * element_size;
+    CommQueue* queue = queue_.get();
+    auto op = [queue, layout, run = std::move(run), dtype, total, element_size, shard,
+               full](Comm& comm) -> Status {
+      SLUICE_ASSIGN_OR_RETURN(
+          DeviceBuffer staging,
+          AllocateStaging(*queue, total * element_size, "a parameter all-gather bucket"));
+      Status gathered = comm.AllGather(shard, staging.data(), total, dtype);
+      if (gathered.ok()) {
+        UnpackGathered(*layout, run, staging.data(), dtype,
+                       [full](const PartitionInfo& p) { return full + p.full_offset; });
+      }
+      return ReleaseStaging(*queue, staging, std::move(gathered));
+    };
+    Result<CommTicket> ticket =
+        queue_->Enqueue(fmt::format("all_gather updated parameters [{}, {})", first, last),
+                        total * element_size, std::move(op));
+    if (!ticket.ok()) {
+      status = ticket.status();
+      break;
+    }
+    tickets.push_back(std::move(ticket).value());
+    first = last;
+  }
+  for (CommTicket& ticket : tickets) {
+    Status waited = queue_->Wait(ticket);
+    if (status.ok()) status = std::move(waited);
+  }
+  return status;
+}
+
+Status ZeroEngine::Before(const ModuleAccess& access) {
+  if (coordinator_ != nullptr) SLUICE_RETURN_IF_ERROR(coordinator_->Fetch(access));
+  if (access.phase == Phase::kBackward) {
+    SLUICE_RETURN_IF_ERROR(reducer_->BeforeBackward(access.unit));
+  }
+  if (user_hooks_ != nullptr) {
+    SLUICE_RETURN_IF_ERROR(access.phase == Phase::kForward
+                               ? user_hooks_->BeforeForward(access.unit)
+                               : user_hooks_->BeforeBackward(access.unit));
+  }
+  if (TraceRecorder::Global().enabled()) compute_start_ns_ = TraceClockNs();
+  return OkStatus();
+}
+
+Status ZeroEngine::After(const ModuleAccess& access) {
+  TraceRecorder& recorder = TraceRecorder::Global();
+  if (recorder.enabled() && compute_start_ns_ > 0) {
+    recorder.Record(kTraceLaneCompute, DescribeAccess(access, model_->registry()),
+                    compute_start_ns_, TraceClockNs());
+    compute_start_ns_ = 0;
+  }
+  if (user_hooks_ != nullptr) {
+    SLUICE_RETURN_IF_ERROR(access.phase == Phase::kForward
+                               ? user_hooks_->AfterForward(access.unit)
+                               : user_hooks_->AfterBackward(access.unit));
+  }
+  if (coordinator_ != nullptr) SLUICE_RETURN_IF_ERROR(coordinator_->Release(access));
+  if (access.phase == Phase::kBackward) {
+    SLUICE_RETURN_IF_ERROR(reducer_->AfterBackward(access.unit));
+  }
+  return OkStatus();
+}
+
+Result<double> ZeroEngine::RunPass(PassKind kind, const int32_t* inputs, const int32_t* targets,
+                                   int64_t batch, int64_t seq, double loss_grad) {
+  const bool train = kind == PassKind::kTrain;
+  if (train) {
+    const bool boundary = micro_batches_ + 1 == options_.gradient_accumulation_steps;
+    if (Status status = reducer_->BeginPass(boundary); !status.ok()) return Fail(status);
+  }
+  if (coordinator_ != nullptr) {
+    if (Status status = coordinator_->BeginPass(kind); !status.ok()) return Fail(status);
+  }
+  model_->SetParameterBinding(&binding_);
+  model_->SetHooks(hooks_.get());
+  Result<double> loss = train ? model_->ForwardBackward(inputs, targets, batch, seq, loss_grad)
+                              : model_->ForwardLoss(inputs, targets, batch, seq);
+  model_->SetHooks(nullptr);
+  model_->SetParameterBinding(nullptr);
+  if (!loss.ok()) return Fail(loss.status());
+  if (train) {
+    if (Status status = reducer_->EndPass(); !status.ok()) return Fail(status);
+    if (options_.stage == 1 && micro_batches_ + 1 == options_.gradient_accumulation_steps) {
+      // The averaged full gradients are complete: keep this rank's partitions for the step.
+      ExtractOwned(layout_, full_grads_.data_as<float>(), grad_shard_.data_as<float>());
+    }
+  }
+  if (coordinator_ != nullptr) {
+    if (Status status = coordinator_->EndPass(); !status.ok()) return Fail(status);
+  }
+  return loss;
+}
+
+Result<double> ZeroEngine::ForwardBackward(const int32_t* inputs, const int32_t* targets,
+                                           int64_t batch, int64_t seq, double loss_grad) {
+  SLUICE_RETURN_IF_ERROR(CheckUsable());
+  if (micro_batches_ == options_.gradient_accumulation_steps) {
+    return FailedPreconditionError(
+        "ForwardBackward after {} micro-batches: gradient_accumulation_steps = {}, call Step() "
+        "first",
+        micro_batches_, options_.gradient_accumulation_steps);
+  }
+  if (micro_batches_ == 0) {
+    // A new step: the accumulators start from zero.
+    if (!full_grads_.empty()) std::memset(full_grads_.data(), 0, full_grads_.size());
+    if (!grad_shard_.empty()) std::memset(grad_shard_.data(), 0, grad_shard_.size());
+  }
+  SLUICE_ASSIGN_OR_RETURN(double loss,
+                          RunPass(PassKind::kTrain, inputs, targets, batch, seq, loss_grad));
+  ++micro_batches_;
+  return loss;
+}
+
+Result<double> ZeroEngine::ForwardLoss(const int32_t* inputs, const int32_t* targets, int64_t batch,
+                                       int64_t seq) {
+  SLUICE_RETURN_IF_ERROR(CheckUsable());
+  return RunPass(PassKind::kEval, inputs, targets, batch, seq, 0.0);
+}
+
+float* ZeroEngine::step_gradient_data() const {
+  return options_.stage == 0 ? full_grads_.data_as<float>() : grad_shard_.data_as<float>();
+}
+
+std::span<const float> ZeroEngine::step_gradients() const {
+  return {step_gradient_data(), static_cast<size_t>(layout_.shard_elements())};
+}
+
+Result<ZeroStepResult> ZeroEngine::Step(const ZeroStepInput& input) {
+  SLUICE_RETURN_IF_ERROR(CheckUsable());
+  if (micro_batches_ != options_.gradient_accumulation_steps) {
+    return FailedPreconditionError(
+        "Step() after {} micro-batches: gradient_accumulation_steps = {} ForwardBackward calls "
+        "come first",
+        micro_batches_, options_.gradient_accumulation_steps);
+  }
+  micro_batches_ = 0;
+  float* grads = step_gradient_data();
+  if (options_.param_dtype == DType::kF16) {
+    // What an fp16 backward would have produced: a scaled gradient past 65504 becomes inf.
+    RoundThrough(grads, layout_.shard_elements(), DType::kF16, options_.num_threads);
+  }
+  const double local = LocalSquaredSum(layout_, grads);
+  double total = local;
+  if (options_.stage > 0) {
+    Status status = queue_->Run("all_gather gradient norm", [&total, local](Comm& comm) {
+      SLUICE_ASSIGN_OR_RETURN(total, SumInRankOrder(comm, local));
+      return OkStatus();
+    });
+    if (!status.ok()) return Fail(status);
+  }
+  ZeroStepResult result;
+  result.local_overflow = !std::isfinite(local);
+  result.overflow = !std::isfinite(total);
+  result.grad_norm = std::sqrt(total) * (1.0 / input.loss_scale);
+  if (result.overflow) return result;
+  result.clip_coefficient = ClipCoefficient(result.grad_norm, input.max_grad_norm);
+  if (Status status = adam_->Step(grads, input.lr, result.clip_coefficient / input.loss_scale);
+      !status.ok()) {
+    return Fail(status);
+  }
+  if (Status status = Publish(); !status.ok()) return Fail(status);
+  return result;
+}
+
+Result<double> ZeroEngine::MeanAcrossRanks(double value) {
+  SLUICE_RETURN_IF_ERROR(CheckUsable());
+  double sum = 0.0;
+  Status status = queue_->Run("all_gather mean", [&sum, value](Comm& comm) {
+    SLUICE_ASSIGN_OR_RETURN(sum, SumInRankOrder(comm, value));
+    return OkStatus();
+  });
+  if (!status.ok()) return Fail(status);
+  return sum / static_cast<double>(queue_->comm().size());
+}
+
+Status ZeroEngine::GatherFullParameters(std::span<float> out) {
+  SLUICE_RETURN_IF_ERROR(CheckUsable());
+  if (static_cast<int64_t>(out.size()) != layout_.total_elements()) {
+    return InvalidArgumentError("GatherFullParameters: {} floats given for {} parameters",
+                                out.size(), layout_.total_elements());
+  }
+  if (options_.stage <= 2) {
+    std::memcpy(out.data(), full_params_.data(), out.size() * sizeof(float));
+    return OkStatus();
+  }
+  const ShardLayout* layout = &layout_;
+  const DType dtype = options_.param_dtype;
+  const size_t element_size = DTypeSize(dtype);
+  const size_t total =
+      static_cast<size_t>(layout_.shard_elements()) * static_cast<size_t>(layout_.world());
+  // Host memory: consolidation is for the caller's host-side copy, not the device budget.
+  auto staging = std::make_unique<uint8_t[]>(total * element_size);
+  std::vector<int> run(layout_.partitions().size());
+  for (size_t i = 0; i < run.size(); ++i) run[i] = static_cast<int>(i);
+  const void* shard = param_shard_data_;
+  float* full = out.data();
+  Status status = queue_->Run("all_gather full parameters", [&](Comm& comm) -> Status {
+    Status gathered = comm.AllGather(shard, staging.get(), total, dtype);
+    if (!gathered.ok()) {
+      // A timed-out collective stays posted and may still write into its buffer
+      // (runtime/comm.h): it must outlive it, so it is leaked on purpose.
+      (void)staging.release();
+      return gathered;
+    }
+    UnpackGathered(*layout, run, staging.get(), dtype,
+                   [full](const PartitionInfo& p) { return full + p.full_offset; });
+    return OkStatus();
+  });
+  return status.ok() ? status : Fail(std::move(status));
+}
+
+ZeroMemory ZeroEngine::memory() const {
+  ZeroMemory m;
+  m.param_shard = param_shard_.empty() ? full_params_.size() : param_shard_.size();
+  m.full_params = full_params_.size();
+  m.full_grads = full_grads_.size();
+  m.grad_shard = grad_shard_.size();
+  m.optimizer_state = adam_->state_bytes();
+  return m;
+}
+
+}  // namespace sluice::zero

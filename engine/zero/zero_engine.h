@@ -1,0 +1,176 @@
+// ZeRO data parallelism over the ranks of a communicator, stages 0-3, for a Model<float>
+// created with ModelStorage::kExternal (the engine owns every parameter and gradient buffer and
+// binds them for the model's passes).
+//
+//   SLUICE_ASSIGN_OR_RETURN(ZeroOptions zero, ZeroOptionsFromConfig(config));
+//   SLUICE_ASSIGN_OR_RETURN(auto model, model::Model<float>::Create(
+//                                           model_options, allocator,
+//                                           model::ModelStorage::kExternal));
+//   SLUICE_ASSIGN_OR_RETURN(auto engine, ZeroEngine::Create(zero, *model, world, device));
+//   SLUICE_RETURN_IF_ERROR(engine->InitializeParameters(seed));
+//   for each step:
+//     for each of the gradient_accumulation_steps micro-batches (this rank's slice of the batch):
+//       SLUICE_ASSIGN_OR_RETURN(double loss, engine->ForwardBackward(in, tgt, b, t, scale / gas));
+//     SLUICE_ASSIGN_OR_RETURN(ZeroStepResult r, engine->Step({.lr = lr, .loss_scale = scale,
+//                                                             .max_grad_norm = clip}));
+//     SLUICE_ASSIGN_OR_RETURN(double mean_loss, engine->MeanAcrossRanks(loss));
+//
+// What each stage keeps on a rank (Ψ parameters, N ranks; shards are Ψ/N plus padding):
+//   stage 0  full fp32 parameters, full fp32 gradients, full optimizer state; the gradients are
+//            all-reduced (averaged) in buckets during the last micro-batch's backward (DDP).
+//   stage 1  as 0, but the optimizer state is a shard: each rank steps its partitions and the
+//            updated parameters are all-gathered (allgather_bucket_size per collective).
+//   stage 2  as 1, but gradients are reduce-scattered in buckets after each micro-batch's units
+//            and accumulated in an fp32 gradient shard; no full gradient buffer survives a pass.
+//   stage 3  as 2, but parameters too are only a shard: the parameter coordinator gathers each
+//            unit before its forward and backward and releases it after (prefetch by trace, a
+//            hard live budget, persistence of small parameters; parameter_coordinator.h).
+// The shard layout is DeepSpeed's ZeRO-3 one (shard_layout.h). Gradients accumulate in fp32 over
+// the micro-batches. Step() computes the global gradient norm over all shards and ranks, skips
+// the step on every rank when any rank's shard holds an inf or NaN (fp16 overflow), clips, and
+// runs Adam on the shard.
+//
+// Collectives run on the engine's own communicator (a Split of `world`) from one comm stream
+// (comm_queue.h), overlapping compute when overlap_comm is set. Every rank must make the same
+// calls in the same order. Create() first checks that all ranks run the same ZeRO options and
+// model; a stage-3 pass order that differs across ranks is caught at the end of the first pass;
+// a rank that stops participating makes the others fail with DeadlineExceeded naming it after
+// run.comm_timeout. After any failed pass or step the engine is unusable (FailedPrecondition).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "engine/model/model.h"
+#include "engine/zero/comm_queue.h"
+#include "engine/zero/gradient_reducer.h"
+#include "engine/zero/parameter_coordinator.h"
+#include "engine/zero/shard_layout.h"
+#include "engine/zero/sharded_adam.h"
+#include "engine/zero/zero_binding.h"
+#include "engine/zero/zero_options.h"
+#include "runtime/comm.h"
+#include "runtime/device.h"
+#include "runtime/status.h"
+
+namespace sluice::zero {
+
+struct ZeroStepInput {
+  double lr = 1e-3;
+  // The factor the loss gradients were multiplied by (fp16 loss scaling); 1 otherwise.
+  double loss_scale = 1.0;
+  // gradient_clipping: the global norm is clipped to this; 0 disables.
+  double max_grad_norm = 0.0;
+};
+
+struct ZeroStepResult {
+  // L2 norm of the unscaled gradient over all ranks; inf or NaN when `overflow`.
+  double grad_norm = 0.0;
+  // Some gradient element on some rank was inf or NaN (in f16: after rounding to fp16): every
+  // rank skipped the step. The caller reports it to its loss scaler.
+  bool overflow = false;
+  // This rank's own shard held such an element.
+  bool local_overflow = false;
+  double clip_coefficient = 1.0;
+};
+
+// Bytes of what the engine holds on the device, by role.
+struct ZeroMemory {
+  uint64_t param_shard = 0;      // the parameters in the parameter dtype (all of them in stage 0)
+  uint64_t full_params = 0;      // stages 0-2: the replicated fp32 compute copy
+  uint64_t full_grads = 0;       // stages 0-1: the replicated fp32 gradients
+  uint64_t grad_shard = 0;       // stages 1-3: the fp32 gradient shard
+  uint64_t optimizer_state = 0;  // master weights (when kept apart), exp_avg, exp_avg_sq
+};
+
+class ZeroEngine {
+ public:
+  // Collective over `world`. `model` (kExternal storage), `world` and `device` must outlive the
+  // engine; `device` holds every buffer of the engine (a cpu device: the model runs on the CPU
+  // ops). FailedPrecondition when the ranks disagree on the options or the model.
+  static Result<std::unique_ptr<ZeroEngine>> Create(const ZeroOptions& options,
+                                                    model::Model<float>& model, Comm& world,
+                                                    Device& device);
+  // Waits for the comm stream's pending work.
+  ~ZeroEngine();
+
+  // Each rank initializes only the elements it owns, exactly as Model::InitializeParameters
+  // would the whole model (init.h), rounded to the parameter dtype; then publishes them.
+  // Collective.
+  Status InitializeParameters(uint64_t seed);
+
+  // One micro-batch of this rank: forward, loss, backward with gradient loss_grad * d(mean
+  // loss), and the gradient reduction of the stage. Returns this rank's mean loss. Collective.
+  Result<double> ForwardBackward(const int32_t* inputs, const int32_t* targets, int64_t batch,
+                                 int64_t seq, double loss_grad);
+  // Forward and loss only (evaluation). Collective in stage 3.
+  Result<double> ForwardLoss(const int32_t* inputs, const int32_t* targets, int64_t batch,
+                             int64_t seq);
+  // The optimizer step, after exactly gradient_accumulation_steps ForwardBackward calls.
+  // Collective.
+  Result<ZeroStepResult> Step(const ZeroStepInput& input);
+
+  // The mean of one value per rank (a loss), identical on every rank. Collective.
+  Result<double> MeanAcrossRanks(double value);
+  // The full parameters (the parameter dtype's values, as fp32) in the model's flat layout:
+  // `out` holds layout().total_elements() floats. Collective.
+  Status GatherFullParameters(std::span<float> out);
+
+  // Hooks the caller wants around each unit (timing): called after the unit's parameters are
+  // fetched and before they are released. Not owned; null clears.
+  void SetUserHooks(model::UnitHooks* hooks) { user_hooks_ = hooks; }
+
+  const ZeroOptions& options() const { return options_; }
+  const ShardLayout& layout() const { return layout_; }
+  int rank() const { return queue_->comm().rank(); }
+  int world_size() const { return queue_->comm().size(); }
+  // Stage 3 only (null otherwise).
+  ParameterCoordinator* coordinator() const { return coordinator_.get(); }
+  const ReducerStats& reducer_stats() const { return reducer_->stats(); }
+  const ShardedAdam& optimizer() const { return *adam_; }
+  ZeroMemory memory() const;
+  // The fp32 gradients this rank steps with: its shard (stages 1-3) or the full buffer (stage 0).
+  // Valid between the last micro-batch and Step().
+  std::span<const float> step_gradients() const;
+
+ private:
+  class Hooks;
+
+  ZeroEngine(const ZeroOptions& options, model::Model<float>& model, Device& device);
+  Status Build(Comm& world);
+  Status CheckUsable() const;
+  Status Fail(Status status);
+  Result<double> RunPass(PassKind kind, const int32_t* inputs, const int32_t* targets,
+                         int64_t batch, int64_t seq, double loss_grad);
+  Status Publish();
+  Status PublishByAllGather();
+  float* step_gradient_data() const;
+
+  // Hook bodies.
+  Status Before(const ModuleAccess& access);
+  Status After(const ModuleAccess& access);
+
+  ZeroOptions options_;
+  model::Model<float>* model_;
+  Device* device_;
+  ShardLayout layout_;
+  ZeroBinding binding_;
+  // Buffers before the queue: destroyed after it has finished its work.
+  DeviceBuffer param_shard_;
+  DeviceBuffer full_params_;
+  DeviceBuffer full_grads_;
+  DeviceBuffer grad_shard_;
+  void* param_shard_data_ = nullptr;  // param_shard_, or full_params_ in stage 0 / f32
+  std::unique_ptr<ShardedAdam> adam_;
+  std::unique_ptr<CommQueue> queue_;
+  std::unique_ptr<ParameterCoordinator> coordinator_;
+  std::unique_ptr<GradientReducer> reducer_;
+  std::unique_ptr<Hooks> hooks_;
+  model::UnitHooks* user_hooks_ = nullptr;
+  int64_t micro_batches_ = 0;  // of the current step
+  int64_t compute_start_ns_ = 0;
+  Status broken_;
+};
+
+}  // namespace sluice::zero

@@ -1,0 +1,108 @@
+#include "engine/zero/zero_options.h"
+
+#include <bit>
+#include <string_view>
+
+#include "kernels/ref/adam_ref.h"
+
+namespace sluice::zero {
+namespace {
+
+Status RequirePositive(std::string_view key, int64_t value) {
+  if (value > 0) return OkStatus();
+  return InvalidArgumentError("{} = {} must be a positive element count", key, value);
+}
+
+Status RequireNonNegative(std::string_view key, int64_t value) {
+  if (value >= 0) return OkStatus();
+  return InvalidArgumentError("{} = {} must be an element count of 0 or more", key, value);
+}
+
+}  // namespace
+
+Result<ZeroOptions> ZeroOptionsFromConfig(const Config& config) {
+  const ZeroConfig& z = config.zero;
+  if (z.offload_optimizer.device != OffloadDevice::kNone) {
+    return UnimplementedError(
+        "zero_optimization.offload_optimizer.device = {} is not handled by the ZeRO engine: it "
+        "keeps its optimizer shard on the device; set it to none",
+        OffloadDeviceName(z.offload_optimizer.device));
+  }
+  if (z.offload_param.device != OffloadDevice::kNone) {
+    return UnimplementedError(
+        "zero_optimization.offload_param.device = {} is not handled by the ZeRO engine: it keeps "
+        "its parameter shard on the device; set it to none",
+        OffloadDeviceName(z.offload_param.device));
+  }
+  ZeroOptions o;
+  o.stage = z.stage;
+  o.overlap_comm = z.overlap_comm;
+  o.reduce_bucket_size = z.reduce_bucket_size;
+  o.allgather_bucket_size = z.allgather_bucket_size;
+  o.stage3_prefetch_bucket_size = z.stage3_prefetch_bucket_size;
+  o.stage3_param_persistence_threshold = z.stage3_param_persistence_threshold;
+  o.stage3_max_live_parameters = z.stage3_max_live_parameters;
+  o.stage3_max_reuse_distance = z.stage3_max_reuse_distance;
+  o.gradient_accumulation_steps = config.batch.gradient_accumulation_steps;
+  o.param_dtype = config.model.dtype;
+  o.optimizer = config.optimizer;
+  o.num_threads = config.device.threads;
+  SLUICE_RETURN_IF_ERROR(ValidateZeroOptions(o));
+  return o;
+}
+
+Status ValidateZeroOptions(const ZeroOptions& o) {
+  if (o.stage < 0 || o.stage > 3) {
+    return InvalidArgumentError("zero_optimization.stage = {} must be 0, 1, 2 or 3", o.stage);
+  }
+  SLUICE_RETURN_IF_ERROR(
+      RequirePositive("zero_optimization.reduce_bucket_size", o.reduce_bucket_size));
+  SLUICE_RETURN_IF_ERROR(
+      RequirePositive("zero_optimization.allgather_bucket_size", o.allgather_bucket_size));
+  SLUICE_RETURN_IF_ERROR(RequireNonNegative("zero_optimization.stage3_prefetch_bucket_size",
+                                            o.stage3_prefetch_bucket_size));
+  SLUICE_RETURN_IF_ERROR(RequireNonNegative("zero_optimization.stage3_param_persistence_threshold",
+                                            o.stage3_param_persistence_threshold));
+  SLUICE_RETURN_IF_ERROR(RequirePositive("zero_optimization.stage3_max_live_parameters",
+                                         o.stage3_max_live_parameters));
+  SLUICE_RETURN_IF_ERROR(RequireNonNegative("zero_optimization.stage3_max_reuse_distance",
+                                            o.stage3_max_reuse_distance));
+  if (o.gradient_accumulation_steps < 1) {
+    return InvalidArgumentError("gradient_accumulation_steps = {} must be at least 1",
+                                o.gradient_accumulation_steps);
+  }
+  kernels::AdamHyperparams hyper;
+  hyper.lr = static_cast<float>(o.optimizer.lr);
+  hyper.beta1 = static_cast<float>(o.optimizer.beta1);
+  hyper.beta2 = static_cast<float>(o.optimizer.beta2);
+  hyper.eps = static_cast<float>(o.optimizer.eps);
+  hyper.weight_decay = static_cast<float>(o.optimizer.weight_decay);
+  if (std::string error = kernels::AdamHyperparamsError(hyper); !error.empty()) {
+    return InvalidArgumentError("optimizer.params: {}", error);
+  }
+  return OkStatus();
+}
+
+std::vector<AgreedValue> AgreedValuesOf(const ZeroOptions& o) {
+  auto bits = [](double value) { return std::bit_cast<int64_t>(value); };
+  return {
+      {"zero_optimization.stage", o.stage},
+      {"zero_optimization.overlap_comm", o.overlap_comm ? 1 : 0},
+      {"zero_optimization.reduce_bucket_size", o.reduce_bucket_size},
+      {"zero_optimization.allgather_bucket_size", o.allgather_bucket_size},
+      {"zero_optimization.stage3_prefetch_bucket_size", o.stage3_prefetch_bucket_size},
+      {"zero_optimization.stage3_param_persistence_threshold",
+       o.stage3_param_persistence_threshold},
+      {"zero_optimization.stage3_max_live_parameters", o.stage3_max_live_parameters},
+      {"zero_optimization.stage3_max_reuse_distance", o.stage3_max_reuse_distance},
+      {"gradient_accumulation_steps", o.gradient_accumulation_steps},
+      {"model.dtype (parameter precision)", static_cast<int64_t>(o.param_dtype)},
+      {"optimizer.type (adam_w_mode)", o.optimizer.adam_w_mode ? 1 : 0},
+      {"optimizer.params.betas[0] (bits)", bits(o.optimizer.beta1)},
+      {"optimizer.params.betas[1] (bits)", bits(o.optimizer.beta2)},
+      {"optimizer.params.eps (bits)", bits(o.optimizer.eps)},
+      {"optimizer.params.weight_decay (bits)", bits(o.optimizer.weight_decay)},
+  };
+}
+
+}  // namespace sluice::zero

@@ -1,0 +1,54 @@
+// What the ZeRO engine (zero_engine.h) is told: the zero_optimization keys it implements, the
+// precision of the parameters, the optimizer and the accumulation count. All sizes are element
+// counts, as in DeepSpeed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/config/config.h"
+#include "runtime/dtype.h"
+#include "runtime/status.h"
+
+namespace sluice::zero {
+
+struct ZeroOptions {
+  // 0: replicated (DDP); 1: + optimizer state sharded; 2: + gradients; 3: + parameters.
+  int stage = 0;
+  // Collectives run on the comm stream while the calling thread computes; off: each collective is
+  // waited for as soon as it is issued.
+  bool overlap_comm = false;
+  int64_t reduce_bucket_size = 500000000;
+  int64_t allgather_bucket_size = 500000000;
+  int64_t stage3_prefetch_bucket_size = 50000000;
+  int64_t stage3_param_persistence_threshold = 100000;
+  int64_t stage3_max_live_parameters = 1000000000;
+  int64_t stage3_max_reuse_distance = 1000000000;
+  int64_t gradient_accumulation_steps = 1;
+  // How parameters are stored in the shards and travel in all-gathers: kF32, kBF16 or kF16. The
+  // compute copy the model reads is always fp32; the optimizer keeps fp32 master weights.
+  DType param_dtype = DType::kF32;
+  OptimizerConfig optimizer;
+  // Threads of the optimizer kernel and the gradient norm; 0 = OpenMP's default.
+  int num_threads = 0;
+};
+
+// From a resolved config: zero_optimization.*, gradient_accumulation_steps, the model dtype
+// (fp16/bf16 sections), the optimizer and device.threads. Unimplemented for offload_optimizer /
+// offload_param, which this engine does not do.
+Result<ZeroOptions> ZeroOptionsFromConfig(const Config& config);
+
+// OK, or InvalidArgument naming the config key and what to change.
+Status ValidateZeroOptions(const ZeroOptions& options);
+
+// A named integer that every rank must agree on (rank_agreement.h).
+struct AgreedValue {
+  std::string key;  // the config key, or what the value is ("model parameters")
+  int64_t value = 0;
+};
+
+// Every option as an AgreedValue, keyed by its config name.
+std::vector<AgreedValue> AgreedValuesOf(const ZeroOptions& options);
+
+}  // namespace sluice::zero

@@ -1,0 +1,273 @@
+// The ZeRO shard layout (DeepSpeed's per-parameter partitioning and padding), the copies around
+// the coalesced collectives, and the sharded gradient norm. No communicator: the collectives are
+// simulated by concatenating or summing what each rank would contribute.
+#include "engine/zero/shard_layout.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "engine/model/model.h"
+#include "engine/train/grad_clip.h"
+#include "engine/zero/partition_copy.h"
+#include "engine/zero/shard_grad_norm.h"
+#include "kernels/ref/half.h"
+#include "zero_test_util.h"
+
+namespace sluice::zero::testing {
+namespace {
+
+// Units of odd sizes: a parameter smaller than the world, one of a single element, a tied alias.
+model::ParameterRegistry OddRegistry() {
+  model::ParameterRegistry r;
+  r.BeginUnit("embeddings");
+  const int wte = r.Add("wte", Shape({7, 3}), model::InitKind::kNormal);  // 21
+  r.Add("tiny", Shape({2}), model::InitKind::kZeros);                     // 2
+  r.BeginUnit("block");
+  r.Add("w", Shape({10}), model::InitKind::kNormal);   // 10
+  r.Add("b", Shape({1}), model::InitKind::kZeros);     // 1
+  r.Add("w2", Shape({12}), model::InitKind::kNormal);  // 12
+  r.BeginUnit("head");
+  r.AddAlias("head.weight", wte);
+  return r;
+}
+
+TEST(ShardLayout, PartitionsLikeDeepSpeed) {
+  const model::ParameterRegistry registry = OddRegistry();
+  for (int world = 1; world <= 5; ++world) {
+    std::vector<ShardLayout> layouts;
+    for (int rank = 0; rank < world; ++rank) {
+      layouts.push_back(ShardLayout::Build(registry, world, rank, -1));
+    }
+    for (size_t i = 0; i < layouts[0].partitions().size(); ++i) {
+      const PartitionInfo& p = layouts[0].partitions()[i];
+      // partition_parameters.py: ceil(numel / ws) per rank, padding (ws - numel % ws) % ws.
+      EXPECT_EQ(p.partition, (p.numel + world - 1) / world);
+      int64_t owned_total = 0;
+      int64_t padding = 0;
+      for (int rank = 0; rank < world; ++rank) {
+        const PartitionInfo& q = layouts[static_cast<size_t>(rank)].partitions()[i];
+        EXPECT_EQ(q.shard_offset, p.shard_offset) << "same offset on every rank";
+        const ShardSpan owned = layouts[static_cast<size_t>(rank)].Owned(q);
+        EXPECT_EQ(static_cast<int64_t>(owned.offset), std::min(p.numel, rank * p.partition));
+        owned_total += static_cast<int64_t>(owned.count);
+        padding += p.partition - static_cast<int64_t>(owned.count);
+        if (rank + 1 < world && owned.count < static_cast<size_t>(p.partition)) {
+          // Only the last ranks pad: every later rank owns nothing more.
+          for (int later = rank + 1; later < world; ++later) {
+            EXPECT_EQ(layouts[static_cast<size_t>(later)].Owned(q).count, 0u);
+          }
+        }
+      }
+      EXPECT_EQ(owned_total, p.numel);
+      EXPECT_EQ(padding, (world - p.numel % world) % world) << "param " << p.param;
+    }
+    for (const ShardLayout& layout : layouts) {
+      EXPECT_EQ(layout.shard_elements(), layouts[0].shard_elements());
+      EXPECT_EQ(layout.total_elements(), 46);
+    }
+  }
+}
+
+TEST(ShardLayout, SmallParameterOnManyRanks) {
+  const model::ParameterRegistry registry = OddRegistry();
+  // "tiny" has 2 elements: on 4 ranks ranks 0 and 1 own one each, ranks 2 and 3 only padding.
+  const int tiny = *registry.Find("tiny");
+  for (int rank = 0; rank < 4; ++rank) {
+    const ShardLayout layout = ShardLayout::Build(registry, 4, rank, -1);
+    const PartitionInfo& p = layout.PartitionOf(tiny);
+    EXPECT_EQ(p.partition, 1);
+    EXPECT_EQ(layout.Owned(p).count, rank < 2 ? 1u : 0u);
+  }
+}
+
+TEST(ShardLayout, PersistentParametersGoLastAndUnitsGatherContiguousRuns) {
+  const model::ParameterRegistry registry = OddRegistry();
+  const ShardLayout layout = ShardLayout::Build(registry, 3, 1, /*persistence_threshold=*/2);
+  // tiny (2) and b (1) are persistent: one run at the end, in registry order.
+  ASSERT_EQ(layout.persistent().size(), 2u);
+  EXPECT_EQ(layout.partitions()[static_cast<size_t>(layout.persistent()[0])].param,
+            *registry.Find("tiny"));
+  EXPECT_EQ(layout.partitions()[static_cast<size_t>(layout.persistent()[1])].param,
+            *registry.Find("b"));
+  EXPECT_EQ(layout.persistent_numel(), 3);
+  EXPECT_EQ(layout.persistent_elements(), 2);  // ceil(2/3) + ceil(1/3)
+  EXPECT_EQ(layout.persistent_offset() + layout.persistent_elements(), layout.shard_elements());
+  for (const PartitionInfo& p : layout.partitions()) {
+    EXPECT_EQ(p.persistent, p.numel <= 2);
+  }
+  // Each unit's non-persistent partitions are consecutive and start where its gather starts.
+  const UnitShards& block = layout.units()[1];
+  ASSERT_EQ(block.gathered.size(), 2u);  // w and w2, not b
+  EXPECT_EQ(block.gathered_numel, 22);
+  EXPECT_EQ(block.gather_elements, 4 + 4);
+  EXPECT_EQ(layout.partitions()[static_cast<size_t>(block.gathered[0])].shard_offset,
+            block.gather_offset);
+  EXPECT_EQ(block.all.size(), 3u);
+  // The tied head owns nothing and reads the embeddings.
+  EXPECT_TRUE(layout.units()[2].all.empty());
+  EXPECT_EQ(layout.PartitionOf(*registry.Find("head.weight")).param, *registry.Find("wte"));
+  const auto reads = StorageUnitsReadBy(registry);
+  EXPECT_EQ(reads[2], std::vector<int>({0}));
+  EXPECT_EQ(reads[1], std::vector<int>({1}));
+}
+
+// Every rank's shard of a known full buffer, in `dtype`.
+std::vector<std::vector<uint8_t>> Shards(const model::ParameterRegistry& registry, int world,
+                                         const std::vector<float>& full, DType dtype,
+                                         int64_t threshold) {
+  std::vector<std::vector<uint8_t>> shards;
+  for (int rank = 0; rank < world; ++rank) {
+    const ShardLayout layout = ShardLayout::Build(registry, world, rank, threshold);
+    std::vector<uint8_t> shard(static_cast<size_t>(layout.shard_elements()) * DTypeSize(dtype), 0);
+    for (const PartitionInfo& p : layout.partitions()) {
+      const ShardSpan owned = layout.Owned(p);
+      ConvertFromF32(full.data() + p.full_offset + owned.offset,
+                     shard.data() + static_cast<size_t>(p.shard_offset) * DTypeSize(dtype), dtype,
+                     static_cast<int64_t>(owned.count), 1);
+    }
+    shards.push_back(std::move(shard));
+  }
+  return shards;
+}
+
+TEST(PartitionCopy, GatheredRunsUnpackToTheFullParameters) {
+  const model::ParameterRegistry registry = OddRegistry();
+  std::vector<float> full(46);
+  std::iota(full.begin(), full.end(), 1.0f);
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (int world : {1, 2, 3, 4}) {
+      const auto shards = Shards(registry, world, full, dtype, 2);
+      const ShardLayout layout = ShardLayout::Build(registry, world, 0, 2);
+      const size_t size = DTypeSize(dtype);
+      // What an all-gather of unit 1's run yields: every rank's piece, rank-major.
+      const UnitShards& unit = layout.units()[1];
+      std::vector<uint8_t> gathered;
+      for (int rank = 0; rank < world; ++rank) {
+        const uint8_t* piece = shards[static_cast<size_t>(rank)].data() +
+                               static_cast<size_t>(unit.gather_offset) * size;
+        gathered.insert(gathered.end(), piece,
+                        piece + static_cast<size_t>(unit.gather_elements) * size);
+      }
+      std::vector<float> out(46, -1.0f);
+      UnpackGathered(layout, unit.gathered, gathered.data(), dtype,
+                     [&out](const PartitionInfo& p) { return out.data() + p.full_offset; });
+      for (const char* name : {"w", "w2"}) {
+        const model::ParameterInfo& info = registry.parameter(*registry.Find(name));
+        for (int64_t e = 0; e < info.numel; ++e) {
+          // Small integers are exact in bf16 and f16.
+          EXPECT_EQ(out[static_cast<size_t>(info.offset + e)],
+                    full[static_cast<size_t>(info.offset + e)])
+              << name << " " << e << " world " << world;
+        }
+      }
+      EXPECT_EQ(out[static_cast<size_t>(registry.parameter(*registry.Find("b")).offset)], -1.0f)
+          << "a persistent parameter is not part of the unit's run";
+    }
+  }
+}
+
+TEST(PartitionCopy, ReduceScatterPiecesAccumulateIntoEachRanksShard) {
+  const model::ParameterRegistry registry = OddRegistry();
+  const int world = 3;
+  // Rank r's full gradient: (r + 1) * (i + 1). The sum over ranks: 6 * (i + 1).
+  std::vector<std::vector<float>> grads(world, std::vector<float>(46));
+  for (int r = 0; r < world; ++r) {
+    for (size_t i = 0; i < 46; ++i) grads[static_cast<size_t>(r)][i] = (r + 1.0f) * (i + 1.0f);
+  }
+  const ShardLayout layout0 = ShardLayout::Build(registry, world, 0, -1);
+  // A bucket in backward order: w2, b, w of the block, then tiny, wte.
+  const std::vector<int> run = {4, 3, 2, 1, 0};
+  const int64_t piece = RunElements(layout0, run);
+  EXPECT_EQ(piece, 4 + 1 + 4 + 1 + 7);
+  std::vector<float> summed(static_cast<size_t>(piece * world), 0.0f);
+  for (int r = 0; r < world; ++r) {
+    std::vector<float> bucket(summed.size(), -7.0f);
+    PackForReduceScatter(
+        layout0, run,
+        [&](const PartitionInfo& p) {
+          return grads[static_cast<size_t>(r)].data() + p.full_offset;
+        },
+        bucket.data());
+    for (size_t i = 0; i < bucket.size(); ++i) summed[i] += bucket[i];
+  }
+  for (int rank = 0; rank < world; ++rank) {
+    const ShardLayout layout = ShardLayout::Build(registry, world, rank, -1);
+    std::vector<float> shard(static_cast<size_t>(layout.shard_elements()), 1.0f);
+    AccumulateIntoShard(layout, run, summed.data() + rank * piece, shard.data());
+    for (const PartitionInfo& p : layout.partitions()) {
+      const ShardSpan owned = layout.Owned(p);
+      for (int64_t e = 0; e < p.partition; ++e) {
+        const float got = shard[static_cast<size_t>(p.shard_offset + e)];
+        if (e < static_cast<int64_t>(owned.count)) {
+          const int64_t flat = p.full_offset + static_cast<int64_t>(owned.offset) + e;
+          EXPECT_EQ(got, 1.0f + 6.0f * (flat + 1.0f)) << "rank " << rank << " flat " << flat;
+        } else {
+          EXPECT_EQ(got, 1.0f) << "padding receives zeros";
+        }
+      }
+    }
+  }
+}
+
+TEST(ShardGradNorm, OneRankSumsLikeTheTrainer) {
+  // Big enough for several 8192-element blocks.
+  model::ModelOptions options = TinyGpt();
+  options.d_model = 64;
+  options.d_ff = 256;
+  model::HostAllocator host;
+  auto net = model::Model<float>::Create(options, host, model::ModelStorage::kExternal);
+  ASSERT_TRUE(net.ok());
+  const model::ParameterRegistry& registry = (*net)->registry();
+  const int64_t n = registry.total_elements();
+  ASSERT_GT(n, 4 * kNormBlock);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1e-2f);
+  std::vector<float> grads(static_cast<size_t>(n));
+  for (float& g : grads) g = normal(rng);
+
+  const train::GradNorm trainer = train::GlobalGradNorm(grads.data(), n, 1.0, 2);
+  // Persistent parameters reorder the shard; the sum still follows the flat order.
+  const ShardLayout one = ShardLayout::Build(registry, 1, 0, 100);
+  std::vector<float> shard(static_cast<size_t>(one.shard_elements()), 0.0f);
+  ExtractOwned(one, grads.data(), shard.data());
+  const double squared = LocalSquaredSum(one, shard.data());
+  EXPECT_EQ(std::sqrt(squared), trainer.norm) << "bitwise with one rank";
+
+  double over_ranks = 0.0;
+  for (int rank = 0; rank < 3; ++rank) {
+    const ShardLayout layout = ShardLayout::Build(registry, 3, rank, -1);
+    std::vector<float> part(static_cast<size_t>(layout.shard_elements()), 123.0f);
+    std::fill(part.begin(), part.end(), 0.0f);
+    ExtractOwned(layout, grads.data(), part.data());
+    over_ranks += LocalSquaredSum(layout, part.data());
+  }
+  EXPECT_NEAR(std::sqrt(over_ranks), trainer.norm, 1e-12 * trainer.norm);
+
+  shard[17] = std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(std::isfinite(LocalSquaredSum(one, shard.data())));
+}
+
+TEST(ShardGradNorm, ClipCoefficientAsTorch) {
+  EXPECT_EQ(ClipCoefficient(0.5, 1.0), 1.0);
+  EXPECT_DOUBLE_EQ(ClipCoefficient(4.0, 1.0), 1.0 / (4.0 + 1e-6));
+  EXPECT_EQ(ClipCoefficient(4.0, 0.0), 1.0);
+  EXPECT_EQ(ClipCoefficient(std::numeric_limits<double>::infinity(), 1.0), 1.0);
+  EXPECT_EQ(ClipCoefficient(4.0, 1.0), train::ClipCoefficient(4.0, 1.0));
+}
+
+TEST(PartitionCopy, RoundThroughF16Overflows) {
+  std::vector<float> v = {1.0f, 65504.0f, 70000.0f, -1e6f, 1e-3f};
+  RoundThrough(v.data(), static_cast<int64_t>(v.size()), DType::kF16, 1);
+  EXPECT_EQ(v[0], 1.0f);
+  EXPECT_EQ(v[1], 65504.0f);
+  EXPECT_TRUE(std::isinf(v[2]));
+  EXPECT_TRUE(std::isinf(v[3]));
+  EXPECT_EQ(v[4], kernels::F16ToF32(kernels::F32ToF16(1e-3f)));
+}
+
+}  // namespace
+}  // namespace sluice::zero::testing
