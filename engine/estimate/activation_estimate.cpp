@@ -1,0 +1,93 @@
+#include "engine/estimate/activation_estimate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "engine/estimate/count_format.h"
+#include "engine/estimate/model_layout.h"
+#include "kernels/ref/ops_attention.h"
+
+namespace sluice::estimate {
+namespace {
+
+constexpr int64_t kF32 = 4;  // bytes of the compute dtype
+
+}  // namespace
+
+ActivationEstimate EstimateActivations(const model::ModelOptions& o, int64_t micro_batch,
+                                       int64_t seq) {
+  const bool gpt2 = o.family == model::Family::kGpt2;
+  const int64_t r = micro_batch * seq;  // rows: one per token
+  const int64_t d = o.d_model;
+  const int64_t f = o.d_ff;
+  const int64_t h = o.n_head;
+  const int64_t kv = o.n_kv_head * (d / o.n_head);
+  const int64_t v = o.vocab_size;
+  const int64_t workspace =
+      kernels::AttentionWorkspaceElements({micro_batch, seq, o.n_head, o.n_kv_head, d / o.n_head});
+
+  // Saved elements (see the modules' Forward): norms keep y and their statistics; linears their
+  // output; attention q, k, v, its output and the log-sum-exp per head; the block its two
+  // residual sums; the MLP its activation output.
+  const int64_t embeddings = gpt2 ? 2 * r * d : r * d;
+  const int64_t norm = gpt2 ? r * d + 2 * r : r * d + r;
+  const int64_t block = gpt2 ? 2 * norm + 2 * r * (d + 2 * kv)  // c_attn out, then q, k, v
+                                   + r * d + r * h + r * d      // attention out, lse, c_proj
+                                   + 2 * r * d                  // residual sums h, y
+                                   + 2 * r * f + r * d          // c_fc out, gelu, c_proj
+                             : 2 * norm + r * d + 2 * r * kv    // q, k, v projections
+                                   + r * d + r * kv             // rotated q, k
+                                   + r * d + r * h + r * d      // attention out, lse, o_proj
+                                   + 2 * r * d                  // residual sums h, y
+                                   + 3 * r * f + r * d;         // gate, up, swiglu, down
+  const int64_t head = norm + r * v;  // final norm, logits (the loss adds r for its lse)
+  const int64_t kept = o.activation_checkpointing ? r * d : block;
+  // The backward's peak: either the LM head's input gradient on top of everything saved, or the
+  // last block's first backward step (its MLP output gradient, r x d_ff) after the head's
+  // activations were freed; a checkpointed block first recomputes everything it saves.
+  const int64_t recomputed = o.activation_checkpointing ? block : 0;
+  const int64_t tail = std::max(head, recomputed + r * f);
+  const int64_t peak = embeddings + o.n_layer * kept + r * d + tail;
+
+  // Scratch, per block backward: GELU's or SwiGLU's input gradients, then the block's residual
+  // gradient with dq, dk, dv and either the attention workspace or the fused dqkv.
+  const int64_t mlp_scratch = gpt2 ? r * f : 2 * r * f;
+  const int64_t attention_scratch =
+      gpt2 ? 2 * r * d + 2 * r * kv + std::max(workspace, r * (d + 2 * kv))
+           : 2 * r * d + 2 * r * kv + workspace;
+  const int64_t block_scratch = std::max(mlp_scratch, attention_scratch);
+  int64_t scratch = block_scratch;
+  std::string widening;
+  if (o.param_dtype == DType::kBF16) {
+    // The running unit's parameters, widened to fp32 for the whole of its forward or backward.
+    int64_t widened = 0;
+    for (const UnitLayout& unit : DescribeUnits(o)) {
+      const int64_t extra = unit.name == "block" ? block_scratch : 0;
+      widened = std::max(widened, unit.read_elements + extra);
+    }
+    scratch = widened;
+    widening = " incl. bf16->fp32 widening of the running unit";
+  }
+
+  ActivationEstimate e;
+  e.tokens = r;
+  e.embeddings_saved_bytes = embeddings * kF32;
+  e.block_saved_bytes = block * kF32;
+  e.block_kept_bytes = kept * kF32;
+  e.head_saved_bytes = head * kF32;
+  e.peak_bytes = peak * kF32;
+  e.scratch_peak_bytes = scratch * kF32;
+  e.peak_formula = fmt::format(
+      "4 B x (embeddings {} + n_layer {} x per-block {}{} + head grad R*d {} + max(norm+logits "
+      "{}, {}R*d_ff {})), R = {} tokens",
+      FormatCount(embeddings), o.n_layer, FormatCount(kept),
+      o.activation_checkpointing ? " (checkpointed: R*d)" : "", FormatCount(r * d),
+      FormatCount(head), o.activation_checkpointing ? "recomputed block + " : "",
+      FormatCount(recomputed + r * f), FormatCount(r));
+  e.scratch_formula = fmt::format("4 B x max(MLP {}, attention {}){}", FormatCount(mlp_scratch),
+                                  FormatCount(attention_scratch), widening);
+  return e;
+}
+
+}  // namespace sluice::estimate

@@ -1,0 +1,36 @@
+// Device memory the model's forward/backward takes for one micro-batch, derived from what each
+// layer of engine/model allocates (all fp32: the CPU ops compute in fp32 whatever the storage
+// dtype):
+//   - activations (category activations): what modules save for their backward plus the input
+//     gradients a backward returns, at the peak of the pass;
+//   - scratch (category buffers): per-call temporaries (attention workspace, backward
+//     temporaries) plus, with bf16 storage, the fp32 widening of the unit that is running.
+// The two peaks happen at different moments; each is the peak of its own category, which is what
+// the memory ledger reports. docs/memory_estimator.md derives the formulas.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/model/model_options.h"
+
+namespace sluice::estimate {
+
+struct ActivationEstimate {
+  int64_t tokens = 0;                  // R = micro_batch * seq
+  int64_t embeddings_saved_bytes = 0;  // E
+  int64_t block_saved_bytes = 0;       // one decoder block without checkpointing
+  int64_t block_kept_bytes = 0;        // what a block keeps to its backward (= block_saved_bytes,
+                                       // or its output alone with checkpointing)
+  int64_t head_saved_bytes = 0;        // final norm + logits
+  int64_t peak_bytes = 0;              // category activations
+  int64_t scratch_peak_bytes = 0;      // category buffers (scratch + bf16 widening)
+  std::string peak_formula;            // the terms of peak_bytes, with numbers
+  std::string scratch_formula;
+};
+
+// `options.activation_checkpointing` and `options.param_dtype` are honoured; `seq` <= seq_len.
+ActivationEstimate EstimateActivations(const model::ModelOptions& options, int64_t micro_batch,
+                                       int64_t seq);
+
+}  // namespace sluice::estimate

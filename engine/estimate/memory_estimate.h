@@ -1,0 +1,91 @@
+// `sluice estimate`: the bytes one rank holds, per tier (device, host pinned, host, NVMe) and per
+// category (params, grads, optimizer, activations, buffers), for the configured model, ZeRO stage
+// and offload, on `world_size` data-parallel ranks. The estimate is a list of line items, each
+// with the formula that produced it, so a table can explain itself:
+//
+//   SLUICE_ASSIGN_OR_RETURN(MemoryEstimate e, EstimateMemory(config, /*world_size=*/4));
+//   e.tier_bytes(MemoryTier::kDevice);
+//   e.bytes(MemoryTier::kHostPinned, MemoryCategory::kOptimizer);
+//
+// It follows the engine that runs the configuration: stage 0 on one rank is engine/train's
+// single-rank trainer; everything else is the ZeRO engine (engine/zero), whose shards are
+// per-parameter partitions of ceil(numel / N) elements (padding included, the same length on
+// every rank) and whose stage-3 coordinator and gradient reducer are replayed
+// (zero_simulation.h). Parameters are stored in their dtype, gradients and Adam's state in fp32.
+// Device offload is not in the ZeRO engine yet: host and NVMe items follow DeepSpeed's placement.
+// docs/memory_estimator.md has every formula and assumption.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/config/config.h"
+#include "runtime/dtype.h"
+#include "runtime/memory_kinds.h"
+#include "runtime/status.h"
+
+namespace sluice::estimate {
+
+// When an item's bytes are held, for adding up peaks: a step is the pass (forward and backward
+// of each micro-batch) and then the optimizer step. During the pass, items of kPass are alive
+// throughout, the others of the pass alternate (a unit's compute, an all-gather around a fetch,
+// a reduce-scatter after a unit's backward). A peak (of a category or of a tier) is
+//   held + max(pass + max(compute, gather, reduce), optimizer step).
+enum class Lifetime : uint8_t {
+  kHeld = 0,
+  kPass,           // alive through the forward/backward (activations, unit gradients)
+  kCompute,        // inside a unit's forward or backward (scratch)
+  kGather,         // around a stage-3 parameter all-gather
+  kReduce,         // around a gradient reduce-scatter
+  kOptimizerStep,  // around the optimizer step (the all-gathers of updated parameters)
+};
+
+struct LineItem {
+  std::string name;  // "fp32 master weights"
+  MemoryTier tier = MemoryTier::kDevice;
+  MemoryCategory category = MemoryCategory::kParams;
+  int64_t bytes = 0;
+  std::string formula;  // "4 B x shard Σ ceil(numel/4) = 4 x 31,109,952"
+  Lifetime lifetime = Lifetime::kHeld;
+};
+
+struct EstimateOptions {
+  // The trainer does not checkpoint activations yet (no config setting turns it on); this shows
+  // what checkpointing every decoder block would save.
+  bool activation_checkpointing = false;
+};
+
+struct MemoryEstimate {
+  int world_size = 1;
+  int stage = 0;
+  std::string precision;            // "f32", "bf16", "f16"
+  DType param_dtype = DType::kF32;  // storage dtype of the parameters
+  int64_t parameters = 0;           // Ψ
+  int64_t shard_elements = 0;       // rank 0's shard, ceil(Ψ/N)
+  int64_t last_shard_elements = 0;  // the last rank's (fewer when N does not divide Ψ)
+  int64_t micro_batch = 0;
+  int64_t seq_len = 0;
+  bool activation_checkpointing = false;
+  OffloadDevice offload_optimizer = OffloadDevice::kNone;
+  OffloadDevice offload_param = OffloadDevice::kNone;
+  std::vector<LineItem> items;
+  std::vector<std::string> notes;  // assumptions that matter for this configuration
+
+  // The category's peak (see Lifetime).
+  int64_t bytes(MemoryTier tier, MemoryCategory category) const;
+  // The tier's peak, all its items together (see Lifetime); at most the sum of its category
+  // peaks, which may fall at different moments.
+  int64_t tier_bytes(MemoryTier tier) const;
+  // host_pinned + host.
+  int64_t host_bytes() const;
+  int64_t total_bytes() const;
+};
+
+// InvalidArgument when the config has no model section (naming the two ways to give one), for a
+// world size below 1, and for offload combinations the engine cannot run (offload with stage 0,
+// parameter offload below stage 3, a partial offload ratio below stage 3).
+Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
+                                      const EstimateOptions& options = {});
+
+}  // namespace sluice::estimate

@@ -1,0 +1,314 @@
+// EstimateMemory on configs: what each ZeRO stage shards, where offload puts state, the buffers,
+// and the errors.
+#include "engine/estimate/memory_estimate.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "estimate_test_util.h"
+
+namespace sluice::estimate {
+namespace {
+
+using testing::BaseYaml;
+using testing::LoadYaml;
+constexpr MemoryTier kDevice = MemoryTier::kDevice;
+constexpr MemoryTier kPinned = MemoryTier::kHostPinned;
+constexpr MemoryTier kHost = MemoryTier::kHost;
+constexpr MemoryTier kNvme = MemoryTier::kNvme;
+constexpr MemoryCategory kParams = MemoryCategory::kParams;
+constexpr MemoryCategory kGrads = MemoryCategory::kGrads;
+constexpr MemoryCategory kOptimizer = MemoryCategory::kOptimizer;
+constexpr MemoryCategory kActivations = MemoryCategory::kActivations;
+constexpr MemoryCategory kBuffers = MemoryCategory::kBuffers;
+
+// The base model's parameters, registry order: wte, wpe, 4 x (ln_1 w b, c_attn w b, c_proj w b,
+// ln_2 w b, c_fc w b, mlp.c_proj w b), ln_f w b.
+std::vector<int64_t> BaseParameters() {
+  std::vector<int64_t> params = {1000 * 128, 128 * 128};
+  for (int layer = 0; layer < 4; ++layer) {
+    params.insert(params.end(), {128, 128, 384 * 128, 384, 128 * 128, 128, 128, 128, 512 * 128, 512,
+                                 128 * 512, 128});
+  }
+  params.insert(params.end(), {128, 128});
+  return params;
+}
+constexpr int64_t kPsi = 1000 * 128 + 128 * 128 + 4 * (12 * 128 * 128 + 13 * 128) + 2 * 128;
+
+// Every rank's shard: each parameter cut into ceil(numel / N) elements.
+int64_t Shard(int world) {
+  int64_t shard = 0;
+  for (int64_t numel : BaseParameters()) shard += (numel + world - 1) / world;
+  return shard;
+}
+
+MemoryEstimate Estimate(const Config& config, int world_size, EstimateOptions options = {}) {
+  Result<MemoryEstimate> estimate = EstimateMemory(config, world_size, options);
+  EXPECT_TRUE(estimate.ok()) << estimate.status().ToString();
+  return estimate.ok() ? *estimate : MemoryEstimate{};
+}
+
+const LineItem* FindItem(const MemoryEstimate& e, const std::string& prefix) {
+  for (const LineItem& item : e.items) {
+    if (item.name.starts_with(prefix)) return &item;
+  }
+  return nullptr;
+}
+
+int64_t ItemBytes(const MemoryEstimate& e, const std::string& prefix) {
+  const LineItem* item = FindItem(e, prefix);
+  return item == nullptr ? 0 : item->bytes;
+}
+
+class StageShardingTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+// bf16 under the ZeRO engine: an fp32 compute copy of the parameters below stage 3 and a shard
+// in bf16 (2 B); fp32 gradients, whole below stage 2 and a shard from stage 1; the optimizer's
+// fp32 master, m and v (12 B) over the shard. Stage 0 on one rank is the single-rank trainer:
+// bf16 parameters, fp32 gradients, 12 B of optimizer state per parameter.
+TEST_P(StageShardingTest, ModelStatesFollowTheStage) {
+  const auto [stage, world] = GetParam();
+  const Config config = LoadYaml(BaseYaml(fmt::format("stage: {}", stage)), world);
+  const MemoryEstimate e = Estimate(config, world);
+  ASSERT_EQ(e.parameters, kPsi);
+  const int64_t shard = stage == 0 ? kPsi : Shard(world);
+  EXPECT_EQ(e.shard_elements, shard);
+  EXPECT_EQ(e.bytes(kDevice, kOptimizer), 12 * shard);
+  if (stage == 0 && world == 1) {
+    EXPECT_EQ(e.bytes(kDevice, kParams), 2 * kPsi);
+    EXPECT_EQ(e.bytes(kDevice, kGrads), 4 * kPsi);
+    return;
+  }
+  EXPECT_EQ(ItemBytes(e, "replicated fp32 compute parameters"), stage <= 2 ? 4 * kPsi : 0);
+  EXPECT_EQ(ItemBytes(e, stage == 0 ? "parameters (storage dtype)" : "parameter shard"), 2 * shard);
+  EXPECT_EQ(ItemBytes(e, "replicated fp32 gradients"), stage <= 1 ? 4 * kPsi : 0);
+  EXPECT_EQ(ItemBytes(e, "fp32 gradient shard"), stage >= 1 ? 4 * shard : 0);
+  EXPECT_EQ(e.host_bytes() + e.tier_bytes(kNvme), 0);
+  // The optimizer's share shrinks as 1/N from stage 1; parameters from stage 3.
+  if (stage >= 1) {
+    EXPECT_LE(e.bytes(kDevice, kOptimizer) * world, 12 * (kPsi + BaseParameters().size() * world));
+  }
+  // Activations do not depend on the stage or the ranks.
+  EXPECT_EQ(e.bytes(kDevice, kActivations),
+            Estimate(LoadYaml(BaseYaml()), 1).bytes(kDevice, kActivations));
+}
+
+INSTANTIATE_TEST_SUITE_P(StagesAndRanks, StageShardingTest,
+                         ::testing::Combine(::testing::Range(0, 4), ::testing::Range(1, 5)));
+
+TEST(MemoryEstimateTest, ShardsArePerParameterCeilingsWithPadding) {
+  const MemoryEstimate e = Estimate(LoadYaml(BaseYaml("stage: 3"), 5), 5);
+  // 128 = 5 x 26 - 2, 384 = 5 x 77 - 1, ...: every parameter pads its own partition.
+  EXPECT_EQ(e.shard_elements, Shard(5));
+  EXPECT_GT(e.shard_elements * 5, kPsi);
+  int64_t last = 0;
+  for (int64_t numel : BaseParameters()) last += numel - 4 * ((numel + 4) / 5);
+  EXPECT_EQ(e.last_shard_elements, last);
+  EXPECT_EQ(ItemBytes(e, "parameter shard"), 2 * Shard(5));
+}
+
+TEST(MemoryEstimateTest, PeaksAddWhatIsAliveTogether) {
+  const MemoryEstimate e = Estimate(
+      LoadYaml(BaseYaml("stage: 3, overlap_comm: false, stage3_max_reuse_distance: 0"), 3), 3);
+  int64_t held = 0;
+  for (const LineItem& item : e.items) {
+    EXPECT_GT(item.bytes, 0) << item.name;
+    EXPECT_FALSE(item.formula.empty()) << item.name;
+    if (item.lifetime == Lifetime::kHeld) held += item.bytes;
+  }
+  // Temporaries of different phases do not add up: the scratch of a unit's compute, the
+  // all-gather staging around a fetch, the reduce-scatter staging after a unit's backward and
+  // the persistent parameters' all-gather after the step are all buffers; the category holds
+  // the largest.
+  const int64_t scratch = ItemBytes(e, "forward/backward scratch");
+  const int64_t gather = ItemBytes(e, "parameter all-gather staging");
+  const int64_t reduce = ItemBytes(e, "reduce-scatter staging");
+  const int64_t persistent = ItemBytes(e, "all-gather staging of the persistent parameters");
+  ASSERT_GT(scratch * gather * reduce * persistent, 0);
+  EXPECT_EQ(e.bytes(kDevice, kBuffers), std::max({scratch, gather, reduce, persistent}));
+  // Gradients: the shard (held) and the unit gradient buffers (through the pass) add up.
+  EXPECT_EQ(e.bytes(kDevice, kGrads),
+            ItemBytes(e, "fp32 gradient shard") + ItemBytes(e, "unit gradient buffers"));
+  // The tier: everything held, plus the pass (activations, unit gradients and the largest
+  // temporary) or the step, whichever is larger; at most the sum of the category peaks.
+  const int64_t pass = ItemBytes(e, "activations") + ItemBytes(e, "unit gradient buffers") +
+                       std::max({scratch, gather, reduce});
+  EXPECT_EQ(e.tier_bytes(kDevice), held + std::max(pass, persistent));
+  int64_t categories = 0;
+  for (MemoryCategory category : kAllMemoryCategories) categories += e.bytes(kDevice, category);
+  EXPECT_LE(e.tier_bytes(kDevice), categories);
+  EXPECT_EQ(e.total_bytes(), e.tier_bytes(kDevice));
+
+  // With overlap_comm the gathers and reduce-scatters are in flight during the compute.
+  const MemoryEstimate overlapped = Estimate(
+      LoadYaml(BaseYaml("stage: 3, overlap_comm: true, stage3_max_reuse_distance: 0"), 3), 3);
+  EXPECT_EQ(overlapped.bytes(kDevice, kBuffers),
+            std::max(ItemBytes(overlapped, "forward/backward scratch") +
+                         ItemBytes(overlapped, "parameter all-gather staging") +
+                         ItemBytes(overlapped, "reduce-scatter staging"),
+                     persistent));
+}
+
+TEST(MemoryEstimateTest, PrecisionSetsTheElementSizes) {
+  std::string f32_yaml = BaseYaml("stage: 1");
+  f32_yaml.erase(f32_yaml.find("bf16: {enabled: true}"), 21);
+  const MemoryEstimate f32 = Estimate(LoadYaml(f32_yaml, 2), 2);
+  ASSERT_EQ(f32.precision, "f32");
+  EXPECT_EQ(f32.bytes(kDevice, kParams), 4 * kPsi + 4 * Shard(2));
+  // f32: the fp32 shard is the master copy, the optimizer holds m and v only.
+  EXPECT_EQ(f32.bytes(kDevice, kOptimizer), 8 * Shard(2));
+  EXPECT_EQ(FindItem(f32, "fp32 master"), nullptr);
+  // Stage 0 in f32: the compute copy is the master copy too, no separate shard.
+  f32_yaml.replace(f32_yaml.find("stage: 1"), 8, "stage: 0");
+  const MemoryEstimate f32_stage0 = Estimate(LoadYaml(f32_yaml, 2), 2);
+  EXPECT_EQ(f32_stage0.bytes(kDevice, kParams), 4 * kPsi);
+
+  // f16 on one rank at stage 0 (the trainer): fp16 values in fp32 storage, an fp16 staging copy.
+  std::string f16_yaml = BaseYaml("stage: 0");
+  f16_yaml.replace(f16_yaml.find("bf16"), 4, "fp16");
+  const MemoryEstimate f16 = Estimate(LoadYaml(f16_yaml), 1);
+  ASSERT_EQ(f16.precision, "f16");
+  EXPECT_EQ(f16.bytes(kDevice, kParams), 4 * kPsi);
+  EXPECT_EQ(f16.bytes(kDevice, kOptimizer), 12 * kPsi);
+  EXPECT_EQ(ItemBytes(f16, "fp16 parameter staging"), 2 * kPsi);
+  // Under the ZeRO engine the f16 shard is 2 B per element.
+  f16_yaml.replace(f16_yaml.find("stage: 0"), 8, "stage: 2");
+  const MemoryEstimate f16_zero = Estimate(LoadYaml(f16_yaml, 2), 2);
+  EXPECT_EQ(ItemBytes(f16_zero, "parameter shard"), 2 * Shard(2));
+}
+
+TEST(MemoryEstimateTest, CommunicationBuffersFollowTheEngine) {
+  // Below stage 2 the gradients are reduced in place: no reduce-scatter staging. Stage 1
+  // all-gathers the updated parameters even on one rank.
+  const MemoryEstimate s1 = Estimate(LoadYaml(BaseYaml("stage: 1")), 1);
+  EXPECT_EQ(FindItem(s1, "reduce-scatter"), nullptr);
+  EXPECT_EQ(ItemBytes(s1, "all-gather staging of updated parameters"), 2 * 128000);
+  // Stage 2 on 2 ranks: the updated parameters are all-gathered in buckets of at most
+  // allgather_bucket_size = 50,000 gathered elements (or one larger parameter alone: wte's
+  // 128,000); the gradients of a backward are reduce-scattered in buckets of at most
+  // reduce_bucket_size = 100,000 elements (or one larger parameter alone).
+  const MemoryEstimate s2 = Estimate(LoadYaml(BaseYaml("stage: 2"), 2), 2);
+  EXPECT_EQ(ItemBytes(s2, "all-gather staging of updated parameters"), 2 * 128000);
+  EXPECT_EQ(ItemBytes(s2, "reduce-scatter staging"), 4 * 128000);
+  EXPECT_EQ(FindItem(s2, "all-gather staging of updated parameters")->lifetime,
+            Lifetime::kOptimizerStep);
+  // Unit gradient buffers: the tied token table's (with wpe, 144,384 elements) is bound from
+  // the LM head's backward to the embeddings' (the whole backward); blocks (198,272 elements)
+  // are freed with the bucket that takes their first parameter, so two are alive at the peak.
+  const int64_t block = 12 * 128 * 128 + 13 * 128;
+  EXPECT_EQ(ItemBytes(s2, "unit gradient buffers"), 4 * (1000 * 128 + 128 * 128 + 2 * block));
+  // Stage 3: persistent parameters (<= 1000 elements: every norm and bias, fp32) and the
+  // coordinator's gathered units: with the default reuse distance every unit comes back within
+  // it, so all non-persistent parameters end up gathered.
+  const MemoryEstimate s3 = Estimate(LoadYaml(BaseYaml("stage: 3"), 2), 2);
+  const int64_t persistent = 4 * 13 * 128 + 2 * 128;
+  EXPECT_EQ(ItemBytes(s3, "persistent parameters"), 4 * persistent);
+  EXPECT_EQ(ItemBytes(s3, "gathered parameters"), 4 * (kPsi - persistent));
+  // A reuse distance of 0 keeps nothing: the running unit plus 20,000 elements of prefetch,
+  // which always brings one more unit.
+  const MemoryEstimate lean =
+      Estimate(LoadYaml(BaseYaml("stage: 3, stage3_max_reuse_distance: 0"), 2), 2);
+  EXPECT_EQ(ItemBytes(lean, "gathered parameters"), 4 * 2 * (block - 13 * 128));
+  EXPECT_EQ(FindItem(s3, "all-gather staging of updated parameters"), nullptr);
+  // After each step the persistent parameters are gathered in one collective: N x (their
+  // partitions + a tag) bf16 elements.
+  EXPECT_EQ(ItemBytes(s3, "all-gather staging of the persistent parameters"),
+            2 * 2 * (persistent / 2 + 1));
+  EXPECT_GT(ItemBytes(s3, "parameter all-gather staging"), 0);
+}
+
+TEST(MemoryEstimateTest, OptimizerOffloadMovesStateToPinnedHostMemory) {
+  const Config config = LoadYaml(BaseYaml("stage: 2, offload_optimizer: {device: cpu}"), 4);
+  const MemoryEstimate e = Estimate(config, 4);
+  const int64_t shard = Shard(4);
+  EXPECT_EQ(e.bytes(kDevice, kOptimizer), 0);
+  EXPECT_EQ(FindItem(e, "fp32 gradient shard")->tier, kPinned);
+  EXPECT_EQ(e.bytes(kPinned, kOptimizer), 12 * shard);
+  EXPECT_EQ(e.bytes(kPinned, kGrads), 4 * shard);
+  EXPECT_EQ(e.bytes(kDevice, kParams), 4 * kPsi + 2 * shard);
+
+  const Config pageable =
+      LoadYaml(BaseYaml("stage: 1, offload_optimizer: {device: cpu, pin_memory: false}"), 4);
+  const MemoryEstimate p = Estimate(pageable, 4);
+  EXPECT_EQ(p.tier_bytes(kPinned), 0);
+  EXPECT_EQ(p.bytes(kHost, kOptimizer), 12 * shard);
+  EXPECT_EQ(p.bytes(kDevice, kGrads), 4 * kPsi);  // stage 1 keeps the full gradient
+}
+
+TEST(MemoryEstimateTest, NvmeOffloadSwapsThroughPinnedBuffers) {
+  const Config config = LoadYaml(
+      BaseYaml("stage: 3, sub_group_size: 100000, offload_optimizer: {device: nvme, nvme_path: "
+               "/tmp, buffer_count: 4}, offload_param: {device: nvme, nvme_path: /tmp, "
+               "buffer_count: 3, buffer_size: 50000, max_in_cpu: 200000}"),
+      2);
+  const MemoryEstimate e = Estimate(config, 2);
+  const int64_t shard = kPsi / 2;  // 468,864: every parameter has an even element count
+  ASSERT_EQ(e.shard_elements, shard);
+  // Optimizer: sub-groups of 100,000 elements (4 full + 68,864), each extent rounded up to 4 KiB
+  // blocks: 400,000 B -> 98 blocks, 275,456 B -> 68 blocks.
+  const int64_t per_state = (4 * 98 + 68) * 4096;
+  EXPECT_EQ(e.bytes(kNvme, kOptimizer), 3 * per_state);
+  EXPECT_EQ(e.bytes(kNvme, kGrads), per_state);
+  EXPECT_EQ(e.bytes(kDevice, kOptimizer), 0);
+  EXPECT_EQ(FindItem(e, "optimizer swap buffers")->bytes, 4 * 98 * 4096);
+  // Parameters: max_in_cpu elements in pinned memory, the rest of the shard on NVMe.
+  EXPECT_EQ(e.bytes(kPinned, kParams), 2 * 200000);
+  EXPECT_EQ(e.bytes(kNvme, kParams), (2 * (shard - 200000) + 4095) / 4096 * 4096);
+  EXPECT_EQ(FindItem(e, "parameter swap buffers")->bytes, 3 * 25 * 4096);  // 100,000 B each
+  // The device holds only the gathered and the persistent parameters.
+  EXPECT_EQ(e.bytes(kDevice, kParams),
+            ItemBytes(e, "gathered parameters") + ItemBytes(e, "persistent parameters"));
+}
+
+TEST(MemoryEstimateTest, PartialOffloadKeepsPartOfTheShardOnTheDevice) {
+  const Config config =
+      LoadYaml(BaseYaml("stage: 3, offload_optimizer: {device: cpu, ratio: 0.25}"), 2);
+  const MemoryEstimate e = Estimate(config, 2);
+  const int64_t shard = Shard(2);
+  const int64_t on_cpu = std::llround(0.25 * shard);
+  EXPECT_EQ(e.bytes(kPinned, kOptimizer), 12 * on_cpu);
+  EXPECT_EQ(e.bytes(kDevice, kOptimizer), 12 * (shard - on_cpu));
+  EXPECT_EQ(e.bytes(kDevice, kGrads), 4 * (shard - on_cpu) + ItemBytes(e, "unit gradient buffers"));
+  EXPECT_EQ(e.bytes(kPinned, kGrads), 4 * on_cpu);
+}
+
+TEST(MemoryEstimateTest, ActivationCheckpointingAndMicroBatchScaleTheActivations) {
+  const Config config = LoadYaml(BaseYaml("stage: 2"), 2);
+  const MemoryEstimate plain = Estimate(config, 2);
+  const MemoryEstimate checkpointed = Estimate(config, 2, {.activation_checkpointing = true});
+  EXPECT_LT(checkpointed.bytes(kDevice, kActivations), plain.bytes(kDevice, kActivations) / 2);
+  Config doubled = config;
+  doubled.batch.micro_batch_per_gpu *= 2;
+  EXPECT_EQ(Estimate(doubled, 2).bytes(kDevice, kActivations),
+            2 * plain.bytes(kDevice, kActivations));
+  EXPECT_EQ(Estimate(doubled, 2).bytes(kDevice, kOptimizer), plain.bytes(kDevice, kOptimizer));
+}
+
+TEST(MemoryEstimateTest, RefusesAConfigWithoutAModel) {
+  Config config = LoadYaml("train_micro_batch_size_per_gpu: 1\n");
+  ASSERT_FALSE(config.model.present);
+  Result<MemoryEstimate> e = EstimateMemory(config, 1);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find("no model section"), std::string::npos);
+  EXPECT_NE(e.status().message().find("--model FILE"), std::string::npos);
+}
+
+TEST(MemoryEstimateTest, RefusesWhatTheEngineCannotRun) {
+  const Config base = LoadYaml(BaseYaml("stage: 0"));
+  Config offload_at_stage0 = base;
+  offload_at_stage0.zero.offload_optimizer.device = OffloadDevice::kCpu;
+  EXPECT_EQ(EstimateMemory(offload_at_stage0, 1).status().code(), StatusCode::kInvalidArgument);
+  Config param_offload_at_stage2 = base;
+  param_offload_at_stage2.zero.stage = 2;
+  param_offload_at_stage2.zero.offload_param.device = OffloadDevice::kCpu;
+  EXPECT_NE(EstimateMemory(param_offload_at_stage2, 1).status().message().find("stage 3"),
+            std::string::npos);
+  EXPECT_EQ(EstimateMemory(base, 0).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace sluice::estimate
