@@ -1,5 +1,6 @@
-// `sluice config check FILE [--set key=value ...] [--world-size N] [--json]` and
-// `sluice config help [--markdown]`.
+// `sluice config check FILE... | --config FILE... [--model FILE] [--set key=value ...]
+// [--world-size N] [--json]` and `sluice config help [--markdown]`. Several files are layered in
+// order, a later file winning key by key; the listing names the file each value came from.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -12,15 +13,27 @@ namespace sluice::cli {
 namespace {
 
 struct CheckOptions {
-  std::string file;
+  std::vector<std::string> files;    // positional
+  std::vector<std::string> configs;  // --config
+  std::string model;
   std::vector<std::string> set_overrides;
   int world_size = 1;
   bool json = false;
 };
 
 void RunCheck(const CheckOptions& options) {
+  if (!options.files.empty() && !options.configs.empty()) {
+    // Their relative order is lost on the command line, and the order is the layering.
+    ExitOnError(InvalidArgumentError(
+        "give the config files either as arguments or with --config, not both: their order is "
+        "the layering order"));
+  }
+  if (options.files.empty() && options.configs.empty()) {
+    ExitOnError(InvalidArgumentError("give a config file: sluice config check FILE [FILE ...]"));
+  }
   ConfigSources sources;
-  sources.path = options.file;
+  sources.paths = options.files.empty() ? options.configs : options.files;
+  sources.model_path = options.model;
   sources.set_overrides = options.set_overrides;
   sources.world_size = options.world_size;
   Result<Config> config = LoadConfig(sources);
@@ -35,8 +48,15 @@ void RunCheck(const CheckOptions& options) {
 void AddCheckCommand(CLI::App& parent) {
   auto options = std::make_shared<CheckOptions>();
   CLI::App* cmd = parent.add_subcommand(
-      "check", "Resolve a config file (YAML or JSON, DeepSpeed keys) and print it, or the error");
-  cmd->add_option("file", options->file, "Config file (.yaml, .yml or .json)")->required();
+      "check",
+      "Resolve config files (YAML or JSON, DeepSpeed keys; later files win key by key) and "
+      "print the result with where each value came from, or the error");
+  cmd->add_option("files", options->files, "Config files (.yaml, .yml or .json), layered in order");
+  cmd->add_option("--config", options->configs,
+                  "Config file; repeatable, layered in order (as sluice train --config)")
+      ->allow_extra_args(false);
+  cmd->add_option("--model", options->model,
+                  "File with the model section (as sluice train --model), the last layer");
   cmd->add_option("--set", options->set_overrides,
                   "Override a setting: key=value (e.g. zero_optimization.stage=3); repeatable")
       ->allow_extra_args(false);

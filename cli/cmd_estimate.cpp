@@ -1,5 +1,6 @@
-// `sluice estimate --config FILE [--model FILE] [--ranks N] [--json]`: the memory one rank needs
-// per tier and category for the configured model, ZeRO stage and offload (engine/estimate), as a
+// `sluice estimate --config FILE [--config FILE ...] [--model FILE] [--ranks N] [--json]`: the
+// memory one rank needs per tier and category for the configured model (the config files layered
+// in order), ZeRO stage and offload (engine/estimate), as a
 // table with the formula of every line or as a JSON record; whether it fits device.memory_limit,
 // device.host_memory_limit and the NVMe swap space, what to change when it does not, and the same
 // model under ZeRO stages 0-3.
@@ -9,7 +10,7 @@
 #include <vector>
 
 #include "cli/command_registry.h"
-#include "engine/estimate/estimate_config.h"
+#include "engine/config/config.h"
 #include "engine/estimate/estimate_fit.h"
 #include "engine/estimate/estimate_report.h"
 #include "engine/estimate/memory_estimate.h"
@@ -18,7 +19,7 @@ namespace sluice::cli {
 namespace {
 
 struct EstimateCommandOptions {
-  std::string config;
+  std::vector<std::string> configs;  // layered in order
   std::string model;
   std::vector<std::string> set_overrides;
   int ranks = 1;
@@ -27,12 +28,12 @@ struct EstimateCommandOptions {
 };
 
 Status RunEstimate(const EstimateCommandOptions& options) {
-  estimate::EstimateConfigSources sources;
-  sources.config_path = options.config;
+  ConfigSources sources;
+  sources.paths = options.configs;
   sources.model_path = options.model;
   sources.set_overrides = options.set_overrides;
-  sources.world_size = options.ranks;
-  SLUICE_ASSIGN_OR_RETURN(Config config, estimate::LoadEstimateConfig(sources));
+  sources.world_size = options.ranks;  // DeepSpeed's batch-size inference depends on it
+  SLUICE_ASSIGN_OR_RETURN(Config config, LoadConfig(sources));
 
   estimate::EstimateOptions estimate_options;
   estimate_options.activation_checkpointing = options.activation_checkpointing;
@@ -62,13 +63,14 @@ void AddEstimateCommand(CLI::App& parent) {
       "estimate",
       "Memory per rank by tier and category for a config's model, ZeRO stage and offload, and "
       "whether it fits");
-  cmd->add_option("--config", options->config,
+  cmd->add_option("--config", options->configs,
                   "Config file (.yaml, .yml or .json; a DeepSpeed ds_config.json works with "
-                  "--model)")
-      ->required();
+                  "--model); repeatable: later files win key by key")
+      ->required()
+      ->allow_extra_args(false);
   cmd->add_option("--model", options->model,
-                  "File with the model section (a `model:` map, optionally with data/device/run "
-                  "sections), merged over the config");
+                  "File with the model section (a bare model map, or a `model:` map with any "
+                  "other sections beside it), layered over the config files");
   cmd->add_option("--ranks,-n", options->ranks, "Data-parallel ranks to estimate for")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--set", options->set_overrides,

@@ -1,6 +1,9 @@
-// `sluice train --config FILE [--model FILE] [--set key=value ...] [--run-dir DIR]` trains on one
-// rank and writes DIR/config.resolved.json, DIR/metrics.jsonl and DIR/summary.json;
-// `sluice train --help-config` lists every setting.
+// `sluice train --config FILE [--model FILE] [--set key=value ...] [--run-dir DIR]` trains on
+// every rank of its MPI world (`mpirun -np N sluice train ...` or `sluice launch -n N -- train
+// ...`; one rank without mpirun) and writes DIR/config.resolved.json, DIR/metrics.jsonl and
+// DIR/summary.json from rank 0; `sluice train --help-config` lists every setting.
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -11,19 +14,49 @@
 #include "engine/config/config.h"
 #include "engine/train/run_setup.h"
 #include "engine/train/trainer.h"
+#include "runtime/comm/comm_factory.h"
 #include "runtime/logging.h"
 
 namespace sluice::cli {
 namespace {
 
 struct TrainOptions {
-  std::string config;
+  std::vector<std::string> config;  // --config files, layered in order
   std::string model;
   std::vector<std::string> set_overrides;
   std::string run_dir;
   bool help_config = false;
   std::string progress = "auto";
 };
+
+// Ranks other than 0 print errors only: rank 0 speaks for the run.
+Status SetLogLevel(const Comm& world, const std::string& level) {
+  if (std::getenv("SLUICE_LOG") != nullptr) return OkStatus();
+  return SetLogSpec(world.rank() == 0 ? level : std::string("error"));
+}
+
+Status Train(const TrainOptions& options, Comm& world) {
+  ConfigSources sources;
+  sources.paths = options.config;
+  sources.model_path = options.model;
+  sources.set_overrides = options.set_overrides;
+  // --run-dir is a --set of run.dir, so config.resolved.json records where the run went.
+  if (!options.run_dir.empty()) sources.set_overrides.push_back("run.dir=" + options.run_dir);
+  // The batch keys resolve for the ranks of this run.
+  sources.world_size = world.size();
+  SLUICE_ASSIGN_OR_RETURN(Config config, train::LoadTrainConfig(sources));
+  SLUICE_RETURN_IF_ERROR(SetLogLevel(world, config.run.log_level));
+  world.SetTimeout(config.run.comm_timeout_s);
+
+  train::TrainerOptions trainer_options;
+  trainer_options.progress = options.progress == "bar"     ? train::ProgressMode::kBar
+                             : options.progress == "plain" ? train::ProgressMode::kPlain
+                             : options.progress == "off"   ? train::ProgressMode::kOff
+                                                           : train::ProgressMode::kAuto;
+  trainer_options.world = &world;
+  SLUICE_ASSIGN_OR_RETURN(auto trainer, train::Trainer::Create(config, trainer_options));
+  return trainer->Run().status();
+}
 
 Status RunTrain(const TrainOptions& options) {
   if (options.help_config) {
@@ -35,35 +68,31 @@ Status RunTrain(const TrainOptions& options) {
         "--config FILE is required (a YAML or JSON config; a DeepSpeed ds_config.json works "
         "with --model FILE for the model)");
   }
-  train::TrainConfigSources sources;
-  sources.config_path = options.config;
-  sources.model_path = options.model;
-  sources.set_overrides = options.set_overrides;
-  // --run-dir is a --set of run.dir, so config.resolved.json records where the run went.
-  if (!options.run_dir.empty()) sources.set_overrides.push_back("run.dir=" + options.run_dir);
-  SLUICE_ASSIGN_OR_RETURN(Config config, train::LoadTrainConfig(sources));
-  if (std::getenv("SLUICE_LOG") == nullptr) {
-    SLUICE_RETURN_IF_ERROR(SetLogSpec(config.run.log_level));
+  // Before the config: its notes and errors are then printed by rank 0 only or rank-tagged.
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<Comm> world, CreateWorldComm());
+  SLUICE_RETURN_IF_ERROR(SetLogLevel(*world, "info"));
+  Status status = Train(options, *world);
+  if (!status.ok() && world->size() > 1) {
+    status.WithContext(fmt::format("rank {} of {}", world->rank(), world->size()));
   }
-
-  train::TrainerOptions trainer_options;
-  trainer_options.progress = options.progress == "bar"     ? train::ProgressMode::kBar
-                             : options.progress == "plain" ? train::ProgressMode::kPlain
-                             : options.progress == "off"   ? train::ProgressMode::kOff
-                                                           : train::ProgressMode::kAuto;
-  SLUICE_ASSIGN_OR_RETURN(auto trainer, train::Trainer::Create(config, trainer_options));
-  return trainer->Run().status();
+  return status;
 }
 
 void AddTrainCommand(CLI::App& parent) {
   auto options = std::make_shared<TrainOptions>();
   CLI::App* cmd = parent.add_subcommand(
-      "train", "Train a model on one rank (CPU device); writes metrics.jsonl and a summary");
+      "train",
+      "Train a model with ZeRO on the CPU device, on every MPI rank (mpirun or sluice launch; one "
+      "rank without); writes metrics.jsonl and a summary");
   cmd->add_option("--config", options->config,
-                  "Config file (.yaml, .yml or .json; DeepSpeed keys plus model/data/device/run)");
+                  "Config file (.yaml, .yml or .json; DeepSpeed keys plus model/data/device/run); "
+                  "repeatable: later files win key by key (e.g. --config base.yaml --config "
+                  "aio_tuned.yaml)")
+      ->allow_extra_args(false);
   cmd->add_option("--model", options->model,
-                  "File with the model section (replaces the config's; lets a plain DeepSpeed "
-                  "ds_config.json be used as it is)");
+                  "File with the model section (a bare model map, or a `model:` map with other "
+                  "sections beside it), layered over the config files; lets a plain DeepSpeed "
+                  "ds_config.json be used as it is");
   cmd->add_option("--set", options->set_overrides,
                   "Override a setting: key=value (e.g. run.steps=50); repeatable")
       ->allow_extra_args(false);

@@ -22,38 +22,48 @@ std::vector<std::pair<std::string, std::string>> ProcessEnvironment() {
 
 }  // namespace
 
-Result<Config> LoadConfigFromTree(const ConfigNode& root, std::string_view source_name,
-                                  const ConfigSources& sources) {
+Result<Config> LoadConfigFromLayers(const std::vector<ConfigLayer>& layers,
+                                    const ConfigSources& sources) {
   Config config;
-  config.source_file = std::string(source_name);
+  for (const ConfigLayer& layer : layers) config.source_files.push_back(layer.name);
+  config.source_file = JoinLayerNames(layers);
   config.world_size = sources.world_size;
   config.dp_world_size = sources.world_size;
-  SLUICE_RETURN_IF_ERROR(ApplyConfigDocument(root, source_name, &config.values, &config.notes));
+  // Each layer is applied over the previous ones: a setting keeps the value (and the origin,
+  // file:line:col) of the last layer that gives it, and sections merge key by key.
+  for (const ConfigLayer& layer : layers) {
+    SLUICE_RETURN_IF_ERROR(
+        ApplyConfigDocument(layer.root, layer.name, &config.values, &config.notes));
+  }
   SLUICE_RETURN_IF_ERROR(ApplyEnvOverrides(sources.env ? *sources.env : ProcessEnvironment(),
                                            &config.values, &config.notes));
   SLUICE_RETURN_IF_ERROR(ApplySetOverrides(sources.set_overrides, &config.values, &config.notes));
   ResolveContext context;
   context.world_size = sources.world_size;
   context.available_host_memory = sources.available_host_memory;
-  context.source_name = std::string(source_name);
+  context.source_name = config.source_file;
   SLUICE_RETURN_IF_ERROR(ResolveConfigValues(context, &config.values, &config.notes));
   BuildConfigSections(config.values, &config);
   return config;
 }
 
-Result<Config> LoadConfigFromText(std::string_view text, ConfigFormat format,
+Result<Config> LoadConfigFromTree(const ConfigNode& root, std::string_view source_name,
                                   const ConfigSources& sources) {
-  std::string name = sources.path.empty() ? std::string("<config>") : sources.path;
-  SLUICE_ASSIGN_OR_RETURN(ConfigNode root, ParseConfigText(text, format, name));
-  return LoadConfigFromTree(root, name, sources);
+  std::vector<ConfigLayer> layers;
+  layers.push_back(ConfigLayer{root, std::string(source_name)});
+  return LoadConfigFromLayers(layers, sources);
+}
+
+Result<Config> LoadConfigFromText(std::string_view text, ConfigFormat format,
+                                  const ConfigSources& sources, std::string_view source_name) {
+  SLUICE_ASSIGN_OR_RETURN(ConfigNode root, ParseConfigText(text, format, source_name));
+  return LoadConfigFromTree(root, source_name, sources);
 }
 
 Result<Config> LoadConfig(const ConfigSources& sources) {
-  ConfigNode root;  // no file: defaults and overrides only
-  if (!sources.path.empty()) {
-    SLUICE_ASSIGN_OR_RETURN(root, ReadConfigFile(sources.path));
-  }
-  return LoadConfigFromTree(root, sources.path, sources);
+  SLUICE_ASSIGN_OR_RETURN(std::vector<ConfigLayer> layers,
+                          ReadConfigLayers(sources.paths, sources.model_path));
+  return LoadConfigFromLayers(layers, sources);
 }
 
 std::string_view OffloadDeviceName(OffloadDevice device) {

@@ -1,10 +1,11 @@
-// The resolved training config: one YAML or JSON file with DeepSpeed's keys, defaults and
-// meanings plus Sluice's model/data/device/run sections, overridden by SLUICE_CFG_* environment
-// variables and then by --set key=value, with "auto" and derived values resolved for a world
-// size. Every setting is declared once in config_schema.cpp; docs/config.md describes them.
+// The resolved training config: YAML or JSON files with DeepSpeed's keys, defaults and meanings
+// plus Sluice's model/data/device/run sections, layered in order (a later file wins key by key),
+// overridden by SLUICE_CFG_* environment variables and then by --set key=value, with "auto" and
+// derived values resolved for a world size. Every setting is declared once in
+// config_schema.cpp; docs/config.md describes them.
 //
 //   ConfigSources sources;
-//   sources.path = "configs/default.yaml";
+//   sources.paths = {"configs/zero3_offload_nvme.yaml", "aio_tuned.yaml"};
 //   sources.set_overrides = {"zero_optimization.stage=3"};
 //   sources.world_size = 4;
 //   SLUICE_ASSIGN_OR_RETURN(Config config, LoadConfig(sources));
@@ -18,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/config/config_layers.h"
 #include "engine/config/config_schema.h"
 #include "engine/config/config_tree.h"
 #include "runtime/dtype.h"
@@ -201,13 +203,20 @@ struct Config {
   DeviceConfig device;
   RunConfig run;
 
-  std::string source_file;                 // the config file ("" when none)
+  std::vector<std::string> source_files;   // the layers in order (config files, then --model)
+  std::string source_file;                 // source_files joined by " + " ("" when none)
   std::vector<std::string> notes;          // aliases honoured, deprecated keys mapped, no-op keys
   SettingValues values{ConfigRegistry()};  // every setting with its source, for the record
 };
 
 struct ConfigSources {
-  std::string path;  // config file; "" = defaults only
+  // Config files layered in order, a later file winning key by key; none = defaults only.
+  std::vector<std::string> paths;
+  // Optional: a --model file, the last file layer. A document with a top-level `model:` key is
+  // layered as it is (it may carry data/device/run or any other section beside it); any other
+  // mapping is the model section itself (`family: gpt2`, `n_layer: 4`, ...) and is read as
+  // `model: {...}`.
+  std::string model_path;
   // Environment as NAME=VALUE pairs; nullopt reads the process environment (SLUICE_CFG_*).
   std::optional<std::vector<std::pair<std::string, std::string>>> env;
   std::vector<std::string> set_overrides;  // "key=value", applied last, in order
@@ -217,13 +226,18 @@ struct ConfigSources {
   std::optional<int64_t> available_host_memory;
 };
 
-// Reads, merges (defaults < file < env < --set), resolves and validates.
+// Reads every layer, merges (defaults < files in order < --model file < env < --set), resolves
+// and validates. A value's origin (in messages and ConfigToText) is the layer that set it last.
 Result<Config> LoadConfig(const ConfigSources& sources);
-// The same for an already parsed document (tests; `source_name` names it in messages).
+// The same for already parsed layers; sources.paths and sources.model_path are not read.
+Result<Config> LoadConfigFromLayers(const std::vector<ConfigLayer>& layers,
+                                    const ConfigSources& sources);
+// One parsed document (tests; `source_name` names it in messages).
 Result<Config> LoadConfigFromTree(const ConfigNode& root, std::string_view source_name,
                                   const ConfigSources& sources);
 Result<Config> LoadConfigFromText(std::string_view text, ConfigFormat format,
-                                  const ConfigSources& sources);
+                                  const ConfigSources& sources,
+                                  std::string_view source_name = "<config>");
 
 // `sluice train --help-config` / `sluice config help`: every setting with type, default, doc.
 std::string HelpConfigText();

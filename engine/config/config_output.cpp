@@ -109,9 +109,15 @@ nlohmann::ordered_json ConfigRecordJson(const Config& config) {
   record["schema"] = "sluice.config_record";
   record["version"] = 1;
   record["source_file"] = config.source_file;
+  record["source_files"] = config.source_files;
   record["world_size"] = config.world_size;
   record["dp_world_size"] = config.dp_world_size;
   record["settings"] = config.values.ToRecordJson();
+  // Where each given value was written (the last layer that set it): "aio_tuned.yaml:3:3".
+  for (const SettingSpec& spec : config.values.registry().settings()) {
+    const SettingEntry& e = config.values.entry(spec.path);
+    if (!e.origin.empty()) record["settings"][spec.path]["origin"] = e.origin;
+  }
   record["notes"] = config.notes;
   return record;
 }
@@ -142,6 +148,8 @@ std::string ConfigToText(const Config& config) {
     std::string line =
         fmt::format("{:{}}{}: {}", "", 2 * depth, parts.back(), DisplayValue(spec, e.value));
     std::string comment(ValueSourceName(e.source));
+    // With several layers, which file a value came from is the point of the listing.
+    if (e.source == ValueSource::kFile && !e.origin.empty()) comment += " " + e.origin;
     if (!e.note.empty()) comment += ": " + e.note;
     out += fmt::format("{:<56} # {}\n", line, comment);
   }

@@ -190,22 +190,6 @@ void AddOffloadedParameters(const Context& c, ItemList& items) {
   }
 }
 
-// Stage 0 on one rank: what engine/train's single-rank trainer allocates (the model's flat
-// parameter and gradient buffers, DeviceAdam). bf16 parameters are widened one unit at a time
-// into fp32 scratch (counted with the activations' scratch).
-void AddSingleRankTrainer(const Context& c, ItemList& items) {
-  items.Add("parameters", MemoryTier::kDevice, MemoryCategory::kParams, c.p * c.psi,
-            Times(c.p, c.all, c.p_text));
-  items.Add("gradients (fp32)", MemoryTier::kDevice, MemoryCategory::kGrads, kF32 * c.psi,
-            Times(kF32, c.all));
-  // f32: the fp32 parameters are the master copy.
-  AddOptimizer(c, c.all, c.precision != train::Precision::kF32, items);
-  if (c.precision == train::Precision::kF16) {
-    items.Add("fp16 parameter staging", MemoryTier::kDevice, MemoryCategory::kBuffers, 2 * c.psi,
-              Times(2, c.all));
-  }
-}
-
 // The ZeRO engine (engine/zero/zero_engine.h): the model computes on fp32 parameters the engine
 // binds; shards are per-parameter partitions of ceil(numel / N) elements (padding included).
 void AddZeroEngine(const Context& c, ItemList& items, std::vector<std::string>& notes) {
@@ -378,8 +362,6 @@ Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
   c.precision = train::PrecisionOf(config.model.dtype);
   SLUICE_ASSIGN_OR_RETURN(c.model, train::ModelOptionsFromConfig(config, c.precision));
   c.model.activation_checkpointing = options.activation_checkpointing;
-  // Stage 0 on one rank runs in the single-rank trainer; everything else in the ZeRO engine.
-  const bool trainer = c.stage == 0 && c.n == 1;
   const int64_t threshold = c.stage == 3 ? c.z->stage3_param_persistence_threshold : -1;
   const std::vector<UnitLayout> layout = DescribeUnits(c.model);
   c.units = ExpandUnits(layout, threshold);
@@ -387,7 +369,7 @@ Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
   c.persistent = SummarizeLayout(layout, threshold).persistent_elements;
   const int shard_world = c.stage == 0 ? 1 : c.n;  // stage 0 is a world of one
   c.shard = ShardElements(c.units, shard_world);
-  const DType stored = trainer ? c.model.param_dtype : config.model.dtype;
+  const DType stored = config.model.dtype;
   c.p = static_cast<int64_t>(DTypeSize(stored));
   c.p_text = fmt::format("{} B ({})", c.p, DTypeName(stored));
   c.all = Count{"Ψ", c.psi};
@@ -414,15 +396,11 @@ Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
   e.offload_param = c.z->offload_param.device;
 
   ItemList items;
-  if (trainer) {
-    AddSingleRankTrainer(c, items);
-  } else {
-    AddZeroEngine(c, items, e.notes);
-  }
+  AddZeroEngine(c, items, e.notes);
   // The model's forward/backward on one micro-batch. Under the ZeRO engine the model reads the
   // fp32 parameters the engine binds: no bf16 widening.
   model::ModelOptions pass = c.model;
-  if (!trainer) pass.param_dtype = DType::kF32;
+  pass.param_dtype = DType::kF32;
   const ActivationEstimate act = EstimateActivations(pass, e.micro_batch, c.model.seq_len);
   items.Add(fmt::format("activations (micro-batch {} x seq {}{})", e.micro_batch, c.model.seq_len,
                         options.activation_checkpointing ? ", checkpointed blocks" : ""),
@@ -437,11 +415,6 @@ Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
         "shards: every rank holds {} elements (each parameter cut into ceil(numel/{}) per rank); "
         "the last rank owns {} of them, the rest is padding",
         FormatCount(c.shard), c.n, FormatCount(e.last_shard_elements)));
-  }
-  if (trainer) {
-    e.notes.push_back(
-        "stage 0 on one rank: the single-rank trainer's buffers (other stages and ranks: the ZeRO "
-        "engine's, which adds an fp32 compute copy of the parameters)");
   }
   if (!options.activation_checkpointing) {
     e.notes.push_back(

@@ -7,13 +7,13 @@
 //   e.tier_bytes(MemoryTier::kDevice);
 //   e.bytes(MemoryTier::kHostPinned, MemoryCategory::kOptimizer);
 //
-// It follows the engine that runs the configuration: stage 0 on one rank is engine/train's
-// single-rank trainer; everything else is the ZeRO engine (engine/zero), whose shards are
-// per-parameter partitions of ceil(numel / N) elements (padding included, the same length on
-// every rank) and whose stage-3 coordinator and gradient reducer are replayed
-// (zero_simulation.h). Parameters are stored in their dtype, gradients and Adam's state in fp32.
-// Device offload is not in the ZeRO engine yet: host and NVMe items follow DeepSpeed's placement.
-// docs/memory_estimator.md has every formula and assumption.
+// It follows the engine that runs every configuration, the ZeRO engine (engine/zero; `sluice
+// train` runs through it on any number of ranks), whose shards are per-parameter partitions of
+// ceil(numel / N) elements (padding included, the same length on every rank) and whose stage-3
+// coordinator and gradient reducer are replayed (zero_simulation.h). Parameters are stored in their
+// dtype, gradients and Adam's state in fp32. Device offload is not in the ZeRO engine yet: host and
+// NVMe items follow DeepSpeed's placement. docs/memory_estimator.md has every formula and
+// assumption.
 #pragma once
 
 #include <cstdint>

@@ -34,17 +34,6 @@ DType ModelParamDType(Precision precision) {
   return precision == Precision::kBF16 ? DType::kBF16 : DType::kF32;
 }
 
-kernels::AdamCopyType AdamCopyTypeFor(Precision precision) {
-  switch (precision) {
-    case Precision::kBF16:
-      return kernels::AdamCopyType::kBF16;
-    case Precision::kF16:
-      return kernels::AdamCopyType::kF16;
-    default:
-      return kernels::AdamCopyType::kNone;
-  }
-}
-
 void RoundToF16InPlace(float* data, int64_t count, int num_threads) {
   // A bounded scratch block: rounding a whole model must not need a second full-size buffer.
   constexpr int64_t kBlock = int64_t{1} << 16;

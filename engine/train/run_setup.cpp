@@ -2,61 +2,15 @@
 
 #include <fmt/format.h>
 
-#include <utility>
-
-#include "engine/config/config_tree.h"
-#include "runtime/logging.h"
-
 namespace sluice::train {
-namespace {
 
-// The model map of a --model file: its `model:` entry when that is the only top-level key,
-// else the whole document.
-Result<ConfigNode> ReadModelSection(const std::string& path) {
-  SLUICE_ASSIGN_OR_RETURN(ConfigNode root, ReadConfigFile(path));
-  if (root.kind != ConfigNode::Kind::kMap) {
-    return InvalidArgumentError(
-        "{}: a --model file holds the model section as a mapping (family: gpt2, n_layer: 4, ...) "
-        "or under a top-level `model:` key; this file holds {}",
-        path, root.Describe());
-  }
-  if (root.entries.size() == 1 && root.entries[0].key == "model") {
-    ConfigNode section = std::move(root.entries[0].value);
-    if (section.kind != ConfigNode::Kind::kMap) {
-      return InvalidArgumentError("{}: `model` must be a mapping, not {}", path,
-                                  section.Describe());
-    }
-    return section;
-  }
-  return root;
-}
-
-// Replaces (or adds) the model entry of `root`.
-void SetModelSection(ConfigNode& root, ConfigNode model) {
-  if (root.kind != ConfigNode::Kind::kMap) {
-    root = ConfigNode();
-    root.kind = ConfigNode::Kind::kMap;
-  }
-  for (ConfigNode::Entry& entry : root.entries) {
-    if (entry.key == "model") {
-      SLUICE_LOG(kInfo, "train", "the --model file replaces the config file's model section");
-      entry.value = std::move(model);
-      return;
-    }
-  }
-  ConfigNode::Entry entry;
-  entry.key = "model";
-  entry.value = std::move(model);
-  root.entries.push_back(std::move(entry));
-}
-
-Status CheckTrainable(const Config& config, const TrainConfigSources& sources) {
+Status CheckTrainable(const Config& config) {
   if (!config.model.present) {
     return InvalidArgumentError(
         "{} has no model section and no --model file was given: sluice train needs a model; add "
         "a `model:` section (family, n_layer, n_head, d_model, seq_len, ...) or pass --model "
         "FILE (see sluice train --help-config)",
-        sources.config_path.empty() ? std::string("the config") : sources.config_path);
+        config.source_file.empty() ? std::string("the config") : config.source_file);
   }
   if (!config.data.train_path.has_value() || config.data.train_path->empty()) {
     return InvalidArgumentError(
@@ -66,32 +20,9 @@ Status CheckTrainable(const Config& config, const TrainConfigSources& sources) {
   return OkStatus();
 }
 
-}  // namespace
-
-Result<Config> LoadTrainConfig(const TrainConfigSources& sources) {
-  ConfigSources config_sources;
-  config_sources.path = sources.config_path;
-  config_sources.set_overrides = sources.set_overrides;
-  config_sources.env = sources.env;
-  config_sources.world_size = 1;
-
-  ConfigNode root;
-  if (!sources.config_path.empty()) {
-    SLUICE_ASSIGN_OR_RETURN(root, ReadConfigFile(sources.config_path));
-  }
-  if (!sources.model_path.empty()) {
-    SLUICE_ASSIGN_OR_RETURN(ConfigNode model, ReadModelSection(sources.model_path));
-    SetModelSection(root, std::move(model));
-  }
-  Result<Config> loaded = LoadConfigFromTree(root, sources.config_path, config_sources);
-  if (!loaded.ok() && !sources.model_path.empty()) {
-    // A model.* key's line:col then refers to the model file.
-    return Status(loaded.status())
-        .WithContext(fmt::format("{} with the model section from {}", sources.config_path,
-                                 sources.model_path));
-  }
-  SLUICE_ASSIGN_OR_RETURN(Config config, std::move(loaded));
-  SLUICE_RETURN_IF_ERROR(CheckTrainable(config, sources));
+Result<Config> LoadTrainConfig(const ConfigSources& sources) {
+  SLUICE_ASSIGN_OR_RETURN(Config config, LoadConfig(sources));
+  SLUICE_RETURN_IF_ERROR(CheckTrainable(config));
   return config;
 }
 

@@ -31,8 +31,10 @@ std::string FormatSummaryTable(const TrainSummary& s) {
   std::string out = fmt::format("Training summary ({})\n", s.run_dir);
   out += Row("model", fmt::format("{}, {} parameters, {}", s.model,
                                   FormatCount(static_cast<double>(s.parameters)), s.precision));
-  out += Row("steps", fmt::format("{} ({} skipped), {} tokens", s.steps, s.skipped_steps,
-                                  FormatCount(static_cast<double>(s.tokens))));
+  out += Row("steps", fmt::format("{} ({} skipped), {} tokens{}", s.steps, s.skipped_steps,
+                                  FormatCount(static_cast<double>(s.tokens)),
+                                  s.world_size > 1 ? fmt::format(" on {} ranks", s.world_size)
+                                                   : std::string()));
   out += Row("throughput",
              fmt::format("{} tokens/s (training {}, wall {})", FormatCount(s.tokens_per_s),
                          FormatDuration(s.train_s), FormatDuration(s.wall_s)));
@@ -48,13 +50,15 @@ std::string FormatSummaryTable(const TrainSummary& s) {
     phase_text += fmt::format("{} {} ({:.0f}%)", name, FormatDuration(seconds), share);
   }
   out += Row("time per phase", phase_text);
-  std::string memory;
-  for (MemoryTier tier : kAllMemoryTiers) {
-    if (!memory.empty()) memory += ", ";
-    memory += fmt::format("{} {}", MemoryTierName(tier),
-                          FormatBytes(s.peak_bytes[static_cast<int>(tier)]));
+  if (!s.memory.has_value()) {
+    std::string memory;
+    for (MemoryTier tier : kAllMemoryTiers) {
+      if (!memory.empty()) memory += ", ";
+      memory += fmt::format("{} {}", MemoryTierName(tier),
+                            FormatBytes(s.peak_bytes[static_cast<int>(tier)]));
+    }
+    out += Row("peak memory", memory);
   }
-  out += Row("peak memory", memory);
   out += Row("train loss", fmt::format("{:.4f} (mean of the last {} steps)", s.final_train_loss,
                                        s.final_train_loss_window));
   if (s.final_val_loss.has_value()) {
@@ -66,6 +70,7 @@ std::string FormatSummaryTable(const TrainSummary& s) {
   } else {
     out += Row("validation loss", "not evaluated (no validation data or run.eval_interval 0)");
   }
+  if (s.memory.has_value()) out += FormatMemoryReport(*s.memory);
   return out;
 }
 
@@ -75,6 +80,7 @@ nlohmann::ordered_json SummaryToJson(const TrainSummary& s) {
   json["model"] = s.model;
   json["parameters"] = s.parameters;
   json["precision"] = s.precision;
+  json["world_size"] = s.world_size;
   json["steps"] = s.steps;
   json["skipped_steps"] = s.skipped_steps;
   json["tokens"] = s.tokens;
@@ -91,6 +97,7 @@ nlohmann::ordered_json SummaryToJson(const TrainSummary& s) {
     peaks[std::string(MemoryTierName(tier))] = s.peak_bytes[static_cast<int>(tier)];
   }
   json["peak_bytes"] = std::move(peaks);
+  if (s.memory.has_value()) json["memory"] = MemoryReportJson(*s.memory);
   json["final_train_loss"] = Number(s.final_train_loss);
   json["final_train_loss_window"] = s.final_train_loss_window;
   json["initial_val_loss"] = Optional(s.initial_val_loss);

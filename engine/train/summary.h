@@ -1,5 +1,6 @@
 // The end-of-run summary: a table for people (stdout) and summary.json for tools, from the same
-// numbers: throughput, time per phase, peak memory per tier, final train and validation loss.
+// numbers: throughput, time per phase, peak memory per tier (and, from Trainer::Run, per tier and
+// category against the estimator's prediction), final train and validation loss.
 #pragma once
 
 #include <array>
@@ -8,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "engine/train/memory_report.h"
 #include "runtime/memory_kinds.h"
 
 namespace sluice::train {
@@ -27,12 +29,15 @@ struct TrainSummary {
   std::string precision;  // "bf16"
   int64_t steps = 0;
   int64_t skipped_steps = 0;
-  int64_t tokens = 0;
+  int64_t tokens = 0;         // over all ranks
   double wall_s = 0.0;        // from the start of set-up to the end of the last evaluation
   double train_s = 0.0;       // summed step times
   double tokens_per_s = 0.0;  // tokens / train_s
   PhaseTimes phases;
-  std::array<uint64_t, kNumMemoryTiers> peak_bytes{};
+  std::array<uint64_t, kNumMemoryTiers> peak_bytes{};  // this rank's
+  // Predicted against measured per tier and category; replaces the peak_bytes row of the table.
+  std::optional<MemoryReport> memory;
+  int world_size = 1;
   double final_train_loss = 0.0;  // mean over the last kFinalLossWindow applied steps
   int64_t final_train_loss_window = 0;
   std::optional<double> initial_val_loss;  // before the first step

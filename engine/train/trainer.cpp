@@ -8,11 +8,13 @@
 #include <cmath>
 #include <filesystem>
 
-#include "engine/train/grad_clip.h"
+#include "engine/train/memory_report.h"
 #include "engine/train/metrics_writer.h"
 #include "engine/train/progress.h"
 #include "engine/train/run_files.h"
 #include "engine/train/run_setup.h"
+#include "engine/train/train_world.h"
+#include "engine/zero/zero_options.h"
 #include "runtime/device/device_factory.h"
 #include "runtime/logging.h"
 #include "runtime/memory_accounting.h"
@@ -64,14 +66,6 @@ class PhaseClock final : public model::UnitHooks {
   int64_t forward_end_ns_ = -1;
 };
 
-void TakePeaks(std::array<uint64_t, kNumMemoryTiers>& peaks) {
-  const MemorySnapshot snapshot = MemoryLedger::Global().Snapshot();
-  for (MemoryTier tier : kAllMemoryTiers) {
-    const int t = static_cast<int>(tier);
-    peaks[t] = std::max(peaks[t], snapshot.tier(tier).peak);
-  }
-}
-
 Status DeviceTypeSupported(const Config& config) {
   if (config.device.type == DeviceType::kCpu) return OkStatus();
   return UnimplementedError(
@@ -80,26 +74,20 @@ Status DeviceTypeSupported(const Config& config) {
       "device.type=cpu --set device.memory_limit=1GiB)");
 }
 
-// On one rank every ZeRO stage partitions nothing, so stages 1-3 train exactly as stage 0; moving
-// state off the device is what this trainer cannot do yet.
-Status ZeroSupported(const Config& config) {
+// Moving state off the device is a later step: the ZeRO engine keeps every shard on the device.
+Status OffloadRefused(const Config& config) {
   const ZeroConfig& zero = config.zero;
-  if (zero.offload_optimizer.device != OffloadDevice::kNone ||
-      zero.offload_param.device != OffloadDevice::kNone) {
-    return UnimplementedError(
-        "zero_optimization.offload_optimizer.device = {} / offload_param.device = {}: sluice "
-        "train keeps all state on the device for now; set both to none (--set "
-        "zero_optimization.offload_optimizer.device=none --set "
-        "zero_optimization.offload_param.device=none)",
-        OffloadDeviceName(zero.offload_optimizer.device),
-        OffloadDeviceName(zero.offload_param.device));
+  if (zero.offload_optimizer.device == OffloadDevice::kNone &&
+      zero.offload_param.device == OffloadDevice::kNone) {
+    return OkStatus();
   }
-  if (zero.stage > 0) {
-    SLUICE_LOG(kInfo, "train",
-               "zero_optimization.stage {} on one rank partitions nothing: training as stage 0",
-               zero.stage);
-  }
-  return OkStatus();
+  return UnimplementedError(
+      "zero_optimization.offload_optimizer.device = {} / offload_param.device = {}: sluice "
+      "train keeps all state on the device for now; set both to none (--set "
+      "zero_optimization.offload_optimizer.device=none --set "
+      "zero_optimization.offload_param.device=none)",
+      OffloadDeviceName(zero.offload_optimizer.device),
+      OffloadDeviceName(zero.offload_param.device));
 }
 
 // OpenBLAS keeps its own thread pool; device.threads caps it as it caps the OpenMP kernels.
@@ -126,7 +114,7 @@ TrainIntervals IntervalsFromConfig(const Config& config) {
 Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
                                                  const TrainerOptions& options) {
   SLUICE_RETURN_IF_ERROR(DeviceTypeSupported(config));
-  SLUICE_RETURN_IF_ERROR(ZeroSupported(config));
+  SLUICE_RETURN_IF_ERROR(OffloadRefused(config));
   SLUICE_ASSIGN_OR_RETURN(LrSchedule schedule,
                           LrSchedule::Create(config.scheduler, config.optimizer.lr));
   const Precision precision = PrecisionOf(config.model.dtype);
@@ -151,7 +139,43 @@ Trainer::~Trainer() = default;
 
 Status Trainer::Build() {
   MemoryLedger::Global().ResetPeaks();
+  if (options_.world == nullptr) {
+    SLUICE_ASSIGN_OR_RETURN(owned_world_, CreateTrainWorld(config_));
+    world_ = owned_world_.get();
+  } else {
+    world_ = options_.world;
+  }
+  if (world_->rank() != 0) {
+    options_.progress = ProgressMode::kOff;
+    options_.write_files = false;
+    options_.summary_stream = nullptr;
+  }
+  // The same outcome on every rank: the config is.
+  SLUICE_RETURN_IF_ERROR(FitBatchToWorld(config_, world_->size()));
   ApplyThreadCount(num_threads_);
+  // Each phase ends with every rank agreeing that it succeeded: a rank that failed alone would
+  // otherwise leave the others waiting in the next collective until run.comm_timeout.
+  SLUICE_RETURN_IF_ERROR(
+      AgreeAcrossRanks(*world_, BuildModel(), "setting up the device and the model"));
+  SLUICE_RETURN_IF_ERROR(AgreeAcrossRanks(*world_, BuildEngine(), "creating the ZeRO engine"));
+  {
+    Status initialized = engine_->InitializeParameters(static_cast<uint64_t>(config_.run.seed));
+    if (!initialized.ok()) return std::move(initialized).WithContext("initializing the parameters");
+  }
+  SLUICE_RETURN_IF_ERROR(AgreeAcrossRanks(*world_, OpenData(), "opening the data"));
+  TakePeaks(nullptr);
+  if (world_->rank() == 0) {
+    SLUICE_LOG(kInfo, "train",
+               "model {}: {} parameters, {}; ZeRO stage {} on {} rank(s), optimizer state {} per "
+               "rank on {}",
+               DescribeModel(model_->options()), model_->ParameterCount(),
+               PrecisionName(precision_), config_.zero.stage, world_->size(),
+               FormatBytes(engine_->optimizer().state_bytes()), device_->name());
+  }
+  return OkStatus();
+}
+
+Status Trainer::BuildModel() {
   if (!config_.device.memory_limit.has_value()) {
     return InvalidArgumentError(
         "device.memory_limit is not set: the cpu device needs a capacity (e.g. 512MiB)");
@@ -165,30 +189,29 @@ Status Trainer::Build() {
 
   SLUICE_ASSIGN_OR_RETURN(model::ModelOptions model_options,
                           ModelOptionsFromConfig(config_, precision_));
-  {
-    Result<std::unique_ptr<model::Model<float>>> model =
-        model::Model<float>::Create(model_options, *allocator_);
-    if (!model.ok()) return Status(model.status()).WithContext("building the model");
-    model_ = std::move(model).value();
-  }
-  model_->InitializeParameters(static_cast<uint64_t>(config_.run.seed));
-  if (precision_ == Precision::kF16) {
-    RoundToF16InPlace(static_cast<float*>(model_->params_data()), model_->ParameterCount(),
-                      num_threads_);
-  }
-  {
-    Result<std::unique_ptr<DeviceAdam>> adam =
-        DeviceAdam::Create(*device_, config_.optimizer, precision_, model_->params_data(),
-                           model_->ParameterCount(), num_threads_);
-    if (!adam.ok()) return Status(adam.status()).WithContext("creating the optimizer");
-    optimizer_ = std::move(adam).value();
-  }
+  // The model computes on the fp32 copy the engine binds; the engine keeps the parameter dtype.
+  model_options.param_dtype = DType::kF32;
+  Result<std::unique_ptr<model::Model<float>>> model =
+      model::Model<float>::Create(model_options, *allocator_, model::ModelStorage::kExternal);
+  if (!model.ok()) return Status(model.status()).WithContext("building the model");
+  model_ = std::move(model).value();
+  return OkStatus();
+}
 
-  {
-    Result<data::DataLoader> loader = data::DataLoader::Open(DataOptionsFromConfig(config_));
-    if (!loader.ok()) return Status(loader.status()).WithContext("opening the training data");
-    loader_.emplace(std::move(loader).value());
-  }
+Status Trainer::BuildEngine() {
+  SLUICE_ASSIGN_OR_RETURN(zero::ZeroOptions zero_options, zero::ZeroOptionsFromConfig(config_));
+  Result<std::unique_ptr<zero::ZeroEngine>> engine =
+      zero::ZeroEngine::Create(zero_options, *model_, *world_, *device_);
+  if (!engine.ok()) return Status(engine.status()).WithContext("creating the ZeRO engine");
+  engine_ = std::move(engine).value();
+  return OkStatus();
+}
+
+Status Trainer::OpenData() {
+  Result<data::DataLoader> loader =
+      data::DataLoader::Open(DataOptionsFromConfig(config_), world_->rank(), world_->size());
+  if (!loader.ok()) return Status(loader.status()).WithContext("opening the training data");
+  loader_.emplace(std::move(loader).value());
   Result<data::ValidationIterator> validation =
       loader_->Validation(config_.batch.micro_batch_per_gpu, config_.data.eval_batches);
   if (validation.ok()) {
@@ -196,11 +219,17 @@ Status Trainer::Build() {
   } else if (validation.status().code() != StatusCode::kFailedPrecondition) {
     return Status(validation.status()).WithContext("preparing the validation batches");
   }
-  TakePeaks(run_peak_bytes_);
-  SLUICE_LOG(kInfo, "train", "model {}: {} parameters, {}; optimizer state {} on {}",
-             DescribeModel(model_options), model_->ParameterCount(), PrecisionName(precision_),
-             FormatBytes(optimizer_->state_bytes()), device_->name());
   return OkStatus();
+}
+
+void Trainer::TakePeaks(std::array<uint64_t, kNumMemoryTiers>* step_peaks) {
+  const MemorySnapshot snapshot = MemoryLedger::Global().Snapshot();
+  MergePeaks(run_peaks_, snapshot);
+  if (step_peaks == nullptr) return;
+  for (MemoryTier tier : kAllMemoryTiers) {
+    const int t = static_cast<int>(tier);
+    (*step_peaks)[t] = std::max((*step_peaks)[t], snapshot.tier(tier).peak);
+  }
 }
 
 Result<StepMetrics> Trainer::TrainStep() {
@@ -215,56 +244,58 @@ Result<StepMetrics> Trainer::TrainStep() {
   m.loss_scale = loss_scale;
   m.lr = schedule_.current_lr();
 
-  model_->ZeroGrads();
   PhaseClock clock(static_cast<int>(model_->units().size()) - 1);
-  model_->SetHooks(&clock);
+  engine_->SetUserHooks(&clock);
   double loss_sum = 0.0;
+  int64_t tokens = 0;
   for (int64_t micro = 0; micro < accumulation; ++micro) {
     loader_->NextBatch(micro_batch, &batch_);
     clock.BeginPass();
     Result<double> loss =
-        model_->ForwardBackward(batch_.inputs.data(), batch_.targets.data(), batch_.batch_size,
-                                batch_.seq_len, loss_scale / static_cast<double>(accumulation));
+        engine_->ForwardBackward(batch_.inputs.data(), batch_.targets.data(), batch_.batch_size,
+                                 batch_.seq_len, loss_scale / static_cast<double>(accumulation));
     if (!loss.ok()) {
-      model_->SetHooks(nullptr);
+      engine_->SetUserHooks(nullptr);
       return Status(loss.status())
           .WithContext(fmt::format("step {}, micro-batch {}", m.step, micro + 1));
     }
     clock.EndPass(m.step, micro + 1);
     loss_sum += *loss;
-    m.tokens += batch_.batch_size * batch_.seq_len;
+    tokens += batch_.batch_size * batch_.seq_len;
   }
-  model_->SetHooks(nullptr);
-  m.loss = loss_sum / static_cast<double>(accumulation);
+  engine_->SetUserHooks(nullptr);
   m.forward_s = clock.forward_s;
   m.backward_s = clock.backward_s;
 
   const double optimizer_start = NowSeconds();
-  ScopedTraceEvent optimizer_event(kTraceLaneCompute, fmt::format("optimizer step {}", m.step));
-  float* grads = model_->grads_data();
-  const int64_t count = model_->ParameterCount();
-  if (precision_ == Precision::kF16) RoundToF16InPlace(grads, count, num_threads_);
-  const GradNorm norm = GlobalGradNorm(grads, count, 1.0 / loss_scale, num_threads_);
-  m.grad_norm = norm.norm;
-  if (!norm.finite) {
-    m.skipped = true;
-    SLUICE_LOG(kDebug, "train", "step {}: non-finite gradient, step skipped", m.step);
-    SLUICE_RETURN_IF_ERROR(scaler_.Update(/*overflow=*/true));
-  } else {
-    const double clip = ClipCoefficient(norm.norm, config_.gradient_clipping);
-    SLUICE_RETURN_IF_ERROR(optimizer_->Step(grads, m.lr, clip / loss_scale));
-    schedule_.Step();
-    SLUICE_RETURN_IF_ERROR(scaler_.Update(/*overflow=*/false));
+  {
+    ScopedTraceEvent optimizer_event(kTraceLaneCompute, fmt::format("optimizer step {}", m.step));
+    Result<zero::ZeroStepResult> stepped = engine_->Step(
+        {.lr = m.lr, .loss_scale = loss_scale, .max_grad_norm = config_.gradient_clipping});
+    if (!stepped.ok()) {
+      return Status(stepped.status()).WithContext(fmt::format("optimizer step {}", m.step));
+    }
+    m.grad_norm = stepped->grad_norm;
+    if (stepped->overflow) {
+      m.skipped = true;
+      SLUICE_LOG(kDebug, "train", "step {}: non-finite gradient, step skipped", m.step);
+      SLUICE_RETURN_IF_ERROR(scaler_.Update(/*overflow=*/true));
+    } else {
+      schedule_.Step();
+      SLUICE_RETURN_IF_ERROR(scaler_.Update(/*overflow=*/false));
+    }
   }
-  const double end = NowSeconds();
-  m.optimizer_s = end - optimizer_start;
-  m.step_time_s = end - start;
+  m.optimizer_s = NowSeconds() - optimizer_start;
+  // Every rank ran the same micro-batch shapes.
+  SLUICE_ASSIGN_OR_RETURN(m.loss,
+                          engine_->MeanAcrossRanks(loss_sum / static_cast<double>(accumulation)));
+  m.tokens = tokens * world_->size();
+  m.step_time_s = NowSeconds() - start;
   m.tokens_per_s = m.step_time_s > 0 ? static_cast<double>(m.tokens) / m.step_time_s : 0.0;
   total_tokens_ += m.tokens;
   m.total_tokens = total_tokens_;
   ++steps_done_;
-  TakePeaks(m.peak_bytes);
-  TakePeaks(run_peak_bytes_);
+  TakePeaks(&m.peak_bytes);
   return m;
 }
 
@@ -278,35 +309,53 @@ Result<double> Trainer::Evaluate() {
   double sum = 0.0;
   int64_t batches = 0;
   while (validation_->Next(&batch_)) {
-    Result<double> loss = model_->ForwardLoss(batch_.inputs.data(), batch_.targets.data(),
-                                              batch_.batch_size, batch_.seq_len);
+    Result<double> loss = engine_->ForwardLoss(batch_.inputs.data(), batch_.targets.data(),
+                                               batch_.batch_size, batch_.seq_len);
     if (!loss.ok()) return Status(loss.status()).WithContext("evaluating");
     sum += *loss;
     ++batches;
   }
-  TakePeaks(run_peak_bytes_);
+  TakePeaks(nullptr);
+  // Every rank has the same number of batches of the same shape.
   if (batches == 0) return FailedPreconditionError("the validation split yielded no batches");
-  return sum / static_cast<double>(batches);
+  return engine_->MeanAcrossRanks(sum / static_cast<double>(batches));
+}
+
+Status Trainer::PrepareRunFiles(std::optional<MetricsWriter>* metrics) {
+  const std::string& run_dir = config_.run.dir;
+  SLUICE_RETURN_IF_ERROR(CreateRunDirectory(run_dir));
+  const std::filesystem::path dir(run_dir);
+  for (const char* name :
+       {"summary.json", "config.resolved.json", "metrics.jsonl", "trace.rank0.json"}) {
+    SLUICE_RETURN_IF_ERROR(RemoveStaleFile((dir / name).string()));
+  }
+  SLUICE_RETURN_IF_ERROR(WriteFileAtomically((dir / "config.resolved.json").string(),
+                                             ConfigRecordJson(config_).dump(2) + "\n"));
+  SLUICE_ASSIGN_OR_RETURN(MetricsWriter writer,
+                          MetricsWriter::Open((dir / "metrics.jsonl").string()));
+  metrics->emplace(std::move(writer));
+  return OkStatus();
+}
+
+Status Trainer::FinishRunFiles(const TrainSummary& summary) {
+  const std::filesystem::path dir(config_.run.dir);
+  SLUICE_RETURN_IF_ERROR(
+      WriteFileAtomically((dir / "summary.json").string(), SummaryToJson(summary).dump(2) + "\n"));
+  if (config_.run.trace) {
+    const std::string trace = (dir / "trace.rank0.json").string();
+    SLUICE_RETURN_IF_ERROR(TraceRecorder::Global().WriteChromeTrace(trace, /*rank=*/0));
+    SLUICE_LOG(kInfo, "train", "trace written to {} (open it in Perfetto)", trace);
+  }
+  return OkStatus();
 }
 
 Result<TrainSummary> Trainer::Run() {
   const double start = NowSeconds();
-  const std::string& run_dir = config_.run.dir;
   std::optional<MetricsWriter> metrics;
-  if (options_.write_files) {
-    SLUICE_RETURN_IF_ERROR(CreateRunDirectory(run_dir));
-    const std::filesystem::path dir(run_dir);
-    for (const char* name :
-         {"summary.json", "config.resolved.json", "metrics.jsonl", "trace.rank0.json"}) {
-      SLUICE_RETURN_IF_ERROR(RemoveStaleFile((dir / name).string()));
-    }
-    SLUICE_RETURN_IF_ERROR(WriteFileAtomically((dir / "config.resolved.json").string(),
-                                               ConfigRecordJson(config_).dump(2) + "\n"));
-    SLUICE_ASSIGN_OR_RETURN(MetricsWriter writer,
-                            MetricsWriter::Open((dir / "metrics.jsonl").string()));
-    metrics.emplace(std::move(writer));
-  }
-  if (config_.run.trace) TraceRecorder::Global().Enable();
+  SLUICE_RETURN_IF_ERROR(
+      AgreeAcrossRanks(*world_, options_.write_files ? PrepareRunFiles(&metrics) : OkStatus(),
+                       "preparing the run directory"));
+  if (config_.run.trace && world_->rank() == 0) TraceRecorder::Global().Enable();
   const TrainIntervals intervals = IntervalsFromConfig(config_);
   const bool evaluate = validation_.has_value() && intervals.eval_interval > 0;
   const int64_t total_steps = config_.run.steps;
@@ -336,7 +385,7 @@ Result<TrainSummary> Trainer::Run() {
       const double eval_start = NowSeconds();
       SLUICE_ASSIGN_OR_RETURN(m.val_loss, Evaluate());
       m.eval_s = NowSeconds() - eval_start;
-      TakePeaks(m.peak_bytes);
+      TakePeaks(&m.peak_bytes);
     }
     if (metrics.has_value()) SLUICE_RETURN_IF_ERROR(metrics->Write(StepMetricsToJson(m)));
     if (progress.has_value()) progress->Update(m);
@@ -347,19 +396,12 @@ Result<TrainSummary> Trainer::Run() {
   TrainSummary summary = Summarize(steps);
   summary.initial_val_loss = initial_val_loss;
   summary.phases.eval_s += initial_eval_s;
+  SLUICE_ASSIGN_OR_RETURN(summary.memory, BuildMemoryReport(config_, *world_, run_peaks_));
   summary.wall_s = NowSeconds() - start;
   const PhaseTimes& p = summary.phases;
   summary.phases.other_s =
       std::max(0.0, summary.wall_s - p.forward_s - p.backward_s - p.optimizer_s - p.eval_s);
-  if (options_.write_files) {
-    const std::string path = (std::filesystem::path(run_dir) / "summary.json").string();
-    SLUICE_RETURN_IF_ERROR(WriteFileAtomically(path, SummaryToJson(summary).dump(2) + "\n"));
-    if (config_.run.trace) {
-      const std::string trace = (std::filesystem::path(run_dir) / "trace.rank0.json").string();
-      SLUICE_RETURN_IF_ERROR(TraceRecorder::Global().WriteChromeTrace(trace, /*rank=*/0));
-      SLUICE_LOG(kInfo, "train", "trace written to {} (open it in Perfetto)", trace);
-    }
-  }
+  if (options_.write_files) SLUICE_RETURN_IF_ERROR(FinishRunFiles(summary));
   if (options_.summary_stream != nullptr) {
     std::fprintf(options_.summary_stream, "%s", FormatSummaryTable(summary).c_str());
     std::fflush(options_.summary_stream);
@@ -370,10 +412,10 @@ Result<TrainSummary> Trainer::Run() {
 TrainSummary Trainer::Summarize(const std::vector<StepMetrics>& steps) const {
   TrainSummary s;
   s.run_dir = config_.run.dir;
-  Result<model::ModelOptions> options = ModelOptionsFromConfig(config_, precision_);
-  s.model = options.ok() ? DescribeModel(*options) : std::string("?");
+  s.model = DescribeModel(model_->options());
   s.parameters = model_->ParameterCount();
   s.precision = std::string(PrecisionName(precision_));
+  s.world_size = world_->size();
   s.steps = static_cast<int64_t>(steps.size());
   for (const StepMetrics& m : steps) {
     if (m.skipped) ++s.skipped_steps;
@@ -386,7 +428,9 @@ TrainSummary Trainer::Summarize(const std::vector<StepMetrics>& steps) const {
     if (m.val_loss.has_value()) s.final_val_loss = m.val_loss;
   }
   s.tokens_per_s = s.train_s > 0 ? static_cast<double>(s.tokens) / s.train_s : 0.0;
-  s.peak_bytes = run_peak_bytes_;
+  for (MemoryTier tier : kAllMemoryTiers) {
+    s.peak_bytes[static_cast<int>(tier)] = run_peaks_.tier(tier).peak;
+  }
   double loss_sum = 0.0;
   for (auto it = steps.rbegin(); it != steps.rend() && s.final_train_loss_window < kFinalLossWindow;
        ++it) {

@@ -1,25 +1,31 @@
-// Single-rank training on the cpu device: all state on the device, no offload (on one rank every
-// ZeRO stage partitions nothing, so stages 1-3 train as stage 0; an offload device is refused):
+// Training on the ranks of an MPI world through the ZeRO engine (engine/zero/zero_engine.h), any
+// stage 0-3, all state on the device (an offload device is refused). One code path: a process
+// started without mpirun is a world of one. Each rank reads its slice of every global batch
+// (DataLoader(rank, world)) and of the validation batches:
 //
 //   SLUICE_ASSIGN_OR_RETURN(Config config, LoadTrainConfig(sources));
-//   TrainerOptions options;  // progress to stderr, files into config.run.dir
+//   TrainerOptions options;  // progress to stderr, files into config.run.dir (rank 0 only)
 //   SLUICE_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(config, options));
 //   SLUICE_ASSIGN_OR_RETURN(TrainSummary summary, trainer->Run());
 //
 // One optimizer step: gradient_accumulation_steps micro-batches of train_micro_batch_size_per_gpu
-// sequences, each forward/backward with loss gradient loss_scale / GAS accumulating into the
-// model's fp32 gradient buffer; then (f16: round the gradient to fp16) the global norm of the
-// unscaled gradient; an inf or NaN anywhere skips the step (counted, the scheduler not stepped,
-// the fp16 loss scale adjusted); otherwise Adam with grad_scale = clip coefficient / loss scale
-// (grad_clip.h, device_adam.h) at the schedule's rate, then the schedule steps. Skipping on a
-// non-finite gradient applies to every precision (DeepSpeed's bf16 optimizer checks too; for
-// fp32 and for a static fp16 scale DeepSpeed would apply the step and poison the weights).
+// sequences per rank, each forward/backward with loss gradient loss_scale / GAS, the gradients
+// reduced as the stage does; then ZeroEngine::Step: (f16: the gradient rounded to fp16) the
+// global norm of the unscaled gradient over all ranks; an inf or NaN on any rank skips the step
+// everywhere (counted, the scheduler not stepped, the fp16 loss scale adjusted); otherwise Adam
+// (engine/zero/sharded_adam.h) with grad_scale = clip coefficient / loss scale at the schedule's
+// rate, and the schedule steps. Skipping on a non-finite gradient applies to every precision
+// (DeepSpeed's bf16 optimizer checks too; for fp32 and a static fp16 scale DeepSpeed would apply
+// the step and poison the weights). A step's loss is the mean over the ranks, its tokens those of
+// all ranks.
 //
 // Run() also evaluates every run.eval_interval steps (and, unless that is 0, before the first and
-// after the last step) over the same data.eval_batches validation micro-batches, writes
-// run.dir/config.resolved.json at the start, one metrics.jsonl line per step, summary.json at the
-// end (and with run.trace, trace.rank0.json: forward, backward, optimizer and evaluation of every
-// step on the compute lane), shows progress (progress.h) and returns the summary.
+// after the last step) over the same data.eval_batches validation micro-batches per rank (the
+// mean over the ranks). Rank 0 alone writes run.dir/config.resolved.json at the start, one
+// metrics.jsonl line per step (its own memory peaks), summary.json at the end (and with
+// run.trace, trace.rank0.json: its units, optimizer steps and evaluations on the compute lane,
+// its collectives on the comm lane), shows progress (progress.h) and prints the summary, which
+// sets each tier's and category's peak against the estimator's prediction (memory_report.h).
 #pragma once
 
 #include <cstdint>
@@ -32,13 +38,16 @@
 #include "engine/data/data_loader.h"
 #include "engine/model/buffer.h"
 #include "engine/model/model.h"
-#include "engine/train/device_adam.h"
 #include "engine/train/loss_scaler.h"
 #include "engine/train/lr_schedule.h"
+#include "engine/train/metrics_writer.h"
 #include "engine/train/precision.h"
 #include "engine/train/step_metrics.h"
 #include "engine/train/summary.h"
+#include "engine/zero/zero_engine.h"
+#include "runtime/comm.h"
 #include "runtime/device.h"
+#include "runtime/memory_accounting.h"
 #include "runtime/status.h"
 
 namespace sluice::train {
@@ -46,6 +55,10 @@ namespace sluice::train {
 enum class ProgressMode { kAuto, kBar, kPlain, kOff };
 
 struct TrainerOptions {
+  // The ranks to train on (not owned; outlives the trainer). Null: the MPI world with
+  // run.comm_timeout (CreateTrainWorld), one rank when the process was not started by mpirun.
+  Comm* world = nullptr;
+  // The next three apply on rank 0; the other ranks show and write nothing.
   // kAuto: a bar when `progress_stream` is a terminal, plain lines otherwise.
   ProgressMode progress = ProgressMode::kAuto;
   std::FILE* progress_stream = stderr;
@@ -65,26 +78,32 @@ TrainIntervals IntervalsFromConfig(const Config& config);
 
 class Trainer {
  public:
-  // Builds the device, the model (initialized from run.seed), the data loader, the optimizer,
-  // the schedule and the loss scaler. Errors name what to change: a missing data file, a model
-  // that does not fit device.memory_limit, a cuda device on a machine without one.
+  // Builds the device, the model and the ZeRO engine (parameters initialized from run.seed), the
+  // data loader, the schedule and the loss scaler. Errors name what to change: a missing data
+  // file, a model that does not fit device.memory_limit, a cuda device, an offload device.
+  // Collective: a rank whose set-up failed makes the others fail too instead of waiting.
   static Result<std::unique_ptr<Trainer>> Create(const Config& config,
                                                  const TrainerOptions& options = {});
   ~Trainer();
 
-  // One optimizer step (see the file comment). Its metrics have no val_loss.
+  // One optimizer step (see the file comment). Its metrics have no val_loss. Collective.
   Result<StepMetrics> TrainStep();
-  // Mean loss over the fixed validation batches. FailedPrecondition when the run has no
-  // validation data.
+  // Mean loss over the fixed validation batches of all ranks. FailedPrecondition when the run
+  // has no validation data. Collective.
   Result<double> Evaluate();
   bool has_validation() const { return validation_.has_value(); }
 
-  // run.steps steps with evaluation, files, progress and the summary.
+  // run.steps steps with evaluation, files, progress and the summary. Collective.
   Result<TrainSummary> Run();
 
+  // The config as trained: the batch keys fitted to the world size (FitBatchToWorld).
   const Config& config() const { return config_; }
+  // Created with ModelStorage::kExternal: the engine owns its parameters and gradients.
   model::Model<float>& model() { return *model_; }
-  const DeviceAdam& optimizer() const { return *optimizer_; }
+  zero::ZeroEngine& engine() { return *engine_; }
+  const zero::ShardedAdam& optimizer() const { return engine_->optimizer(); }
+  int rank() const { return world_->rank(); }
+  int world_size() const { return world_->size(); }
   const LossScaler& loss_scaler() const { return scaler_; }
   const LrSchedule& schedule() const { return schedule_; }
   Precision precision() const { return precision_; }
@@ -94,7 +113,16 @@ class Trainer {
   Trainer(const Config& config, const TrainerOptions& options, LrSchedule schedule,
           LossScaler scaler, Precision precision);
   Status Build();
-  // Everything but the wall time and the initial evaluation, which Run() adds.
+  // The phases of Build(), each followed by an agreement across the ranks.
+  Status BuildModel();
+  Status BuildEngine();
+  Status OpenData();
+  // Rank 0: the run directory, config.resolved.json and metrics.jsonl.
+  Status PrepareRunFiles(std::optional<MetricsWriter>* metrics);
+  Status FinishRunFiles(const TrainSummary& summary);
+  void TakePeaks(std::array<uint64_t, kNumMemoryTiers>* step_peaks);
+  // Everything but the wall time, the initial evaluation and the memory report, which Run()
+  // adds.
   TrainSummary Summarize(const std::vector<StepMetrics>& steps) const;
 
   Config config_;
@@ -102,20 +130,23 @@ class Trainer {
   LrSchedule schedule_;
   LossScaler scaler_;
   Precision precision_;
-  // Declaration order is destruction order in reverse: everything allocated from the device
-  // goes before the device.
+  // Declaration order is destruction order in reverse: the world outlives the engine, everything
+  // allocated from the device goes before the device, the engine before the model.
+  std::unique_ptr<Comm> owned_world_;
+  Comm* world_ = nullptr;
   std::unique_ptr<Device> device_;
   std::unique_ptr<model::DeviceAllocator> allocator_;
   std::unique_ptr<model::Model<float>> model_;
-  std::unique_ptr<DeviceAdam> optimizer_;
+  std::unique_ptr<zero::ZeroEngine> engine_;
   std::optional<data::DataLoader> loader_;
   std::optional<data::ValidationIterator> validation_;
   data::Batch batch_;
   int64_t steps_done_ = 0;
   int64_t total_tokens_ = 0;
   int num_threads_ = 0;
-  // Peaks of each tier since the trainer was created (set-up included).
-  std::array<uint64_t, kNumMemoryTiers> run_peak_bytes_{};
+  // This rank's peaks of every tier and category since the trainer was created (set-up
+  // included).
+  MemorySnapshot run_peaks_;
 };
 
 }  // namespace sluice::train

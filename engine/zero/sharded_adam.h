@@ -1,10 +1,11 @@
-// The optimizer over this rank's shard (stages 1-3) or the whole flat buffer (stage 0): Adam /
-// AdamW with fp32 master weights, exp_avg and exp_avg_sq on the device (category optimizer), one
-// fused pass of the CPU Adam kernel (kernels/cpu/adam.h) per step. The updated parameters are
-// written in the parameter dtype into the parameter shard, the source of the next all-gather:
-// in f32 the master weights are that shard itself; in bf16 / f16 the kernel writes the rounded
-// copy there. Adam is elementwise, so a shard steps exactly as the same elements of an unsharded
-// run would; padding elements (gradient 0, value 0) stay 0.
+// Sluice's one Adam wrapper: the ZeRO engine's at every stage (hence `sluice train`'s) and the
+// tests' flat single-rank reference. Adam / AdamW over this rank's shard (stages 1-3) or the
+// whole flat buffer (stage 0), with fp32 master weights, exp_avg and exp_avg_sq on the device
+// (category optimizer), one fused pass of the CPU Adam kernel (kernels/cpu/adam.h) per step. The
+// updated parameters are written in the parameter dtype into the parameter shard, the source of
+// the next all-gather: in f32 the master weights are that shard itself; in bf16 / f16 the kernel
+// writes the rounded copy there. Adam is elementwise, so a shard steps exactly as the same
+// elements of an unsharded run would; padding elements (gradient 0, value 0) stay 0.
 #pragma once
 
 #include <cstdint>

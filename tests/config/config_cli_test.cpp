@@ -1,10 +1,16 @@
 // Runs the built `sluice config check` / `sluice config help` and checks exit codes and output.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
+
+#include "runtime/size_format.h"
 
 namespace {
 
@@ -85,6 +91,85 @@ TEST(ConfigCliTest, HelpListsSettings) {
   r = RunSluice("config help --markdown");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("| `aio.block_size` |"), std::string::npos);
+}
+
+TEST(ConfigCliTest, LayersFilesInOrderAndNamesWhereEachValueCameFrom) {
+  std::string overlay = WriteTemp("layer_overlay.yaml", "run:\n  steps: 7\n");
+  for (const std::string& files :
+       {Source("configs/default.yaml") + " " + overlay,
+        "--config " + Source("configs/default.yaml") + " --config " + overlay}) {
+    RunResult r = RunSluice("config check " + files);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("steps: 7"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("# file " + overlay + ":2:3"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(" + " + overlay), std::string::npos) << r.output;
+  }
+  RunResult r =
+      RunSluice("config check " + overlay + " --config " + Source("configs/default.yaml"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("not both"), std::string::npos) << r.output;
+
+  r = RunSluice("config check --config " + Source("configs/default.yaml") +
+                " --config /nonexistent/second.yaml");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--config #2 of 2: config file /nonexistent/second.yaml does not exist"),
+            std::string::npos)
+      << r.output;
+}
+
+// `sluice bench aio --tune` on a small file in a temporary directory, then its snippet layered
+// over the shipped NVMe config and over the DeepSpeed JSON config: accepted as it is, and the
+// tuned keys come from the snippet while the rest of `aio` stays the base's.
+TEST(ConfigCliTest, TunedAioSnippetIsAcceptedAsALayerAndWins) {
+  std::string dir = ::testing::TempDir() + "sluice_aio_tune_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  std::string snippet = dir + "/aio_tuned.yaml";
+  RunResult tune = RunSluice("bench aio --tune " + dir + " --size 4M --output " + snippet);
+  ASSERT_EQ(tune.exit_code, 0) << tune.output;
+  std::ifstream in(snippet);
+  ASSERT_TRUE(in) << "no snippet written: " << tune.output;
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_NE(text.str().find("# A config layer"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("sluice train --config base.yaml --config aio_tuned.yaml"),
+            std::string::npos)
+      << text.str();
+
+  // The values the tuning chose, read from the snippet's lines.
+  auto value_of = [&](const std::string& key) {
+    size_t at = text.str().find("\n  " + key + ": ");
+    EXPECT_NE(at, std::string::npos) << key << " missing:\n" << text.str();
+    if (at == std::string::npos) return std::string();
+    size_t start = at + key.size() + 5;
+    return text.str().substr(start, text.str().find('\n', start) - start);
+  };
+  sluice::Result<uint64_t> block_size = sluice::ParseByteSize(value_of("block_size"));
+  ASSERT_TRUE(block_size.ok()) << block_size.status().ToString();
+  const int queue_depth = std::stoi(value_of("queue_depth"));
+  const int intra_op = std::stoi(value_of("intra_op_parallelism"));
+
+  for (const std::string& base :
+       {Source("configs/zero3_offload_nvme.yaml"), Source("configs/ds_config_zero3.json")}) {
+    RunResult r = RunSluice("config check --config " + base + " --config " + snippet + " --json");
+    ASSERT_EQ(r.exit_code, 0) << base << ":\n" << r.output;
+    // Log lines (notes on stderr) come before the record.
+    size_t start = r.output.find("{\n");
+    ASSERT_NE(start, std::string::npos) << r.output;
+    nlohmann::json record = nlohmann::json::parse(r.output.substr(start), nullptr, false);
+    ASSERT_FALSE(record.is_discarded()) << r.output;
+    const nlohmann::json& s = record["settings"];
+    EXPECT_EQ(s["aio.block_size"]["value"].get<uint64_t>(), *block_size) << base;
+    EXPECT_EQ(s["aio.queue_depth"]["value"].get<int>(), queue_depth) << base;
+    EXPECT_EQ(s["aio.intra_op_parallelism"]["value"].get<int>(), intra_op) << base;
+    for (const char* key : {"aio.block_size", "aio.queue_depth", "aio.intra_op_parallelism"}) {
+      EXPECT_EQ(s[key]["origin"].get<std::string>().rfind(snippet + ":", 0), 0u)
+          << base << " " << key << ": " << s[key].dump();
+    }
+    EXPECT_EQ(s["aio.overlap_events"]["origin"].get<std::string>().rfind(base + ":", 0), 0u)
+        << base << ": " << s["aio.overlap_events"].dump();
+    EXPECT_EQ(s["zero_optimization.stage"]["value"], 3) << base;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -30,11 +30,11 @@ class MalformedConfigTest : public ::testing::TestWithParam<ErrorCase> {};
 TEST_P(MalformedConfigTest, IsRejectedWithItsMessage) {
   const ErrorCase& c = GetParam();
   ConfigSources sources = IsolatedSources();
-  sources.path = c.format == kJson ? "bad.json" : "bad.yaml";
   sources.set_overrides = c.sets;
   sources.env = c.env;
   sources.world_size = c.world_size;
-  Result<Config> config = LoadConfigFromText(c.text, c.format, sources);
+  Result<Config> config =
+      LoadConfigFromText(c.text, c.format, sources, c.format == kJson ? "bad.json" : "bad.yaml");
   ASSERT_FALSE(config.ok()) << "accepted:\n" << c.text;
   EXPECT_EQ(config.status().code(), c.code) << config.status().ToString();
   for (const char* want : c.expected) {

@@ -12,7 +12,7 @@ namespace fs = std::filesystem;
 
 Result<Config> LoadShipped(const std::string& name, int world_size = 1) {
   ConfigSources sources = testing::IsolatedSources();
-  sources.path = std::string(SLUICE_SOURCE_DIR) + "/configs/" + name;
+  sources.paths = {std::string(SLUICE_SOURCE_DIR) + "/configs/" + name};
   sources.world_size = world_size;
   return LoadConfig(sources);
 }

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <string>
 
-#include "engine/estimate/estimate_config.h"
+#include "engine/config/config.h"
 #include "engine/estimate/estimate_report.h"
 #include "estimate_test_util.h"
 
@@ -176,12 +176,12 @@ TEST_F(EstimateConfigTest, MergesTheModelFileOverADeepSpeedConfig) {
   const std::string bare = Write("model.yaml",
                                  "family: llama\nn_layer: 2\nn_head: 4\n"
                                  "n_kv_head: 2\nd_model: 64\nvocab_size: 300\n");
-  EstimateConfigSources sources;
-  sources.config_path = ds;
+  ConfigSources sources;
+  sources.paths = {ds};
   sources.model_path = bare;
   sources.world_size = 4;
   sources.env.emplace();
-  auto config = LoadEstimateConfig(sources);
+  auto config = LoadConfig(sources);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_TRUE(config->model.present);
   EXPECT_EQ(config->model.family, ModelFamily::kLlama);
@@ -193,7 +193,7 @@ TEST_F(EstimateConfigTest, MergesTheModelFileOverADeepSpeedConfig) {
   sources.model_path = Write("model_device.yaml",
                              "model: {family: gpt2, n_layer: 1, d_model: 32, n_head: 2}\n"
                              "device: {type: cpu, memory_limit: 64MiB}\n");
-  config = LoadEstimateConfig(sources);
+  config = LoadConfig(sources);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(config->model.family, ModelFamily::kGpt2);
   EXPECT_EQ(config->device.memory_limit, int64_t{64} << 20);
@@ -201,7 +201,7 @@ TEST_F(EstimateConfigTest, MergesTheModelFileOverADeepSpeedConfig) {
 
   // A mistake in the model file names it.
   sources.model_path = Write("bad.yaml", "model: {family: gpt2, n_layers: 1}\n");
-  config = LoadEstimateConfig(sources);
+  config = LoadConfig(sources);
   ASSERT_FALSE(config.ok());
   EXPECT_NE(config.status().ToString().find("bad.yaml"), std::string::npos)
       << config.status().ToString();

@@ -69,12 +69,10 @@ TEST(PrecisionTest, RoundToF16OverflowsPast65504) {
   EXPECT_EQ(v[6], 0.0f);  // below the smallest fp16 subnormal
 }
 
-TEST(PrecisionTest, ModesMapToStorageAndCopy) {
+TEST(PrecisionTest, ModesMapToStorage) {
   EXPECT_EQ(PrecisionOf(DType::kBF16), Precision::kBF16);
   EXPECT_EQ(ModelParamDType(Precision::kBF16), DType::kBF16);
   EXPECT_EQ(ModelParamDType(Precision::kF16), DType::kF32);
-  EXPECT_EQ(AdamCopyTypeFor(Precision::kF16), kernels::AdamCopyType::kF16);
-  EXPECT_EQ(AdamCopyTypeFor(Precision::kF32), kernels::AdamCopyType::kNone);
 }
 
 }  // namespace

@@ -56,6 +56,9 @@ TEST(TrainCliTest, TrainsATinyConfigAndWritesItsFiles) {
   EXPECT_NE(r.output.find("Training summary (" + run_dir + ")"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("tokens/s"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("validation loss"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("memory: peak of the run against `sluice estimate` (stage 0, 1 rank)"),
+            std::string::npos)
+      << r.output;
   EXPECT_EQ(CountLines(run_dir + "/metrics.jsonl"), 8u);
   EXPECT_TRUE(std::filesystem::exists(run_dir + "/summary.json"));
   std::ifstream resolved(run_dir + "/config.resolved.json");

@@ -1,5 +1,6 @@
-// The trainer on tiny models: gradient accumulation, fp16 overflow skipping, bf16 master
-// weights, a Llama-family run, the files of Run(), and the errors of bad input.
+// The trainer on tiny models, one rank: gradient accumulation, fp16 overflow skipping, bf16
+// master weights, a Llama-family run, the files of Run() with the memory report, the batch keys
+// fitted to a world size, and the errors of bad input (offload included).
 #include "engine/train/trainer.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "engine/train/run_setup.h"
+#include "engine/train/train_world.h"
 #include "kernels/ref/half.h"
 #include "tests/train/train_test_util.h"
 
@@ -37,6 +39,22 @@ StepMetrics Step(Trainer& trainer) {
   return m.ok() ? *m : StepMetrics{};
 }
 
+// The parameters as the model computes with them (the parameter dtype's values), flat layout.
+std::vector<float> FullParameters(Trainer& trainer) {
+  std::vector<float> full(static_cast<size_t>(trainer.model().ParameterCount()));
+  Status status = trainer.engine().GatherFullParameters(full);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  return full;
+}
+
+// The gradients of the step just taken, flat layout (stage 0: the full buffer, which Step()
+// reads and leaves as it is).
+std::vector<float> StepGradients(Trainer& trainer) {
+  EXPECT_EQ(trainer.config().zero.stage, 0);
+  std::span<const float> grads = trainer.engine().step_gradients();
+  return {grads.begin(), grads.end()};
+}
+
 double Mean(const std::vector<double>& v, size_t begin, size_t end) {
   double sum = 0;
   for (size_t i = begin; i < end; ++i) sum += v[i];
@@ -57,11 +75,11 @@ TEST(TrainerTest, GradientAccumulationMatchesALargerBatch) {
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_NEAR(a.loss, b.loss, 1e-6 * a.loss);
   EXPECT_NEAR(a.grad_norm, b.grad_norm, 1e-5 * a.grad_norm);
-  const int64_t n = whole->model().ParameterCount();
-  const float* ga = whole->model().grads_data();
-  const float* gb = accumulated->model().grads_data();
+  const std::vector<float> ga = StepGradients(*whole);
+  const std::vector<float> gb = StepGradients(*accumulated);
+  ASSERT_EQ(ga.size(), gb.size());
   float max_abs = 0, max_diff = 0;
-  for (int64_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < ga.size(); ++i) {
     max_abs = std::max(max_abs, std::fabs(ga[i]));
     max_diff = std::max(max_diff, std::fabs(ga[i] - gb[i]));
   }
@@ -82,13 +100,11 @@ TEST(TrainerTest, Fp16OverflowSkipsTheStepAndHalvesTheScale) {
       TinyGptConfig({"fp16.enabled=true", "fp16.initial_scale_power=40", "fp16.hysteresis=2"}));
   ASSERT_TRUE(trainer);
   ASSERT_EQ(trainer->precision(), Precision::kF16);
-  const int64_t n = trainer->model().ParameterCount();
-  // The model holds fp16 values.
-  const float* params = static_cast<const float*>(trainer->model().params_data());
-  for (int64_t i = 0; i < n; i += 97) {
-    ASSERT_EQ(params[i], kernels::F16ToF32(kernels::F32ToF16(params[i]))) << i;
+  // The model computes with fp16 values.
+  const std::vector<float> before = FullParameters(*trainer);
+  for (size_t i = 0; i < before.size(); i += 97) {
+    ASSERT_EQ(before[i], kernels::F16ToF32(kernels::F32ToF16(before[i]))) << i;
   }
-  std::vector<float> before(params, params + n);
 
   StepMetrics first = Step(*trainer);
   EXPECT_TRUE(first.skipped);
@@ -97,7 +113,7 @@ TEST(TrainerTest, Fp16OverflowSkipsTheStepAndHalvesTheScale) {
   EXPECT_EQ(trainer->loss_scaler().scale(), std::ldexp(1.0, 40));  // hysteresis used instead
   EXPECT_EQ(trainer->optimizer().step(), 0);
   EXPECT_EQ(trainer->schedule().last_batch_iteration(), -1);  // not stepped on a skip
-  EXPECT_EQ(std::memcmp(before.data(), params, n * sizeof(float)), 0) << "skipped step moved";
+  EXPECT_TRUE(FullParameters(*trainer) == before) << "skipped step moved";
 
   double expected_scale = std::ldexp(1.0, 40);
   int skipped = 1;
@@ -126,16 +142,20 @@ TEST(TrainerTest, Bf16KeepsFp32MastersAndRoundedModelWeights) {
   auto trainer = MakeTrainer(TinyGptConfig({"bf16.enabled=true"}));
   ASSERT_TRUE(trainer);
   ASSERT_EQ(trainer->precision(), Precision::kBF16);
-  ASSERT_EQ(trainer->model().registry().dtype(), DType::kBF16);
+  ASSERT_EQ(trainer->engine().options().param_dtype, DType::kBF16);
   std::vector<double> losses;
   for (int s = 0; s < 20; ++s) losses.push_back(Step(*trainer).loss);
   const int64_t n = trainer->model().ParameterCount();
   const float* master = trainer->optimizer().master();
-  const uint16_t* model = static_cast<const uint16_t*>(trainer->model().params_data());
+  const std::vector<float> model = FullParameters(*trainer);
   int64_t not_representable = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    ASSERT_EQ(model[i], kernels::F32ToBf16(master[i])) << "element " << i;
-    if (kernels::Bf16ToF32(model[i]) != master[i]) ++not_representable;
+  for (const zero::PartitionInfo& p : trainer->engine().layout().partitions()) {
+    for (int64_t e = 0; e < p.numel; ++e) {
+      const float m = master[p.shard_offset + e];
+      const float used = model[static_cast<size_t>(p.full_offset + e)];
+      ASSERT_EQ(used, kernels::Bf16ToF32(kernels::F32ToBf16(m))) << "parameter " << p.param;
+      if (used != m) ++not_representable;
+    }
   }
   // The masters keep what bf16 cannot hold (else there would be no point in keeping them).
   EXPECT_GT(not_representable, n / 2);
@@ -202,6 +222,69 @@ TEST(TrainerTest, RunWritesMetricsConfigAndSummary) {
   EXPECT_EQ(s["final_val_loss"].get<double>(), lines[5]["val_loss"].get<double>());
   EXPECT_NEAR(s["initial_val_loss"].get<double>(), std::log(256.0), 0.3);
   EXPECT_TRUE(s["phases_s"].contains("optimizer"));
+
+  // Predicted against measured: the model states of stage 0 on one rank are exact (allocations
+  // round up to 256 bytes), activations and buffers within 10%.
+  ASSERT_TRUE(summary->memory.has_value());
+  const nlohmann::json& memory = s["memory"];
+  EXPECT_EQ(memory["world_size"], 1);
+  EXPECT_TRUE(memory["estimate_error"].is_null()) << memory.dump();
+  int checked = 0;
+  for (const nlohmann::json& row : memory["rows"]) {
+    if (row["tier"] != "device") continue;
+    const double predicted = row["predicted"].get<double>();
+    const double measured = row["measured"].get<double>();
+    const std::string category = row["category"];
+    ASSERT_GT(predicted, 0) << category;
+    EXPECT_EQ(row["ratio"].get<double>(), measured / predicted) << category;
+    EXPECT_FALSE(row.contains("max_over_ranks"));
+    const double tolerance =
+        category == "activations" || category == "buffers" || category == "total" ? 0.10 : 0.01;
+    EXPECT_NEAR(measured, predicted, tolerance * predicted) << category;
+    ++checked;
+  }
+  EXPECT_GE(checked, 5) << memory.dump();
+  const std::string table = FormatSummaryTable(*summary);
+  EXPECT_NE(table.find("predicted"), std::string::npos) << table;
+  EXPECT_NE(table.find("optimizer"), std::string::npos) << table;
+  EXPECT_EQ(table.find("max of"), std::string::npos) << table;
+}
+
+TEST(TrainerTest, OffloadIsRefusedNamingBothKeys) {
+  for (const char* key : {"zero_optimization.offload_optimizer.device=cpu",
+                          "zero_optimization.offload_param.device=cpu"}) {
+    Config config = TinyGptConfig({"zero_optimization.stage=3", key});
+    Result<std::unique_ptr<Trainer>> trainer = Trainer::Create(config);
+    ASSERT_FALSE(trainer.ok()) << key;
+    EXPECT_EQ(trainer.status().code(), StatusCode::kUnimplemented) << key;
+    for (const char* name : {"offload_optimizer", "offload_param"}) {
+      EXPECT_NE(trainer.status().message().find(name), std::string::npos)
+          << trainer.status().message();
+    }
+  }
+}
+
+TEST(TrainWorldTest, BatchKeysAreFittedToTheWorldSize) {
+  Config derived = test_util::LoadTestConfig(
+      "train_micro_batch_size_per_gpu: 2\ngradient_accumulation_steps: 3\n", {});
+  ASSERT_EQ(derived.batch.train_batch_size, 6);
+  ASSERT_TRUE(FitBatchToWorld(derived, 4).ok());
+  EXPECT_EQ(derived.batch.train_batch_size, 24);
+  EXPECT_EQ(derived.batch.micro_batch_per_gpu, 2);
+  EXPECT_EQ(derived.batch.gradient_accumulation_steps, 3);
+  EXPECT_EQ(derived.world_size, 4);
+  EXPECT_EQ(ConfigRecordJson(derived)["world_size"], 4);
+
+  // train_batch_size given: the accumulation was derived for one rank.
+  Config given =
+      test_util::LoadTestConfig("train_batch_size: 8\ntrain_micro_batch_size_per_gpu: 2\n", {});
+  ASSERT_EQ(given.batch.gradient_accumulation_steps, 4);
+  EXPECT_TRUE(FitBatchToWorld(given, 1).ok());
+  Status status = FitBatchToWorld(given, 2);
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("train_batch_size = 8"), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find("gradient_accumulation_steps"), std::string::npos);
 }
 
 TEST(TrainerTest, MissingDataFileNamesThePath) {
@@ -225,8 +308,8 @@ TEST(TrainConfigTest, ModelSectionMissingAndNoModelFile) {
   const std::string config =
       test_util::WriteFile(TempPath("ds_config.json"),
                            R"({"train_micro_batch_size_per_gpu": 2, "data": {"train_path": "x"}})");
-  TrainConfigSources sources;
-  sources.config_path = config;
+  ConfigSources sources;
+  sources.paths = {config};
   sources.env.emplace();
   Result<Config> loaded = LoadTrainConfig(sources);
   ASSERT_FALSE(loaded.ok());
@@ -243,8 +326,8 @@ TEST(TrainConfigTest, ModelFromASeparateFile) {
   const std::string model = test_util::WriteFile(
       TempPath("model.yaml"), "model:\n  family: llama\n  n_layer: 3\n  d_model: 48\n");
   const std::string bare = test_util::WriteFile(TempPath("bare.yaml"), "n_layer: 5\n");
-  TrainConfigSources sources;
-  sources.config_path = config;
+  ConfigSources sources;
+  sources.paths = {config};
   sources.model_path = model;
   sources.env.emplace();
   Result<Config> loaded = LoadTrainConfig(sources);
@@ -270,8 +353,8 @@ TEST(TrainConfigTest, TrainingNeedsData) {
   const std::string config = test_util::WriteFile(
       TempPath("config.yaml"),
       "train_micro_batch_size_per_gpu: 2\nmodel: {family: gpt2, n_layer: 1}\n");
-  TrainConfigSources sources;
-  sources.config_path = config;
+  ConfigSources sources;
+  sources.paths = {config};
   sources.env.emplace();
   Result<Config> loaded = LoadTrainConfig(sources);
   ASSERT_FALSE(loaded.ok());

@@ -4,9 +4,9 @@
 #include <chrono>
 #include <cmath>
 
-#include "engine/train/device_adam.h"
 #include "engine/train/grad_clip.h"
 #include "engine/train/precision.h"
+#include "kernels/cpu/ops_convert.h"
 #include "runtime/check.h"
 #include "runtime/comm/comm_factory.h"
 #include "runtime/device/device_factory.h"
@@ -101,9 +101,18 @@ RunResult RunReference(const model::ModelOptions& options, const TrainSettings& 
   if (precision == train::Precision::kF16) {
     train::RoundToF16InPlace(static_cast<float*>(net.params_data()), net.ParameterCount(), 1);
   }
-  auto adam = train::DeviceAdam::Create(**device, optimizer, precision, net.params_data(),
-                                        net.ParameterCount(), 1);
+  // The optimizer over the whole flat buffer. In f16 the model holds fp16 values in fp32
+  // storage: Adam writes its fp16 copy into `half`, which is widened into the model.
+  const int64_t count = net.ParameterCount();
+  std::vector<uint16_t> half(precision == train::Precision::kF16 ? count : 0);
+  if (!half.empty()) {
+    kernels::cpu::ConvertF32ToF16(static_cast<const float*>(net.params_data()), half.data(), count,
+                                  1);
+  }
+  auto adam = ShardedAdam::Create(**device, optimizer, settings.param_dtype,
+                                  half.empty() ? net.params_data() : half.data(), count, 1);
   SLUICE_CHECK(adam.ok()) << adam.status().ToString();
+  (*adam)->LoadMasterFromParams();
 
   const int64_t gas = settings.gradient_accumulation_steps;
   const int64_t sequences = settings.sequences_per_rank * settings.world;
@@ -127,6 +136,9 @@ RunResult RunReference(const model::ModelOptions& options, const TrainSettings& 
     SLUICE_CHECK(norm.finite);
     const double clip = train::ClipCoefficient(norm.norm, settings.max_grad_norm);
     SLUICE_CHECK((*adam)->Step(net.grads_data(), settings.lr, clip).ok());
+    if (!half.empty()) {
+      kernels::cpu::ConvertF16ToF32(half.data(), static_cast<float*>(net.params_data()), count, 1);
+    }
   }
   result.params.resize(static_cast<size_t>(net.ParameterCount()));
   for (const model::ParameterInfo& info : net.registry().parameters()) {
