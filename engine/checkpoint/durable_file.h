@@ -1,0 +1,65 @@
+// File primitives for the on-disk formats that must survive a crash: whole reads and writes that
+// name the file and offset when they fail, fsync of files and directories, and the
+// write-temporary / fsync / rename / fsync-parent sequence that replaces a file atomically.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "runtime/status.h"
+
+namespace sluice::checkpoint {
+
+// An owned file descriptor, closed on destruction (a failed close there is ignored: callers that
+// care call Close()).
+class ScopedFd {
+ public:
+  ScopedFd() = default;
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ~ScopedFd();
+  ScopedFd(ScopedFd&& other) noexcept : fd_(other.release()) {}
+  ScopedFd& operator=(ScopedFd&& other) noexcept;
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  Status Close();
+
+ private:
+  int fd_ = -1;
+};
+
+Result<ScopedFd> OpenForRead(const std::filesystem::path& path);
+// Creates `path` exclusively (O_EXCL): a leftover from a crashed attempt is an error, not data.
+Result<ScopedFd> CreateExclusive(const std::filesystem::path& path);
+
+// Writes all `bytes` at `offset`, retrying short writes and EINTR.
+Status WriteAt(int fd, const void* data, size_t bytes, uint64_t offset,
+               const std::filesystem::path& path);
+// Reads exactly `bytes` at `offset`; a short read (end of file) is DataLoss naming the file, the
+// offset, what was wanted and `what` (the field or tensor being read).
+Status ReadAt(int fd, void* data, size_t bytes, uint64_t offset, const std::filesystem::path& path,
+              std::string_view what);
+Result<uint64_t> FileSize(int fd, const std::filesystem::path& path);
+
+Status FsyncFd(int fd, const std::filesystem::path& path);
+Status FsyncDirectory(const std::filesystem::path& dir);
+
+// Replaces `path` with `contents` atomically: writes `path`.tmp, fsyncs it, renames it over
+// `path` and fsyncs the parent directory. A crash leaves either the old or the new file.
+Status WriteFileAtomically(const std::filesystem::path& path, std::string_view contents);
+Result<std::string> ReadWholeFile(const std::filesystem::path& path);
+
+// Removes a file or a directory tree; a missing path is not an error.
+Status RemoveTree(const std::filesystem::path& path);
+
+}  // namespace sluice::checkpoint
