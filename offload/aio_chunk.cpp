@@ -102,9 +102,7 @@ void FinishChunk(IoChunk& chunk) {
   }
 }
 
-}  // namespace
-
-void CompleteChunk(IoChunk& chunk, Status status) {
+void Account(IoChunk& chunk, Status status) {
   HandleState* state = chunk.state;
   if (status.ok()) {
     auto& counter = chunk.direction == IoDirection::kRead ? state->shared->bytes_read
@@ -118,7 +116,29 @@ void CompleteChunk(IoChunk& chunk, Status status) {
   FinishChunk(chunk);
 }
 
+}  // namespace
+
+void CompleteChunk(IoChunk& chunk, Status status) {
+  std::pair<IoChunk*, Status> one(&chunk, std::move(status));
+  CompleteChunks({&one, 1});
+}
+
+void CompleteChunks(std::span<std::pair<IoChunk*, Status>> finished) {
+  for (auto& [chunk, status] : finished) {
+    if (chunk->observer != nullptr) {
+      chunk->observer->ChunkFinished(chunk->buffer, chunk->length, status.ok());
+    }
+  }
+  for (auto& [chunk, status] : finished) {
+    if (chunk->observer != nullptr && status.ok()) chunk->observer->Work(chunk->length);
+  }
+  for (auto& [chunk, status] : finished) Account(*chunk, std::move(status));
+}
+
 // The request's first error is already recorded; this chunk adds nothing but its completion.
-void SkipChunk(IoChunk& chunk) { FinishChunk(chunk); }
+void SkipChunk(IoChunk& chunk) {
+  if (chunk.observer != nullptr) chunk.observer->ChunkFinished(chunk.buffer, chunk.length, false);
+  FinishChunk(chunk);
+}
 
 }  // namespace sluice::offload::internal

@@ -7,9 +7,12 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "offload/aio_file.h"
+#include "offload/aio_observer.h"
 #include "runtime/status.h"
 
 namespace sluice::offload::internal {
@@ -42,9 +45,10 @@ struct IoChunk {
   uint64_t logical_offset = 0;  // in the logical (striped) file, for messages
   char* buffer = nullptr;
   uint64_t length = 0;
-  uint64_t done = 0;      // bytes already transferred (short completions)
-  int buffer_index = -1;  // io_uring fixed-buffer slot, or -1
-  int attempts = 0;       // EAGAIN/EINTR retries
+  uint64_t done = 0;                  // bytes already transferred (short completions)
+  int buffer_index = -1;              // io_uring fixed-buffer slot, or -1
+  int attempts = 0;                   // EAGAIN/EINTR retries
+  ChunkObserver* observer = nullptr;  // owned by the handle state's `observers`
 };
 
 struct HandleState {
@@ -57,6 +61,7 @@ struct HandleState {
   std::mutex mu;
   std::condition_variable cv;
   Status status;
+  std::vector<std::shared_ptr<ChunkObserver>> observers;
   // Keeps the state alive while chunks are in flight, even if every AioHandle was dropped.
   std::shared_ptr<HandleState> self;
 };
@@ -68,9 +73,13 @@ enum class ChunkStep { kDone, kResubmit, kFailed };
 // with `*error` naming file, offset, length and errno. EOF inside the range is OutOfRange.
 ChunkStep AccountTransfer(IoChunk& chunk, int64_t result, Status* error);
 
-// Reports the chunk finished (OK or error). The chunk, its handle state and its file may be
-// destroyed by the time this returns; callers must not touch them afterwards.
+// Reports the chunk finished (OK or error), telling its observer first. The chunk, its handle
+// state and its file may be destroyed by the time this returns; callers must not touch them
+// afterwards.
 void CompleteChunk(IoChunk& chunk, Status status);
+// The same for a batch: every observer hears of its piece first (ChunkFinished), then each gets
+// its Work() turn, then the chunks are counted finished.
+void CompleteChunks(std::span<std::pair<IoChunk*, Status>> finished);
 
 // Finishes a chunk of a request that already failed, without doing its I/O.
 void SkipChunk(IoChunk& chunk);

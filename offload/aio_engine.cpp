@@ -196,12 +196,12 @@ Result<std::vector<std::string>> AioEngine::Paths(AioFileId file) const {
 }
 
 AioHandle AioEngine::Read(AioFileId file, uint64_t offset, void* buffer, uint64_t length) {
-  const IoRequest request{IoOp::kRead, file, offset, buffer, length};
+  const IoRequest request{IoOp::kRead, file, offset, buffer, length, nullptr};
   return Submit({&request, 1});
 }
 
 AioHandle AioEngine::Write(AioFileId file, uint64_t offset, const void* buffer, uint64_t length) {
-  const IoRequest request{IoOp::kWrite, file, offset, const_cast<void*>(buffer), length};
+  const IoRequest request{IoOp::kWrite, file, offset, const_cast<void*>(buffer), length, nullptr};
   return Submit({&request, 1});
 }
 
@@ -266,6 +266,7 @@ AioHandle AioEngine::Submit(std::span<const IoRequest> requests) {
     for (size_t r = 0; r < requests.size(); ++r) {
       const IoRequest& request = requests[r];
       FileEntry* file = entries[r];
+      if (request.observer != nullptr) state->observers.push_back(request.observer);
       uint64_t position = 0;
       while (position < request.length) {
         const internal::StripeLocation where = internal::Locate(*file, request.offset + position);
@@ -281,6 +282,7 @@ AioHandle AioEngine::Submit(std::span<const IoRequest> requests) {
         chunk.buffer = static_cast<char*>(request.buffer) + position;
         chunk.length = piece;
         chunk.buffer_index = FixedBufferIndex(chunk.buffer, piece);
+        chunk.observer = request.observer.get();
         position += piece;
       }
     }

@@ -24,6 +24,7 @@
 #include "offload/aio_chunk.h"
 #include "offload/aio_file.h"
 #include "offload/aio_handle.h"
+#include "offload/aio_observer.h"
 #include "offload/aio_options.h"
 #include "runtime/status.h"
 
@@ -43,6 +44,8 @@ struct IoRequest {
   uint64_t offset = 0;  // logical offset in the (possibly striped) file
   void* buffer = nullptr;
   uint64_t length = 0;
+  // Optional: told about each piece as it finishes (kept alive until the handle completes).
+  std::shared_ptr<ChunkObserver> observer;
 };
 
 struct AioEngineStats {

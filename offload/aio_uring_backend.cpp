@@ -170,6 +170,7 @@ class UringLane {
     ArmWakeRead();
     Submit();
     std::vector<std::pair<uint64_t, int>> reaped;
+    std::vector<std::pair<IoChunk*, Status>> finished;
     for (;;) {
       Fill();
       Submit();
@@ -198,6 +199,7 @@ class UringLane {
         ++seen;
       }
       io_uring_cq_advance(&ring_, seen);
+      finished.clear();
       for (const auto& [tag, result] : reaped) {
         if (tag == kWakeTag) {
           ArmWakeRead();
@@ -208,16 +210,21 @@ class UringLane {
         Status error;
         switch (AccountTransfer(*chunk, result, &error)) {
           case ChunkStep::kDone:
-            CompleteChunk(*chunk, OkStatus());
+            finished.emplace_back(chunk, OkStatus());
             break;
           case ChunkStep::kResubmit:
             retry_.push_back(chunk);
             break;
           case ChunkStep::kFailed:
-            CompleteChunk(*chunk, std::move(error));
+            finished.emplace_back(chunk, std::move(error));
             break;
         }
       }
+      // Refill the ring before completing: a chunk's observer may work on its data (hash it),
+      // and the device should not sit idle meanwhile.
+      Fill();
+      Submit();
+      CompleteChunks(finished);
     }
   }
 

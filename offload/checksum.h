@@ -11,7 +11,8 @@ namespace sluice::offload {
 uint64_t Checksum64(const void* data, size_t bytes);
 
 // Incremental form: Update() over consecutive pieces gives the same value as Checksum64() over
-// their concatenation, so a writer can hash piece k while piece k-1 is already being written.
+// their concatenation (the swap header's fixed part and records are hashed this way). Extent data
+// uses ChunkedChecksum (chunked_checksum.h), whose chunks can be hashed in any order.
 class StreamingChecksum {
  public:
   StreamingChecksum();

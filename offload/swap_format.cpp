@@ -32,6 +32,7 @@ constexpr size_t kCapacityRecAt = 96;
 constexpr size_t kLengthAt = 104;
 constexpr size_t kChecksumRecAt = 112;
 constexpr size_t kFlagsAt = 120;
+constexpr size_t kChunkShiftAt = 124;
 
 static_assert(std::endian::native == std::endian::little,
               "swap headers are little-endian; add byte swapping for this platform");
@@ -93,6 +94,7 @@ std::vector<std::byte> EncodeSwapHeader(const SwapHeader& header) {
     Put<uint64_t>(record, kLengthAt, extent.length);
     Put<uint64_t>(record, kChecksumRecAt, extent.checksum);
     Put<uint32_t>(record, kFlagsAt, extent.flags);
+    Put<uint32_t>(record, kChunkShiftAt, extent.checksum_chunk_shift);
   }
   Put<uint64_t>(base, kChecksumAt, HeaderChecksum(base, count));
   return out;
@@ -117,8 +119,11 @@ Result<SwapHeader> PeekSwapHeader(std::span<const std::byte> fixed, const std::s
   }
   const auto version = Get<uint32_t>(base, kVersionAt);
   if (version != kSwapFormatVersion) {
-    return DataLossError("{}: field 'version' is {}, this build reads version {}", where, version,
-                         kSwapFormatVersion);
+    // Not damage: a file of another Sluice release. Swap files are scratch space for one run.
+    return FailedPreconditionError(
+        "{}: field 'version' is {}, but this build reads swap format version {} only (the file "
+        "was written by {} Sluice; delete it and create the swap store anew)",
+        where, version, kSwapFormatVersion, version < kSwapFormatVersion ? "an older" : "a newer");
   }
   if (Get<uint32_t>(base, kFixedBytesAt) != kSwapFixedHeaderBytes ||
       Get<uint32_t>(base, kRecordBytesAt) != kSwapExtentRecordBytes) {
@@ -181,6 +186,7 @@ Result<SwapHeader> DecodeSwapHeader(std::span<const std::byte> slot, const std::
     extent.length = Get<uint64_t>(record, kLengthAt);
     extent.checksum = Get<uint64_t>(record, kChecksumRecAt);
     extent.flags = Get<uint32_t>(record, kFlagsAt);
+    extent.checksum_chunk_shift = Get<uint32_t>(record, kChunkShiftAt);
   }
   return header;
 }

@@ -14,7 +14,8 @@
 namespace sluice::offload {
 
 inline constexpr char kSwapMagic[8] = {'S', 'L', 'U', 'I', 'C', 'E', 'S', 'W'};
-inline constexpr uint32_t kSwapFormatVersion = 1;
+// 2: per-chunk extent checksums (`checksum_chunk_shift`); 1 hashed each extent as one stream.
+inline constexpr uint32_t kSwapFormatVersion = 2;
 inline constexpr uint64_t kSwapFixedHeaderBytes = 256;
 inline constexpr uint64_t kSwapExtentRecordBytes = 128;
 inline constexpr size_t kSwapMaxNameBytes = 87;  // + NUL in an 88-byte field
@@ -23,7 +24,7 @@ inline constexpr uint64_t kSwapDataAlignment = 1ull << 20;
 
 enum SwapExtentFlag : uint32_t {
   kSwapExtentWritten = 1u << 0,      // holds data from a completed write
-  kSwapExtentChecksummed = 1u << 1,  // `checksum` is the XXH3-64 of its `length` bytes
+  kSwapExtentChecksummed = 1u << 1,  // `checksum` covers its `length` bytes (chunked_checksum.h)
 };
 
 struct SwapExtentRecord {
@@ -33,6 +34,7 @@ struct SwapExtentRecord {
   uint64_t length = 0;    // bytes last written
   uint64_t checksum = 0;
   uint32_t flags = 0;
+  uint32_t checksum_chunk_shift = 0;  // checksum chunks are 2^shift bytes (0: not checksummed)
 };
 
 struct SwapHeader {

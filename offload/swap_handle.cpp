@@ -1,41 +1,47 @@
 #include "offload/swap_handle.h"
 
-#include <algorithm>
-
-#include "offload/checksum.h"
+#include <utility>
 
 namespace sluice::offload {
+namespace {
+
+// The first chunk whose checksum differs, for the error message ("" when unknown).
+std::string MismatchedChunk(const ChunkedChecksum& sum, const std::vector<uint64_t>& expected) {
+  const std::vector<uint64_t>& got = sum.chunk_sums();
+  if (expected.size() != got.size()) return "";
+  for (size_t k = 0; k < got.size(); ++k) {
+    if (got[k] == expected[k]) continue;
+    const uint64_t begin = k * sum.chunk_bytes();
+    return fmt::format(
+        "; first bad checksum chunk: {} of {} (extent bytes [{}, {}), chunk checksum stored "
+        "{:#018x}, read {:#018x})",
+        k, got.size(), begin, begin + sum.chunk_bytes(), expected[k], got[k]);
+  }
+  return "";
+}
+
+}  // namespace
 
 struct SwapHandle::Op {
-  std::vector<AioHandle> pieces;
+  AioHandle io;
+  std::shared_ptr<ChunkedChecksum> checksum;
   std::unique_ptr<Verification> verify;
-  std::function<Status(Status)> finish;
+  Finish finish;
   bool finished = false;
   Status result;
 
   Status Run() {
     if (finished) return result;
-    Status status;
-    if (verify) {
-      StreamingChecksum sum;
-      for (size_t i = 0; i < pieces.size(); ++i) {
-        Status piece = pieces[i].Wait();
-        if (!piece.ok()) {
-          if (status.ok()) status = std::move(piece);
-          continue;
-        }
-        if (status.ok()) sum.Update(verify->ranges[i].first, verify->ranges[i].second);
-      }
-      if (status.ok() && sum.Digest() != verify->expected) {
-        status = DataLossError(
-            "checksum mismatch in {}: stored {:#018x}, read data hashes to {:#018x} (the bytes "
-            "on disk changed after they were written)",
-            verify->what, verify->expected, sum.Digest());
-      }
-    } else {
-      status = WaitAll(pieces);
+    if (checksum != nullptr) checksum->HelpUntilFinished();
+    Status status = io.Wait();
+    if (status.ok() && verify != nullptr && checksum->Digest() != verify->expected) {
+      status = DataLossError(
+          "checksum mismatch in {}: stored {:#018x}, read data hashes to {:#018x} (the bytes "
+          "on disk changed after they were written){}",
+          verify->what, verify->expected, checksum->Digest(),
+          MismatchedChunk(*checksum, verify->expected_chunks));
     }
-    if (finish) status = finish(std::move(status));
+    if (finish) status = finish(std::move(status), checksum.get());
     finished = true;
     result = status;
     return result;
@@ -47,12 +53,16 @@ struct SwapHandle::Op {
   }
 };
 
-SwapHandle SwapHandle::Make(std::vector<AioHandle> pieces,
-                            std::unique_ptr<Verification> verification,
-                            std::function<Status(Status)> finish) {
+SwapHandle SwapHandle::Make(AioHandle io, std::shared_ptr<ChunkedChecksum> checksum,
+                            std::unique_ptr<Verification> verification, Finish finish) {
+  SLUICE_CHECK(verification == nullptr || checksum != nullptr)
+      << "verifying a read needs its checksum";
+  // A request refused before any I/O was issued never reports a piece to its observer.
+  if (checksum != nullptr && io.Poll() && !io.Wait().ok()) checksum->Abandon();
   SwapHandle handle;
   handle.op_ = std::make_shared<Op>();
-  handle.op_->pieces = std::move(pieces);
+  handle.op_->io = std::move(io);
+  handle.op_->checksum = std::move(checksum);
   handle.op_->verify = std::move(verification);
   handle.op_->finish = std::move(finish);
   return handle;
@@ -68,10 +78,6 @@ SwapHandle SwapHandle::Failed(Status status) {
 
 Status SwapHandle::Wait() { return op_ == nullptr ? OkStatus() : op_->Run(); }
 
-bool SwapHandle::Poll() const {
-  if (op_ == nullptr || op_->finished) return true;
-  return std::all_of(op_->pieces.begin(), op_->pieces.end(),
-                     [](const AioHandle& piece) { return piece.Poll(); });
-}
+bool SwapHandle::Poll() const { return op_ == nullptr || op_->finished || op_->io.Poll(); }
 
 }  // namespace sluice::offload

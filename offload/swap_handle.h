@@ -6,36 +6,40 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "offload/aio_handle.h"
+#include "offload/chunked_checksum.h"
 #include "runtime/status.h"
 
 namespace sluice::offload {
 
-// Wait() waits for the I/O and then, for reads, finishes verifying the checksum (pieces are
-// hashed as they arrive). A write counts, and the extent's length and checksum change, only once
-// Wait() returned OK; a handle dropped without Wait() waits in its destructor.
+// Wait() waits for the I/O while helping to hash the checksum chunks that have arrived (the
+// backend threads hash them too, as their pieces finish), then verifies a read. A write counts,
+// and the extent's length and checksum change, only once Wait() returned OK; a handle dropped
+// without Wait() waits in its destructor.
 class SwapHandle {
  public:
-  // What a verified read checks once its pieces arrive.
+  // What a verified read compares once every chunk is hashed.
   struct Verification {
     uint64_t expected = 0;
-    // Per piece, the bytes the checksum covers (the padding after the length is not covered).
-    std::vector<std::pair<const std::byte*, uint64_t>> ranges;
+    // The chunk checksums of the last write, when this process wrote it (not persisted): a
+    // mismatch then names the chunk. Empty: only the extent is named.
+    std::vector<uint64_t> expected_chunks;
     std::string what;  // "swap extent 'x' (offset, length) of <store>", for the error
   };
+  // Runs once, in Wait(), with the I/O's result and the finished checksum (null when not
+  // checksummed); returns the handle's result.
+  using Finish = std::function<Status(Status, const ChunkedChecksum*)>;
 
   SwapHandle() = default;
   static SwapHandle Failed(Status status);
-  // `verification` null: no checksum. `finish` (may be empty) runs once, in Wait(), with the
-  // I/O's result and returns the handle's result.
-  static SwapHandle Make(std::vector<AioHandle> pieces, std::unique_ptr<Verification> verification,
-                         std::function<Status(Status)> finish);
+  // `checksum` (may be null) observes `io`; `verification` (may be null) checks a read.
+  static SwapHandle Make(AioHandle io, std::shared_ptr<ChunkedChecksum> checksum,
+                         std::unique_ptr<Verification> verification, Finish finish);
 
   Status Wait();
-  // True once the I/O is complete (Wait() then only verifies).
+  // True once the I/O is complete (Wait() then only finishes hashing and verifies).
   bool Poll() const;
 
  private:

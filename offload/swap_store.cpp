@@ -5,13 +5,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <random>
 #include <utility>
 
 #include "offload/aio_errors.h"
 #include "offload/aligned_buffer.h"
-#include "offload/checksum.h"
+#include "offload/chunked_checksum.h"
 #include "runtime/logging.h"
 
 namespace sluice::offload {
@@ -53,7 +54,10 @@ SwapExtent SwapStore::ToExtent(const SwapExtentRecord& record) const {
                     record.length,
                     record.checksum,
                     (record.flags & kSwapExtentWritten) != 0,
-                    (record.flags & kSwapExtentChecksummed) != 0};
+                    (record.flags & kSwapExtentChecksummed) != 0,
+                    (record.flags & kSwapExtentChecksummed) != 0
+                        ? uint64_t{1} << record.checksum_chunk_shift
+                        : 0};
 }
 
 Status SwapStore::GrowLocked(uint64_t needed) {
@@ -110,7 +114,7 @@ Result<SwapExtent> SwapStore::Allocate(std::string_view name, uint64_t bytes) {
   record.name = std::string(name);
   record.offset = *offset;
   record.capacity = capacity;
-  auto [it, inserted] = extents_.emplace(record.name, Extent{record, 0});
+  auto [it, inserted] = extents_.emplace(record.name, Extent{record, 0, {}});
   Status persisted = PersistLocked();
   if (!persisted.ok()) {
     // Keep memory and disk in agreement: the allocation did not happen.
@@ -195,28 +199,29 @@ SwapHandle SwapStore::WriteAsync(std::string_view name, const void* data, uint64
     ++extent.writes_in_flight;
     offset = extent.record.offset;
   }
-  const bool checksum = options_.verify_checksums;
+  // One request, submitted before any hashing: the engine spreads it over the rings at
+  // block_size and the device starts at once. The chunks are hashed meanwhile, by the waiting
+  // thread and by the backend threads as pieces finish (the buffer must stay unchanged until the
+  // handle is done, so hashing beside the I/O sees the bytes the device writes).
   const uint64_t transfer = AlignUp(length, kIoAlignment);
-  const uint64_t piece = std::max(options_.checksum_piece_bytes, engine_.options().block_size);
-  const auto* bytes = static_cast<const std::byte*>(data);
-  std::vector<AioHandle> pieces;
-  StreamingChecksum sum;
-  // Piece k is hashed before it is submitted, while pieces before it are already in flight.
-  for (uint64_t at = 0; at < transfer; at += piece) {
-    const uint64_t n = std::min(piece, transfer - at);
-    if (checksum && at < length) sum.Update(bytes + at, std::min(n, length - at));
-    pieces.push_back(engine_.Write(data_file_, offset + at, bytes + at, n));
+  std::shared_ptr<ChunkedChecksum> checksum;
+  if (options_.verify_checksums) {
+    checksum = std::make_shared<ChunkedChecksum>(
+        static_cast<const std::byte*>(data), length, transfer,
+        static_cast<uint32_t>(std::countr_zero(options_.checksum_chunk_bytes)),
+        ChunkedChecksum::Ready::kAtStart);
   }
-  const uint64_t digest = checksum ? sum.Digest() : 0;
+  const IoRequest request{IoOp::kWrite, data_file_, offset, const_cast<void*>(data),
+                          transfer,     checksum};
   return SwapHandle::Make(
-      std::move(pieces), nullptr,
-      [this, name = std::string(name), length, digest, checksum](Status status) {
-        return FinishWrite(name, length, digest, checksum, std::move(status));
+      engine_.Submit({&request, 1}), checksum, nullptr,
+      [this, name = std::string(name), length](Status status, const ChunkedChecksum* sum) {
+        return FinishWrite(name, length, sum, std::move(status));
       });
 }
 
-Status SwapStore::FinishWrite(const std::string& name, uint64_t length, uint64_t checksum,
-                              bool checksummed, Status io_status) {
+Status SwapStore::FinishWrite(const std::string& name, uint64_t length,
+                              const ChunkedChecksum* checksum, Status io_status) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = extents_.find(name);
   SLUICE_CHECK(it != extents_.end()) << "swap extent freed during a write: " << name;
@@ -224,17 +229,26 @@ Status SwapStore::FinishWrite(const std::string& name, uint64_t length, uint64_t
   --extent.writes_in_flight;
   if (!io_status.ok()) {
     extent.record.flags = 0;
+    extent.chunk_sums.clear();
     return std::move(io_status).WithContext(fmt::format("writing swap extent '{}'", name));
   }
   extent.record.length = length;
-  extent.record.checksum = checksum;
-  extent.record.flags = static_cast<uint32_t>(kSwapExtentWritten) |
-                        (checksummed ? static_cast<uint32_t>(kSwapExtentChecksummed) : 0u);
+  extent.record.flags = kSwapExtentWritten;
+  extent.record.checksum = 0;
+  extent.record.checksum_chunk_shift = 0;
+  extent.chunk_sums.clear();
+  if (checksum != nullptr) {
+    extent.record.flags |= kSwapExtentChecksummed;
+    extent.record.checksum = checksum->Digest();
+    extent.record.checksum_chunk_shift = checksum->chunk_shift();
+    extent.chunk_sums = checksum->chunk_sums();
+  }
   return OkStatus();
 }
 
 SwapHandle SwapStore::ReadAsync(std::string_view name, void* data, uint64_t length) {
   SwapExtentRecord record;
+  std::vector<uint64_t> chunk_sums;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!open_) return SwapHandle::Failed(FailedPreconditionError("swap store is closed"));
@@ -248,6 +262,7 @@ SwapHandle SwapStore::ReadAsync(std::string_view name, void* data, uint64_t leng
           "swap extent '{}' has a write in flight; wait on it before reading", name));
     }
     record = extent.record;
+    chunk_sums = extent.chunk_sums;
   }
   if ((record.flags & kSwapExtentWritten) == 0) {
     return SwapHandle::Failed(FailedPreconditionError(
@@ -265,26 +280,25 @@ SwapHandle SwapStore::ReadAsync(std::string_view name, void* data, uint64_t leng
         "(checksums are per extent)",
         length, name, record.length));
   }
+  const uint64_t transfer = AlignUp(length, kIoAlignment);
+  std::shared_ptr<ChunkedChecksum> checksum;
   std::unique_ptr<SwapHandle::Verification> verification;
   if (options_.verify_checksums && (record.flags & kSwapExtentChecksummed) != 0) {
+    // The chunk size the extent was written with, which need not be today's option. Each chunk
+    // is hashed once its bytes have arrived, while later pieces are still in flight.
+    checksum = std::make_shared<ChunkedChecksum>(static_cast<const std::byte*>(data), length,
+                                                 transfer, record.checksum_chunk_shift,
+                                                 ChunkedChecksum::Ready::kWhenTransferred);
     verification = std::make_unique<SwapHandle::Verification>();
     verification->expected = record.checksum;
+    verification->expected_chunks = std::move(chunk_sums);
     verification->what = fmt::format("swap extent '{}' (offset {}, {} bytes) of {}", record.name,
                                      record.offset, record.length, Describe());
   }
-  const uint64_t transfer = AlignUp(length, kIoAlignment);
-  const uint64_t piece = std::max(options_.checksum_piece_bytes, engine_.options().block_size);
-  auto* bytes = static_cast<std::byte*>(data);
-  std::vector<AioHandle> pieces;
-  for (uint64_t at = 0; at < transfer; at += piece) {
-    const uint64_t n = std::min(piece, transfer - at);
-    pieces.push_back(engine_.Read(data_file_, record.offset + at, bytes + at, n));
-    if (verification != nullptr) {
-      verification->ranges.emplace_back(bytes + at, at < length ? std::min(n, length - at) : 0);
-    }
-  }
+  const IoRequest request{IoOp::kRead, data_file_, record.offset, data, transfer, checksum};
   return SwapHandle::Make(
-      std::move(pieces), std::move(verification), [name = std::string(name)](Status status) {
+      engine_.Submit({&request, 1}), std::move(checksum), std::move(verification),
+      [name = std::string(name)](Status status, const ChunkedChecksum*) {
         return status.ok()
                    ? status
                    : std::move(status).WithContext(fmt::format("reading swap extent '{}'", name));

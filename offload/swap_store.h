@@ -1,7 +1,8 @@
 // The NVMe swap store: one preallocated file per rank per swap directory (several directories
 // are striped into one space), an extent allocator handing out aligned slots for named tensors
-// (params, exp_avg, exp_avg_sq, grads of each optimizer sub-group), and an XXH3-64 checksum per
-// extent computed by the writer and verified after every read. Layout: docs/swap_format.md.
+// (params, exp_avg, exp_avg_sq, grads of each optimizer sub-group), and a checksum per extent
+// (XXH3-64 of per-chunk XXH3-64s, hashed chunk by chunk as the I/O finishes) computed by the
+// writer and verified after every read. Layout: docs/swap_format.md.
 //
 //   auto store = SwapStore::Create(engine, {.paths = {"/nvme0", "/nvme1"}, .rank = r});
 //   SLUICE_ASSIGN_OR_RETURN(auto extent, store->Allocate(SwapTensorName(3, kExpAvg), bytes));
@@ -43,8 +44,9 @@ struct SwapStoreOptions {
   uint32_t max_extents = 4096;        // size of the extent table (fixed when created)
   // Checksum every extent on write and verify it on read (on by default).
   bool verify_checksums = true;
-  // Hashing granularity: piece k is hashed while piece k-1 is in flight.
-  uint64_t checksum_piece_bytes = 8ull << 20;
+  // Checksum chunk size for new writes (a power of two, 4 KiB to 1 GiB, recorded per extent):
+  // each chunk is hashed as soon as its I/O finished, while the rest is in flight.
+  uint64_t checksum_chunk_bytes = 1ull << 20;
   // File name in each directory; empty gives "sluice_swap.rank<R>.swp".
   std::string file_name;
 };
@@ -57,6 +59,7 @@ struct SwapExtent {
   uint64_t checksum = 0;
   bool written = false;
   bool checksummed = false;
+  uint64_t checksum_chunk_bytes = 0;  // 0 when not checksummed
 };
 
 // Thread-safe. Handles must be waited on (or dropped) before the store is closed or destroyed.
@@ -109,6 +112,9 @@ class SwapStore {
   struct Extent {
     SwapExtentRecord record;
     int writes_in_flight = 0;
+    // Chunk checksums of the last write by this process (not persisted): they let a mismatch
+    // name the chunk. Empty after a reopen.
+    std::vector<uint64_t> chunk_sums;
   };
 
   SwapStore(AioEngine& engine, const SwapStoreOptions& options);
@@ -117,7 +123,7 @@ class SwapStore {
   Status LoadHeaders();
   Status PersistLocked();
   Status GrowLocked(uint64_t needed);
-  Status FinishWrite(const std::string& name, uint64_t length, uint64_t checksum, bool checksummed,
+  Status FinishWrite(const std::string& name, uint64_t length, const ChunkedChecksum* checksum,
                      Status io_status);
   SwapExtent ToExtent(const SwapExtentRecord& record) const;
   std::string Describe() const;

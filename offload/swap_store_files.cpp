@@ -3,12 +3,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cerrno>
 #include <random>
 #include <utility>
 
 #include "offload/aio_errors.h"
 #include "offload/aligned_buffer.h"
+#include "offload/chunked_checksum.h"
 #include "offload/swap_store.h"
 #include "runtime/logging.h"
 
@@ -80,9 +82,13 @@ Status ValidateOptions(const SwapStoreOptions& options) {
     return InvalidArgumentError("swap max_extents must be in [1, 1048576], got {}",
                                 options.max_extents);
   }
-  if (options.checksum_piece_bytes == 0 || !IsAligned(options.checksum_piece_bytes)) {
-    return InvalidArgumentError("checksum_piece_bytes must be a positive multiple of {}, got {}",
-                                kIoAlignment, options.checksum_piece_bytes);
+  if (!std::has_single_bit(options.checksum_chunk_bytes) ||
+      options.checksum_chunk_bytes < (uint64_t{1} << kMinChecksumChunkShift) ||
+      options.checksum_chunk_bytes > (uint64_t{1} << kMaxChecksumChunkShift)) {
+    return InvalidArgumentError(
+        "swap checksum_chunk_bytes must be a power of two from {} to {}, got {}",
+        uint64_t{1} << kMinChecksumChunkShift, uint64_t{1} << kMaxChecksumChunkShift,
+        options.checksum_chunk_bytes);
   }
   return OkStatus();
 }
@@ -191,6 +197,7 @@ Status SwapStore::LoadHeaders() {
     }
     Result<SwapHeader> best = DataLossError("unset");
     std::string failures;
+    Status other_version;
     for (int slot = 0; slot < 2; ++slot) {
       const std::string where = fmt::format("{}, header slot {}", path, slot == 0 ? 'A' : 'B');
       std::vector<std::byte> bytes(slot_bytes);
@@ -198,11 +205,16 @@ Status SwapStore::LoadHeaders() {
           PreadFull(fd, bytes.data(), slot_bytes, slot * slot_bytes, &got, path));
       Result<SwapHeader> decoded = DecodeSwapHeader({bytes.data(), got}, where);
       if (!decoded.ok()) {
+        if (decoded.status().code() == StatusCode::kFailedPrecondition) {
+          other_version = decoded.status();
+        }
         failures += (failures.empty() ? "" : "; ") + decoded.status().message();
         continue;
       }
       if (!best.ok() || decoded->generation > best->generation) best = std::move(decoded);
     }
+    // A file of another format version is not damaged: say so, naming both versions.
+    if (!best.ok() && !other_version.ok()) return other_version;
     if (!best.ok()) {
       return DataLossError("{} has no valid header: {}", path, failures);
     }
@@ -281,9 +293,16 @@ Status SwapStore::LoadHeaders() {
       return DataLossError("{} ends at {}, past the store capacity {}", where,
                            record.offset + record.capacity, header_.capacity);
     }
+    if ((record.flags & kSwapExtentChecksummed) != 0 &&
+        (record.checksum_chunk_shift < kMinChecksumChunkShift ||
+         record.checksum_chunk_shift > kMaxChecksumChunkShift)) {
+      return DataLossError("{} has an invalid 'checksum_chunk_shift' {} (expected {} to {})", where,
+                           record.checksum_chunk_shift, kMinChecksumChunkShift,
+                           kMaxChecksumChunkShift);
+    }
     Status reserved = allocator_.Reserve(record.offset, record.capacity);
     if (!reserved.ok()) return DataLossError("{} overlaps another extent", where);
-    if (!extents_.emplace(record.name, Extent{record, 0}).second) {
+    if (!extents_.emplace(record.name, Extent{record, 0, {}}).second) {
       return DataLossError("{} appears twice in the extent table", where);
     }
   }

@@ -1,6 +1,7 @@
 #include "benchmarks/lib/aio_bench.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/statfs.h>
 #include <sys/sysinfo.h>
 #include <sys/utsname.h>
@@ -57,6 +58,13 @@ AioFigure Summarize(std::vector<double> samples) {
   figure.min = samples.front();
   figure.max = samples.back();
   return figure;
+}
+
+double ProcessCpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
 }
 
 // Runs `warmup` untimed and `iterations` timed passes of `volume` bytes each.
@@ -399,20 +407,29 @@ Result<nlohmann::json> MeasureChecksums(const AioBenchOptions& options, const Ai
     SLUICE_RETURN_IF_ERROR(stores[on]->Write("bench", buffer, extent_bytes));  // lays it out
   }
   std::vector<double> samples[2][2];  // [on][read]
-  // Ratios of two noisy figures: at least 5 timed rounds.
-  const int rounds = std::max(options.iterations, 5);
+  std::vector<double> cpu_ms[2][2];   // process CPU time per operation, [on][read]
+  std::vector<double> paired[2];      // per round, on/off throughput, [read]
+  // Ratios of two noisy figures: at least 7 timed rounds, off and on back to back in each.
+  const int rounds = std::max(options.iterations, 7);
   for (int i = 0; i < options.warmup + rounds; ++i) {
+    double gbps[2][2];
     for (int on = 0; on < 2; ++on) {
-      auto start = Clock::now();
-      SLUICE_RETURN_IF_ERROR(stores[on]->Write("bench", buffer, extent_bytes));
-      const double write_s = Seconds(start);
-      start = Clock::now();
-      SLUICE_RETURN_IF_ERROR(stores[on]->Read("bench", buffer, extent_bytes));
-      const double read_s = Seconds(start);
-      if (i < options.warmup) continue;
-      samples[on][0].push_back(extent_bytes / write_s / 1e9);
-      samples[on][1].push_back(extent_bytes / read_s / 1e9);
+      for (int read = 0; read < 2; ++read) {
+        const double cpu_start = ProcessCpuSeconds();
+        const auto start = Clock::now();
+        SLUICE_RETURN_IF_ERROR(read == 1 ? stores[on]->Read("bench", buffer, extent_bytes)
+                                         : stores[on]->Write("bench", buffer, extent_bytes));
+        gbps[on][read] = extent_bytes / Seconds(start) / 1e9;
+        if (i >= options.warmup) {
+          cpu_ms[on][read].push_back(1e3 * (ProcessCpuSeconds() - cpu_start));
+        }
+      }
     }
+    if (i < options.warmup) continue;
+    for (int on = 0; on < 2; ++on) {
+      for (int read = 0; read < 2; ++read) samples[on][read].push_back(gbps[on][read]);
+    }
+    for (int read = 0; read < 2; ++read) paired[read].push_back(gbps[1][read] / gbps[0][read]);
   }
   std::vector<double> hash;
   for (int i = 0; i < 3; ++i) {
@@ -433,10 +450,12 @@ Result<nlohmann::json> MeasureChecksums(const AioBenchOptions& options, const Ai
   const AioFigure read_off = Summarize(samples[0][1]), read_on = Summarize(samples[1][1]);
   const double write_ratio = write_on.median / write_off.median;
   const double read_ratio = read_on.median / read_off.median;
+  const AioFigure write_paired = Summarize(paired[0]), read_paired = Summarize(paired[1]);
   return nlohmann::json{
       {"extent_bytes", extent_bytes},
       {"block_size", aio.block_size},
       {"queue_depth", aio.queue_depth},
+      {"checksum_chunk_bytes", offload::SwapStoreOptions().checksum_chunk_bytes},
       {"write_gbps", {{"off", write_off.median}, {"on", write_on.median}}},
       {"read_gbps", {{"off", read_off.median}, {"on", read_on.median}}},
       {"samples_gbps",
@@ -446,6 +465,24 @@ Result<nlohmann::json> MeasureChecksums(const AioBenchOptions& options, const Ai
         {"read_on", read_on.samples}}},
       {"write_ratio", write_ratio},
       {"read_ratio", read_ratio},
+      // The ratio within each round (off and on back to back), which drift affects less.
+      {"paired_ratio",
+       {{"write",
+         {{"median", write_paired.median},
+          {"min", write_paired.min},
+          {"max", write_paired.max},
+          {"samples", write_paired.samples}}},
+        {"read",
+         {{"median", read_paired.median},
+          {"min", read_paired.min},
+          {"max", read_paired.max},
+          {"samples", read_paired.samples}}}}},
+      // Median process CPU per 'extent_bytes' operation: the hashing's cost, beside the I/O's.
+      {"cpu_ms_per_op",
+       {{"write_off", Summarize(cpu_ms[0][0]).median},
+        {"write_on", Summarize(cpu_ms[1][0]).median},
+        {"read_off", Summarize(cpu_ms[0][1]).median},
+        {"read_on", Summarize(cpu_ms[1][1]).median}}},
       {"xxh3_gbps_one_thread", Summarize(hash).median},
       {"target_ratio", kTargetChecksumRatio},
       {"met", write_ratio >= kTargetChecksumRatio && read_ratio >= kTargetChecksumRatio}};
@@ -818,14 +855,25 @@ std::string FormatAioBenchTable(const AioBenchReport& report) {
   }
   for (const auto& c : report.checksum) {
     out += fmt::format(
-        "checksums ({} extent, {}: block {}, qd {}): write {:.3f} -> {:.3f} GB/s ({:.0f}%), read "
-        "{:.3f} -> {:.3f} GB/s ({:.0f}%), XXH3 {:.1f} GB/s on one thread (target {:.0f}%: {})\n",
+        "checksums ({} extent, {}: block {}, qd {}, chunk {}): write {:.3f} -> {:.3f} GB/s "
+        "({:.0f}%; per round {:.0f}%, {:.0f}-{:.0f}), read {:.3f} -> {:.3f} GB/s ({:.0f}%; per "
+        "round {:.0f}%, {:.0f}-{:.0f}), XXH3 {:.1f} GB/s on one thread, CPU per op: write "
+        "{:.1f} -> {:.1f} ms, read {:.1f} -> {:.1f} ms (target {:.0f}%: {})\n",
         FormatBytes(c["extent_bytes"].get<uint64_t>()), c["config"].get<std::string>(),
         FormatBytes(c["block_size"].get<uint64_t>()), c["queue_depth"].get<int>(),
+        FormatBytes(c["checksum_chunk_bytes"].get<uint64_t>()),
         c["write_gbps"]["off"].get<double>(), c["write_gbps"]["on"].get<double>(),
-        100 * c["write_ratio"].get<double>(), c["read_gbps"]["off"].get<double>(),
+        100 * c["write_ratio"].get<double>(),
+        100 * c["paired_ratio"]["write"]["median"].get<double>(),
+        100 * c["paired_ratio"]["write"]["min"].get<double>(),
+        100 * c["paired_ratio"]["write"]["max"].get<double>(), c["read_gbps"]["off"].get<double>(),
         c["read_gbps"]["on"].get<double>(), 100 * c["read_ratio"].get<double>(),
-        c["xxh3_gbps_one_thread"].get<double>(), 100 * kTargetChecksumRatio,
+        100 * c["paired_ratio"]["read"]["median"].get<double>(),
+        100 * c["paired_ratio"]["read"]["min"].get<double>(),
+        100 * c["paired_ratio"]["read"]["max"].get<double>(),
+        c["xxh3_gbps_one_thread"].get<double>(), c["cpu_ms_per_op"]["write_off"].get<double>(),
+        c["cpu_ms_per_op"]["write_on"].get<double>(), c["cpu_ms_per_op"]["read_off"].get<double>(),
+        c["cpu_ms_per_op"]["read_on"].get<double>(), 100 * kTargetChecksumRatio,
         c["met"].get<bool>() ? "met" : "NOT met");
   }
   out += fmt::format("correctness: {}\n",

@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -151,7 +153,7 @@ TEST_P(AioEngineTest, BatchOfRequestsCompletesAsOneHandle) {
   for (int i = 0; i < kCount; ++i) {
     // Interleaved: request i goes to slot (i * 7) % kCount of the file.
     writes.push_back({IoOp::kWrite, file, ((i * 7) % kCount) * kPiece * 2,
-                      source.as<char>() + i * kPiece, kPiece});
+                      source.as<char>() + i * kPiece, kPiece, nullptr});
   }
   AioHandle handle = engine->Submit(writes);
   EXPECT_EQ(handle.bytes(), kPiece * kCount);
@@ -180,6 +182,79 @@ TEST_P(AioEngineTest, ShortTransfersAreResubmittedForTheRemainder) {
   EXPECT_EQ(std::memcmp(back.data(), source.data(), kBytes), 0);
   // 256 KiB chunks in 12 KiB steps: 21 completions per chunk, 20 of them short.
   EXPECT_GE(engine->stats().short_transfers, 2 * 4 * 20u);
+}
+
+// Records what a request's observer was told, piece by piece.
+class RecordingObserver final : public ChunkObserver {
+ public:
+  explicit RecordingObserver(const char* base) : base_(base) {}
+  void ChunkFinished(const char* data, uint64_t bytes, bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    pieces_.push_back({static_cast<uint64_t>(data - base_), bytes, ok});
+  }
+  struct Piece {
+    uint64_t offset, bytes;
+    bool ok;
+  };
+  // Sorted by offset.
+  std::vector<Piece> Pieces() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<Piece> sorted = pieces_;
+    std::sort(sorted.begin(), sorted.end(),
+              [](const Piece& a, const Piece& b) { return a.offset < b.offset; });
+    return sorted;
+  }
+
+ private:
+  const char* base_;
+  std::mutex mu_;
+  std::vector<Piece> pieces_;
+};
+
+TEST_P(AioEngineTest, ObserverHearsOfEveryPieceOnceBeforeTheHandleCompletes) {
+  AioOptions options = Options();
+  options.block_size = 256 << 10;
+  options.intra_op_parallelism = 2;
+  options.debug_short_io_bytes = 100 << 10;  // resubmitted remainders count once, when done
+  auto engine = MakeEngine(options);
+  // Striped at 192 KiB: pieces are cut at block and stripe boundaries, not at multiples of each.
+  constexpr uint64_t kBytes = (2 << 20) + 12288;
+  const AioFileId file = OpenFile(*engine, {dir_.File("o0"), dir_.File("o1")}, 4 << 20, 196608);
+  AlignedBuffer buffer = PatternBuffer(kBytes, 8);
+  for (IoOp op : {IoOp::kWrite, IoOp::kRead}) {
+    auto observer = std::make_shared<RecordingObserver>(buffer.as<char>());
+    const IoRequest request{op, file, 4096, buffer.data(), kBytes, observer};
+    ASSERT_TRUE(engine->Submit({&request, 1}).Wait().ok());
+    // Called before completion: nothing may arrive after Wait() returned.
+    const auto pieces = observer->Pieces();
+    uint64_t next = 0;
+    for (const auto& piece : pieces) {
+      EXPECT_EQ(piece.offset, next);
+      EXPECT_TRUE(piece.ok);
+      EXPECT_LE(piece.bytes, 256u << 10);
+      next = piece.offset + piece.bytes;
+    }
+    EXPECT_EQ(next, kBytes);
+    EXPECT_GT(pieces.size(), kBytes / (256 << 10));
+  }
+}
+
+TEST_P(AioEngineTest, ObserverHearsOfFailedPieces) {
+  auto engine = MakeEngine(Options());
+  const AioFileId file = OpenFile(*engine, {dir_.File("ofail")}, 1 << 20);
+  AlignedBuffer back = ZeroBuffer(2 << 20);
+  auto observer = std::make_shared<RecordingObserver>(back.as<char>());
+  // The second MiB lies past the end of the file.
+  const IoRequest request{IoOp::kRead, file, 0, back.data(), 2 << 20, observer};
+  EXPECT_EQ(engine->Submit({&request, 1}).Wait().code(), StatusCode::kOutOfRange);
+  uint64_t total = 0;
+  bool any_failed = false;
+  for (const auto& piece : observer->Pieces()) {
+    total += piece.bytes;
+    any_failed = any_failed || !piece.ok;
+  }
+  EXPECT_EQ(total, 2u << 20);  // every piece reported, done or not
+  EXPECT_TRUE(any_failed);
 }
 
 TEST_P(AioEngineTest, ReadPastEndOfFileIsOutOfRangeNamingFileAndOffset) {

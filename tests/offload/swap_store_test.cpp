@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "offload/chunked_checksum.h"
 #include "offload/swap_format.h"
 #include "tests/offload/test_support.h"
 
@@ -17,6 +18,7 @@ namespace sluice::offload {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testutil::AllIoPaths;
 using testutil::IoPath;
 using testutil::OptionsFor;
@@ -40,7 +42,7 @@ class SwapStoreTest : public ::testing::TestWithParam<IoPath> {
     options.capacity_bytes = 16 << 20;
     options.stripe_size = 256 << 10;
     options.max_extents = 64;
-    options.checksum_piece_bytes = 1 << 20;
+    options.checksum_chunk_bytes = 64 << 10;
     return options;
   }
 
@@ -283,11 +285,100 @@ TEST_P(SwapStoreTest, FlippedByteIsDetectedAndNamesTheExtent) {
     EXPECT_EQ(status.code(), StatusCode::kDataLoss) << status.ToString();
     EXPECT_THAT(status.message(), HasSubstr("'subgroup0.exp_avg_sq'"));
     EXPECT_THAT(status.message(), HasSubstr("checksum mismatch"));
+    // 64 KiB checksum chunks: the flipped byte lies in chunk 16 of 17.
+    EXPECT_THAT(status.message(), HasSubstr("first bad checksum chunk: 16 of 17 (extent bytes "
+                                            "[1048576, 1114112)"));
     // The neighbour is intact.
     EXPECT_TRUE(store->Read("subgroup0.exp_avg", back.data(), kLength).ok());
     // Flipping a byte of the padding after `length` is not corruption of the tensor.
     FlipByte(*store, *store->Find("subgroup0.exp_avg"), kLength + 10, options);
     EXPECT_TRUE(store->Read("subgroup0.exp_avg", back.data(), kLength).ok());
+  }
+}
+
+TEST_P(SwapStoreTest, FlippedByteIsDetectedAfterReopenWithTheRecordedChunkSize) {
+  SwapStoreOptions options = StoreOptions();
+  constexpr uint64_t kLength = (3 << 20) + 100;
+  const AlignedBuffer source = PatternBuffer(kLength, 43);
+  {
+    auto store = Create(options);
+    ASSERT_TRUE(store->Allocate("subgroup1.params", kLength).ok());
+    ASSERT_TRUE(store->Write("subgroup1.params", source.data(), kLength).ok());
+    EXPECT_EQ(store->Find("subgroup1.params")->checksum_chunk_bytes, 64u << 10);
+    EXPECT_EQ(store->Find("subgroup1.params")->checksum,
+              ChunkedChecksum64(source.data(), kLength, 16));
+  }
+  // Reopened with another chunk size: the extent is verified with the one it was written with.
+  options.checksum_chunk_bytes = 1 << 20;
+  auto store = SwapStore::Open(*engine_, options);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const SwapExtent extent = *(*store)->Find("subgroup1.params");
+  EXPECT_EQ(extent.checksum_chunk_bytes, 64u << 10);
+  AlignedBuffer back = ZeroBuffer(kLength);
+  ASSERT_TRUE((*store)->Read("subgroup1.params", back.data(), kLength).ok());
+  EXPECT_EQ(std::memcmp(back.data(), source.data(), kLength), 0);
+  FlipByte(**store, extent, 2 << 20, options);
+  Status status = (*store)->Read("subgroup1.params", back.data(), kLength);
+  EXPECT_EQ(status.code(), StatusCode::kDataLoss) << status.ToString();
+  EXPECT_THAT(status.message(), HasSubstr("'subgroup1.params'"));
+  // Chunk checksums are not persisted: after a reopen only the extent can be named.
+  EXPECT_THAT(status.message(), Not(HasSubstr("checksum chunk")));
+  // A new write uses today's chunk size.
+  ASSERT_TRUE((*store)->Write("subgroup1.params", source.data(), kLength).ok());
+  EXPECT_EQ((*store)->Find("subgroup1.params")->checksum_chunk_bytes, 1u << 20);
+  ASSERT_TRUE((*store)->Read("subgroup1.params", back.data(), kLength).ok());
+}
+
+TEST_P(SwapStoreTest, ShortTransfersAreResubmittedAndChecksummedOnce) {
+  AioOptions aio = OptionsFor(GetParam());
+  aio.block_size = 96 << 10;
+  aio.intra_op_parallelism = 2;
+  aio.debug_short_io_bytes = 20480;  // every completion "moves" at most 20 KiB
+  auto engine = AioEngine::Create(aio);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  auto store = SwapStore::Create(**engine, StoreOptions(2));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  constexpr uint64_t kLength = (1 << 20) + 3000;
+  const AlignedBuffer source = PatternBuffer(kLength, 47);
+  ASSERT_TRUE((*store)->Allocate("g", kLength).ok());
+  ASSERT_TRUE((*store)->Write("g", source.data(), kLength).ok());
+  EXPECT_EQ((*store)->Find("g")->checksum, ChunkedChecksum64(source.data(), kLength, 16));
+  AlignedBuffer back = ZeroBuffer(kLength);
+  ASSERT_TRUE((*store)->Read("g", back.data(), kLength).ok());
+  EXPECT_EQ(std::memcmp(back.data(), source.data(), kLength), 0);
+  EXPECT_GT((*engine)->stats().short_transfers, 0u);
+  ASSERT_TRUE((*store)->Close().ok());
+}
+
+TEST_P(SwapStoreTest, FileOfTheOldFormatVersionIsAClearError) {
+  const SwapStoreOptions options = StoreOptions();
+  std::string path;
+  {
+    auto store = Create(options);
+    path = store->file_paths().front();
+  }
+  // Version 1 in both header slots (the version is checked before the header checksum).
+  const int fd = open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  const uint32_t v1 = 1;
+  for (uint64_t slot : {uint64_t{0}, SwapSlotBytes(options.max_extents)}) {
+    ASSERT_EQ(pwrite(fd, &v1, sizeof(v1), static_cast<off_t>(slot + 8)), 4);
+  }
+  close(fd);
+  Status status = SwapStore::Open(*engine_, options).status();
+  EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition) << status.ToString();
+  EXPECT_THAT(status.message(), HasSubstr(path));
+  EXPECT_THAT(status.message(), HasSubstr("field 'version' is 1"));
+  EXPECT_THAT(status.message(), HasSubstr("swap format version 2"));
+}
+
+TEST_P(SwapStoreTest, ChecksumChunkSizeMustBeAPowerOfTwo) {
+  for (uint64_t bad : {uint64_t{0}, uint64_t{2048}, uint64_t{3} << 20, uint64_t{2} << 30}) {
+    SwapStoreOptions options = StoreOptions();
+    options.checksum_chunk_bytes = bad;
+    Status status = SwapStore::Create(*engine_, options).status();
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(status.message(), HasSubstr("checksum_chunk_bytes"));
   }
 }
 
