@@ -1,6 +1,7 @@
 #include "benchmarks/lib/aio_bench.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/resource.h>
 #include <sys/statfs.h>
 #include <sys/sysinfo.h>
@@ -19,6 +20,8 @@
 #include <functional>
 #include <sstream>
 
+#include "engine/config/config.h"
+#include "engine/config/config_snippet.h"
 #include "offload/aio_engine.h"
 #include "offload/aligned_buffer.h"
 #include "offload/checksum.h"
@@ -554,8 +557,10 @@ void AddAioBenchOptions(CLI::App& app, AioBenchOptions& options) {
   app.add_flag("--keep-files", options.keep_files, "Leave the benchmark files in place");
   app.add_option("--json", options.json_path, "Write the JSON record here ('-': stdout)");
   app.add_option("--tune", options.tune_dir,
-                 "Run a short sweep in DIR and print the best `aio` config section");
-  app.add_option("--out", options.tune_out, "With --tune: also write the section to this file");
+                 "Run a short sweep in DIR and print the best `aio` settings as a config layer");
+  app.add_option("--output", options.tune_output,
+                 "With --tune: write the YAML config layer here (e.g. aio_tuned.yaml, then "
+                 "sluice train --config base.yaml --config aio_tuned.yaml)");
 }
 
 Result<AioBenchReport> RunAioBench(const AioBenchOptions& options) {
@@ -950,35 +955,58 @@ Result<AioTuneResult> TuneAio(const std::string& dir, uint64_t file_bytes) {
   return result;
 }
 
-std::string AioConfigSnippet(const AioOptions& best) {
-  nlohmann::ordered_json snippet;
-  snippet["aio"]["block_size"] = best.block_size;
-  snippet["aio"]["queue_depth"] = best.queue_depth;
-  snippet["aio"]["intra_op_parallelism"] = best.intra_op_parallelism;
-  snippet["aio"]["single_submit"] = best.single_submit;
-  snippet["aio"]["overlap_events"] = best.overlap_events;
-  return snippet.dump(2) + "\n";
+// The snippet must load as a config layer with exactly the values chosen; one that did not would
+// only fail later, in `sluice train`.
+Status CheckSnippetLoads(const std::string& snippet, const AioConfig& chosen) {
+  ConfigSources sources;
+  sources.env = std::vector<std::pair<std::string, std::string>>{};
+  sources.available_host_memory = int64_t{16} << 30;  // the machine does not matter here
+  // A snippet is a layer, not a whole config: the batch size comes from the base.
+  sources.set_overrides = {"train_micro_batch_size_per_gpu=1"};
+  SLUICE_ASSIGN_OR_RETURN(Config config,
+                          LoadConfigFromText(snippet, ConfigFormat::kYaml, sources, "<snippet>"));
+  if (config.aio.block_size != chosen.block_size || config.aio.queue_depth != chosen.queue_depth ||
+      config.aio.intra_op_parallelism != chosen.intra_op_parallelism) {
+    return InternalError("the aio snippet reads back as {}/{}/{}, not {}/{}/{}",
+                         config.aio.block_size, config.aio.queue_depth,
+                         config.aio.intra_op_parallelism, chosen.block_size, chosen.queue_depth,
+                         chosen.intra_op_parallelism);
+  }
+  return OkStatus();
+}
+
+Status RunAioTune(const AioBenchOptions& options) {
+  SLUICE_ASSIGN_OR_RETURN(const uint64_t bytes, ParseByteSize(options.size));
+  SLUICE_ASSIGN_OR_RETURN(AioTuneResult tuned, TuneAio(options.tune_dir, bytes));
+  AioConfig chosen;
+  chosen.block_size = static_cast<int64_t>(tuned.best.block_size);
+  chosen.queue_depth = tuned.best.queue_depth;
+  chosen.intra_op_parallelism = tuned.best.intra_op_parallelism;
+  const std::string& path = options.tune_output;
+  const std::string name = path.empty() ? std::string("aio_tuned.yaml")
+                                        : std::filesystem::path(path).filename().string();
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  const std::vector<std::string> provenance = {
+      fmt::format("`aio` settings chosen by `sluice bench aio --tune {}` on {}", options.tune_dir,
+                  host),
+      fmt::format("(a {} file; {} configurations tried): read {:.3f} GB/s, write {:.3f} GB/s",
+                  FormatBytes(bytes), tuned.tried.size() / 2, tuned.read_gbps, tuned.write_gbps)};
+  const std::string snippet = AioTunedSnippetYaml(chosen, provenance, name);
+  SLUICE_RETURN_IF_ERROR(CheckSnippetLoads(snippet, chosen));
+  std::fputs(snippet.c_str(), stdout);
+  if (!path.empty()) {
+    SLUICE_RETURN_IF_ERROR(WriteFileAtomically(path, snippet));
+    std::fprintf(stderr,
+                 "aio tune: wrote %s; use it as a layer: sluice train --config base.yaml "
+                 "--config %s\n",
+                 path.c_str(), path.c_str());
+  }
+  return OkStatus();
 }
 
 Status RunAioBenchCommand(const AioBenchOptions& options) {
-  if (!options.tune_dir.empty()) {
-    SLUICE_ASSIGN_OR_RETURN(const uint64_t bytes, ParseByteSize(options.size));
-    SLUICE_ASSIGN_OR_RETURN(AioTuneResult tuned, TuneAio(options.tune_dir, bytes));
-    const std::string snippet = AioConfigSnippet(tuned.best);
-    std::fprintf(stderr, "aio tune: best read %.3f GB/s, write %.3f GB/s\n", tuned.read_gbps,
-                 tuned.write_gbps);
-    std::fprintf(stderr,
-                 "aio tune: merge the section below into the config, or pass "
-                 "--set aio.block_size=%llu --set aio.queue_depth=%d "
-                 "--set aio.intra_op_parallelism=%d\n",
-                 static_cast<unsigned long long>(tuned.best.block_size), tuned.best.queue_depth,
-                 tuned.best.intra_op_parallelism);
-    std::fputs(snippet.c_str(), stdout);
-    if (!options.tune_out.empty()) {
-      SLUICE_RETURN_IF_ERROR(WriteFileAtomically(options.tune_out, snippet));
-    }
-    return OkStatus();
-  }
+  if (!options.tune_dir.empty()) return RunAioTune(options);
   SLUICE_ASSIGN_OR_RETURN(AioBenchReport report, RunAioBench(options));
   // With the JSON record on stdout, the table goes to stderr so stdout stays parseable.
   std::fputs(FormatAioBenchTable(report).c_str(), options.json_path == "-" ? stderr : stdout);

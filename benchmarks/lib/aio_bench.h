@@ -9,7 +9,7 @@
 //    filesystem, when fio is installed;
 //  - the swap store with checksums on and off (their cost);
 //  - a correctness check: the file is read back and compared with what was written.
-// `--tune` runs a short sweep instead and prints the best `aio` config section.
+// `--tune` runs a short sweep instead and writes the best `aio` settings as a config layer.
 #pragma once
 
 #include <cstdint>
@@ -46,10 +46,10 @@ struct AioBenchOptions {
   std::string json_path;  // "-" for stdout
   // Tuning mode.
   std::string tune_dir;
-  std::string tune_out;  // where to write the snippet; empty: stdout only
+  std::string tune_output;  // where to write the config layer; empty: stdout only
 };
 
-// Adds the options above as flags (--dir, --size, --block-sizes, ..., --tune, --out, --json).
+// Adds the options above as flags (--dir, --size, --block-sizes, ..., --tune, --output, --json).
 void AddAioBenchOptions(CLI::App& app, AioBenchOptions& options);
 
 Result<uint64_t> ParseByteSize(std::string_view text);  // "4096", "64K", "1M", "2G"
@@ -96,11 +96,10 @@ struct AioTuneResult {
 // A short sweep (block size x queue depth x intra-op parallelism) on `dir`; the best is the one
 // with the highest read + write throughput.
 Result<AioTuneResult> TuneAio(const std::string& dir, uint64_t file_bytes);
-// {"aio": {"block_size": ..., "queue_depth": ..., "intra_op_parallelism": ...,
-//          "single_submit": false, "overlap_events": true}}
-std::string AioConfigSnippet(const offload::AioOptions& best);
 
-// Runs the benchmark (or the tuning with tune_dir set), prints, writes --json / --out.
+// Runs the benchmark, prints, writes --json. With tune_dir set it tunes instead: the best `aio`
+// settings as a YAML config layer (engine/config/config_snippet.h), checked to load back, on
+// stdout and in tune_output.
 // Fails when the correctness check failed.
 Status RunAioBenchCommand(const AioBenchOptions& options);
 
