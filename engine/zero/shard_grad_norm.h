@@ -1,10 +1,10 @@
 // The global gradient norm over all shards and ranks, and the clip coefficient.
 //
 // Each rank sums the squares of the gradient elements it owns (padding excluded) in double, the
-// way the single-rank trainer does (engine/train/grad_clip.cpp): elements in flat order within
+// way the reference GlobalGradNorm does (engine/train/grad_clip.cpp): elements in flat order within
 // blocks of kNormBlock elements of the model's flat index, block sums added in block order. The
 // ranks' sums are then added in rank order (SumInRankOrder), so every rank gets the same bits;
-// with one rank the sum is the trainer's bit for bit. An inf or NaN anywhere, on any rank, makes
+// with one rank the sum is the reference's bit for bit. An inf or NaN anywhere, on any rank, makes
 // the sum non-finite on every rank: that is the overflow check.
 #pragma once
 

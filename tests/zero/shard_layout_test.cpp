@@ -213,7 +213,7 @@ TEST(PartitionCopy, ReduceScatterPiecesAccumulateIntoEachRanksShard) {
   }
 }
 
-TEST(ShardGradNorm, OneRankSumsLikeTheTrainer) {
+TEST(ShardGradNorm, OneRankSumsLikeTheReferenceNorm) {
   // Big enough for several 8192-element blocks.
   model::ModelOptions options = TinyGpt();
   options.d_model = 64;

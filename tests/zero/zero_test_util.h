@@ -1,6 +1,6 @@
 // Shared pieces of the ZeRO tests: the world communicator, a tiny GPT, deterministic batches,
-// the single-rank reference run (the trainer's arithmetic: engine/train/trainer.cpp TrainStep)
-// and the same run through a ZeroEngine.
+// the single-rank reference run (the model's own flat buffers, GlobalGradNorm and ShardedAdam over
+// the whole flat buffer) and the same run through a ZeroEngine.
 #pragma once
 
 #include <cstdint>
