@@ -1,0 +1,56 @@
+#include "engine/zero/nvme_state_store.h"
+
+#include <fmt/format.h>
+
+#include "runtime/logging.h"
+
+namespace sluice::zero {
+
+std::string NvmeStateStore::ExtentName(int64_t tile) {
+  return fmt::format("subgroup{}.adam_state", tile);
+}
+
+uint64_t NvmeStateStore::TileBytes(int64_t tile) const {
+  return static_cast<uint64_t>(grid_.length(tile)) * 3 * sizeof(float);
+}
+
+Result<std::unique_ptr<NvmeStateStore>> NvmeStateStore::Create(offload::SwapStore& store,
+                                                               const TileGrid& grid) {
+  std::unique_ptr<NvmeStateStore> state(new NvmeStateStore(store, grid));
+  uint64_t capacity = 0;
+  const int64_t tiles = grid.num_tiles();
+  for (int64_t tile = 0; tile < tiles; ++tile) {
+    Result<offload::SwapExtent> extent = store.Allocate(ExtentName(tile), state->TileBytes(tile));
+    if (!extent.ok()) {
+      // `state` going out of scope frees the extents of tiles [0, tile) again.
+      return Status(extent.status())
+          .WithContext(fmt::format(
+              "placing the optimizer state of tile {} of {} (elements [{}, {})) on NVMe", tile,
+              tiles, grid.begin(tile), grid.begin(tile) + grid.length(tile)));
+    }
+    capacity += extent->capacity;
+    state->allocated_ = tile + 1;
+  }
+  state->charge_ = MemoryCharge(MemoryTier::kNvme, MemoryCategory::kOptimizer, capacity);
+  return state;
+}
+
+NvmeStateStore::~NvmeStateStore() {
+  for (int64_t tile = 0; tile < allocated_; ++tile) {
+    Status status = store_.Free(ExtentName(tile));
+    if (!status.ok()) {
+      SLUICE_LOG(kWarn, "offload", "freeing the optimizer state of tile {}: {}", tile,
+                 status.ToString());
+    }
+  }
+}
+
+offload::SwapHandle NvmeStateStore::ReadAsync(int64_t tile, void* staging) {
+  return store_.ReadAsync(ExtentName(tile), staging, TileBytes(tile));
+}
+
+offload::SwapHandle NvmeStateStore::WriteAsync(int64_t tile, const void* staging) {
+  return store_.WriteAsync(ExtentName(tile), staging, TileBytes(tile));
+}
+
+}  // namespace sluice::zero

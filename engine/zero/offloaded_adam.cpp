@@ -1,0 +1,365 @@
+#include "engine/zero/offloaded_adam.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "engine/zero/partition_copy.h"
+#include "offload/aio_engine.h"
+#include "runtime/logging.h"
+
+namespace sluice::zero {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+kernels::AdamGradType GradTypeFor(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16:
+      return kernels::AdamGradType::kBF16;
+    case DType::kF16:
+      return kernels::AdamGradType::kF16;
+    default:
+      return kernels::AdamGradType::kF32;
+  }
+}
+
+kernels::AdamCopyType CopyTypeFor(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16:
+      return kernels::AdamCopyType::kBF16;
+    case DType::kF16:
+      return kernels::AdamCopyType::kF16;
+    default:
+      return kernels::AdamCopyType::kNone;
+  }
+}
+
+void* Offset(void* base, int64_t elements, size_t element_size) {
+  return static_cast<std::byte*>(base) + static_cast<size_t>(elements) * element_size;
+}
+const void* Offset(const void* base, int64_t elements, size_t element_size) {
+  return static_cast<const std::byte*>(base) + static_cast<size_t>(elements) * element_size;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<OffloadedAdam>> OffloadedAdam::Create(
+    Device& device, const OptimizerConfig& config, DType param_dtype, void* param_shard,
+    DType grad_dtype, int64_t count, int num_threads, const OffloadedAdamOptions& offload) {
+  SLUICE_RETURN_IF_ERROR(ValidateOffloadedAdamOptions(offload));
+  if (count < 0) return InvalidArgumentError("optimizer shard of {} elements", count);
+  if (count > 0 && param_shard == nullptr) {
+    return InvalidArgumentError("the offloaded optimizer needs a parameter shard");
+  }
+  std::unique_ptr<OffloadedAdam> adam(new OffloadedAdam());
+  adam->device_ = &device;
+  adam->config_ = config;
+  adam->param_dtype_ = param_dtype;
+  adam->grad_dtype_ = grad_dtype;
+  adam->param_shard_ = param_shard;
+  adam->count_ = count;
+  adam->threading_.num_threads = num_threads;
+  adam->options_ = offload;
+  adam->grid_ = TileGrid{count, offload.tile_elements};
+  if (std::string error = kernels::AdamThreadingError(adam->threading_); !error.empty()) {
+    return InvalidArgumentError("optimizer threads: {}", error);
+  }
+
+  const bool nvme = offload.tier == OptimizerStateTier::kNvme;
+  if (nvme) {
+    SLUICE_ASSIGN_OR_RETURN(adam->nvme_, NvmeStateStore::Create(*offload.swap_store, adam->grid_));
+  } else {
+    SLUICE_ASSIGN_OR_RETURN(
+        adam->host_, HostStateStore::Create(adam->grid_, offload.numa_node, adam->threading_));
+  }
+  const StagingSlotLayout layout = ComputeStagingSlotLayout(
+      std::max<int64_t>(adam->grid_.max_length(), 1), grad_dtype, param_dtype, nvme);
+  SLUICE_ASSIGN_OR_RETURN(adam->ring_, StagingRing::Create(device, layout, offload.buffer_count));
+  if (nvme && offload.aio_engine != nullptr) {
+    adam->ring_registered_ =
+        offload.aio_engine->RegisterBuffer(adam->ring_.base(), adam->ring_.bytes());
+  }
+  SLUICE_ASSIGN_OR_RETURN(adam->d2h_stream_, device.CreateStream());
+  SLUICE_ASSIGN_OR_RETURN(adam->h2d_stream_, device.CreateStream());
+  for (int slot = 0; slot < offload.buffer_count; ++slot) {
+    SLUICE_ASSIGN_OR_RETURN(auto d2h, device.CreateEvent());
+    SLUICE_ASSIGN_OR_RETURN(auto h2d, device.CreateEvent());
+    adam->d2h_done_.push_back(std::move(d2h));
+    adam->h2d_done_.push_back(std::move(h2d));
+  }
+  adam->reads_.resize(static_cast<size_t>(offload.buffer_count));
+  adam->writes_.resize(static_cast<size_t>(offload.buffer_count));
+  SLUICE_LOG(kDebug, "offload",
+             "optimizer state of {} elements on {} ({}) in {} tiles of {}; pinned ring {} x {} "
+             "bytes{}",
+             count, OptimizerStateTierName(offload.tier),
+             nvme ? "one swap extent per tile" : adam->host_->placement(), adam->grid_.num_tiles(),
+             offload.tile_elements, offload.buffer_count, layout.slot_bytes,
+             adam->ring_registered_ ? ", registered with io_uring" : "");
+  return adam;
+}
+
+OffloadedAdam::~OffloadedAdam() {
+  // Step and the state calls settle their transfers before returning; this only guards an
+  // object destroyed after a failure.
+  for (offload::SwapHandle& handle : reads_) (void)handle.Wait();
+  for (offload::SwapHandle& handle : writes_) (void)handle.Wait();
+  if (d2h_stream_) (void)d2h_stream_->Synchronize();
+  if (h2d_stream_) (void)h2d_stream_->Synchronize();
+  if (ring_registered_) options_.aio_engine->UnregisterBuffer(ring_.base());
+}
+
+std::string OffloadedAdam::DescribeTile(int64_t tile) const {
+  return fmt::format("tile {} of {} (elements [{}, {}) of the shard)", tile, grid_.num_tiles(),
+                     grid_.begin(tile), grid_.begin(tile) + grid_.length(tile));
+}
+
+Status OffloadedAdam::TileError(int64_t tile, Status status, std::string_view doing) const {
+  if (status.ok()) return status;
+  return std::move(status).WithContext(fmt::format("offloaded optimizer ({}), {} {}",
+                                                   OptimizerStateTierName(options_.tier), doing,
+                                                   DescribeTile(tile)));
+}
+
+Status OffloadedAdam::CheckUsable() const {
+  if (!broken_.ok()) {
+    return FailedPreconditionError(
+        "the offloaded optimizer is unusable since a step failed part-way (its state is partly "
+        "stepped); restore it from a checkpoint (RestoreState). The failure: {}",
+        broken_.ToString());
+  }
+  return OkStatus();
+}
+
+OffloadedAdam::TileState OffloadedAdam::StateOf(int64_t tile, int slot) const {
+  if (on_nvme()) {
+    float* state = ring_.state(slot);
+    const int64_t n = grid_.length(tile);
+    return {state, state + n, state + 2 * n};
+  }
+  const int64_t begin = grid_.begin(tile);
+  return {host_->master() + begin, host_->exp_avg() + begin, host_->exp_avg_sq() + begin};
+}
+
+Status OffloadedAdam::CopyParamsToDevice(int64_t tile, int slot) {
+  const size_t size = DTypeSize(param_dtype_);
+  const void* source = ring_.layout().params_bytes == 0
+                           ? static_cast<const void*>(ring_.state(slot))
+                           : ring_.params(slot);
+  SLUICE_RETURN_IF_ERROR(device_->CopyAsync(Offset(param_shard_, grid_.begin(tile), size), source,
+                                            static_cast<size_t>(grid_.length(tile)) * size,
+                                            CopyKind::kH2D, *h2d_stream_));
+  return h2d_done_[slot]->Record(*h2d_stream_);
+}
+
+TilePipelineHooks OffloadedAdam::StepHooks(const void* grads, const kernels::AdamHyperparams& hyper,
+                                           float grad_scale) {
+  TilePipelineHooks hooks;
+  const size_t grad_size = DTypeSize(grad_dtype_);
+  hooks.begin_fetch = [this, grads, grad_size](int64_t tile, int slot) -> Status {
+    if (on_nvme()) {
+      const Clock::time_point start = Clock::now();
+      reads_[slot] = nvme_->ReadAsync(tile, ring_.state(slot));
+      timings_.nvme_read_issue_s += SecondsSince(start);
+      timings_.nvme_bytes_read += nvme_->TileBytes(tile);
+    }
+    Status copied = device_->CopyAsync(
+        ring_.grads(slot), Offset(grads, grid_.begin(tile), grad_size),
+        static_cast<size_t>(grid_.length(tile)) * grad_size, CopyKind::kD2H, *d2h_stream_);
+    if (copied.ok()) copied = d2h_done_[slot]->Record(*d2h_stream_);
+    return TileError(tile, std::move(copied), "copying the gradients of");
+  };
+  hooks.finish_fetch = [this](int64_t tile, int slot) -> Status {
+    Clock::time_point start = Clock::now();
+    Status read = reads_[slot].Wait();
+    reads_[slot] = offload::SwapHandle();
+    timings_.nvme_read_wait_s += SecondsSince(start);
+    start = Clock::now();
+    Status copied = d2h_done_[slot]->Synchronize();
+    timings_.d2h_wait_s += SecondsSince(start);
+    if (!read.ok()) return TileError(tile, std::move(read), "reading the state of");
+    return TileError(tile, std::move(copied), "copying the gradients of");
+  };
+  hooks.compute = [this, hyper, grad_scale](int64_t tile, int slot) -> Status {
+    const Clock::time_point start = Clock::now();
+    const TileState state = StateOf(tile, slot);
+    kernels::AdamTensors t;
+    t.params = state.master;
+    t.exp_avg = state.exp_avg;
+    t.exp_avg_sq = state.exp_avg_sq;
+    t.grads = ring_.grads(slot);
+    t.grad_type = GradTypeFor(grad_dtype_);
+    t.copy_type = CopyTypeFor(param_dtype_);
+    t.param_copy = t.copy_type == kernels::AdamCopyType::kNone ? nullptr : ring_.params(slot);
+    t.count = static_cast<size_t>(grid_.length(tile));
+    if (std::string error = kernels::AdamStepArgsError(t, hyper, threading_); !error.empty()) {
+      return TileError(tile, InvalidArgumentError("optimizer step {}: {}", hyper.step, error),
+                       "updating");
+    }
+    kernels::AdamStep(t, hyper, grad_scale, threading_);
+    if (param_dtype_ == DType::kF32 && ring_.layout().params_bytes != 0) {
+      std::memcpy(ring_.params(slot), state.master, t.count * sizeof(float));
+    }
+    timings_.adam_s += SecondsSince(start);
+    return OkStatus();
+  };
+  hooks.begin_store = [this](int64_t tile, int slot) -> Status {
+    SLUICE_RETURN_IF_ERROR(
+        TileError(tile, CopyParamsToDevice(tile, slot), "copying the parameters of"));
+    if (on_nvme()) {
+      const Clock::time_point start = Clock::now();
+      writes_[slot] = nvme_->WriteAsync(tile, ring_.state(slot));
+      timings_.nvme_write_issue_s += SecondsSince(start);
+      timings_.nvme_bytes_written += nvme_->TileBytes(tile);
+    }
+    return OkStatus();
+  };
+  hooks.finish_store = [this](int64_t tile, int slot) -> Status {
+    Clock::time_point start = Clock::now();
+    Status written = writes_[slot].Wait();
+    writes_[slot] = offload::SwapHandle();
+    timings_.nvme_write_wait_s += SecondsSince(start);
+    start = Clock::now();
+    Status copied = h2d_done_[slot]->Synchronize();
+    timings_.h2d_wait_s += SecondsSince(start);
+    if (!written.ok()) return TileError(tile, std::move(written), "writing the state of");
+    return TileError(tile, std::move(copied), "copying the parameters of");
+  };
+  return hooks;
+}
+
+Status OffloadedAdam::Step(const void* grads, double lr, double grad_scale) {
+  SLUICE_RETURN_IF_ERROR(CheckUsable());
+  if (!master_loaded_) {
+    return FailedPreconditionError(
+        "offloaded optimizer step before its master weights were set: call "
+        "LoadMasterFromParams() or RestoreState() first");
+  }
+  if (count_ > 0 && grads == nullptr) {
+    return InvalidArgumentError("offloaded optimizer step without gradients");
+  }
+  kernels::AdamHyperparams hyper;
+  hyper.lr = static_cast<float>(lr);
+  hyper.beta1 = static_cast<float>(config_.beta1);
+  hyper.beta2 = static_cast<float>(config_.beta2);
+  hyper.eps = static_cast<float>(config_.eps);
+  hyper.weight_decay = static_cast<float>(config_.weight_decay);
+  hyper.adamw_mode = config_.adam_w_mode;
+  hyper.bias_correction = true;
+  hyper.step = step_ + 1;
+
+  timings_ = OffloadStepTimings();
+  timings_.tiles = grid_.num_tiles();
+  const Clock::time_point start = Clock::now();
+  const TilePipelineHooks hooks = StepHooks(grads, hyper, static_cast<float>(grad_scale));
+  TilePipelineOptions pipeline;
+  pipeline.buffer_count = options_.buffer_count;
+  pipeline.pipeline_read = options_.pipeline_read;
+  pipeline.pipeline_write = options_.pipeline_write;
+  Status status = RunTilePipeline(grid_.num_tiles(), pipeline, hooks);
+  timings_.wall_s = SecondsSince(start);
+  if (!status.ok()) {
+    broken_ = status;
+    return std::move(status).WithContext(fmt::format("optimizer step {}", hyper.step));
+  }
+  ++step_;
+  return OkStatus();
+}
+
+Status OffloadedAdam::FetchStateSerial(int64_t tile) const {
+  if (!on_nvme()) return OkStatus();
+  return TileError(tile, nvme_->ReadAsync(tile, ring_.state(0)).Wait(), "reading the state of");
+}
+
+Status OffloadedAdam::StoreStateSerial(int64_t tile) {
+  if (!on_nvme()) return OkStatus();
+  return TileError(tile, nvme_->WriteAsync(tile, ring_.state(0)).Wait(), "writing the state of");
+}
+
+Status OffloadedAdam::LoadMasterFromParams() {
+  SLUICE_RETURN_IF_ERROR(CheckUsable());
+  const size_t size = DTypeSize(param_dtype_);
+  // Before the first store of an NVMe tile there are no moments to keep: they start at zero.
+  const bool keep_moments = on_nvme() && master_loaded_;
+  for (int64_t tile = 0; tile < grid_.num_tiles(); ++tile) {
+    const int64_t n = grid_.length(tile);
+    if (keep_moments) SLUICE_RETURN_IF_ERROR(FetchStateSerial(tile));
+    const TileState state = StateOf(tile, 0);
+    if (on_nvme() && !keep_moments) {
+      std::memset(state.exp_avg, 0, static_cast<size_t>(2 * n) * sizeof(float));
+    }
+    // fp32 on NVMe has no parameter region: the copy lands in p directly.
+    void* landing = ring_.layout().params_bytes == 0 ? static_cast<void*>(state.master)
+                                                     : static_cast<void*>(ring_.params(0));
+    Status copied = device_->CopyAsync(landing, Offset(param_shard_, grid_.begin(tile), size),
+                                       static_cast<size_t>(n) * size, CopyKind::kD2H, *d2h_stream_);
+    if (copied.ok()) copied = d2h_stream_->Synchronize();
+    SLUICE_RETURN_IF_ERROR(TileError(tile, std::move(copied), "copying the parameters of"));
+    if (landing != state.master) {
+      ConvertToF32(landing, param_dtype_, state.master, n, threading_.num_threads);
+    }
+    SLUICE_RETURN_IF_ERROR(StoreStateSerial(tile));
+  }
+  master_loaded_ = true;
+  return OkStatus();
+}
+
+Status OffloadedAdam::ReadState(int64_t begin, int64_t n, float* master, float* exp_avg,
+                                float* exp_avg_sq) const {
+  if (begin < 0 || n < 0 || begin + n > count_) {
+    return OutOfRangeError("optimizer state range [{}, {}) is outside the shard of {} elements",
+                           begin, begin + n, count_);
+  }
+  if (on_nvme() && !master_loaded_ && n > 0) {
+    return FailedPreconditionError("the offloaded optimizer's NVMe state was never written");
+  }
+  for (int64_t at = begin; at < begin + n;) {
+    const int64_t tile = at / grid_.tile_elements;
+    const int64_t within = at - grid_.begin(tile);
+    const int64_t take = std::min(begin + n - at, grid_.length(tile) - within);
+    SLUICE_RETURN_IF_ERROR(FetchStateSerial(tile));
+    const TileState state = StateOf(tile, 0);
+    const size_t bytes = static_cast<size_t>(take) * sizeof(float);
+    const int64_t out = at - begin;
+    if (master != nullptr) std::memcpy(master + out, state.master + within, bytes);
+    if (exp_avg != nullptr) std::memcpy(exp_avg + out, state.exp_avg + within, bytes);
+    if (exp_avg_sq != nullptr) std::memcpy(exp_avg_sq + out, state.exp_avg_sq + within, bytes);
+    at += take;
+  }
+  return OkStatus();
+}
+
+Status OffloadedAdam::RestoreState(const float* master, const float* exp_avg,
+                                   const float* exp_avg_sq, int64_t step) {
+  // No CheckUsable(): replacing the whole state is how a failed step is recovered from.
+  if (step < 0) return InvalidArgumentError("restoring the optimizer at step {}", step);
+  for (int64_t tile = 0; tile < grid_.num_tiles(); ++tile) {
+    const int64_t begin = grid_.begin(tile);
+    const int64_t n = grid_.length(tile);
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    const TileState state = StateOf(tile, 0);
+    std::memcpy(state.master, master + begin, bytes);
+    std::memcpy(state.exp_avg, exp_avg + begin, bytes);
+    std::memcpy(state.exp_avg_sq, exp_avg_sq + begin, bytes);
+    if (ring_.layout().params_bytes != 0) {
+      ConvertFromF32(state.master, ring_.params(0), param_dtype_, n, threading_.num_threads);
+    }
+    SLUICE_RETURN_IF_ERROR(StoreStateSerial(tile));
+    Status copied = CopyParamsToDevice(tile, 0);
+    if (copied.ok()) copied = h2d_stream_->Synchronize();
+    SLUICE_RETURN_IF_ERROR(TileError(tile, std::move(copied), "copying the parameters of"));
+  }
+  step_ = step;
+  master_loaded_ = true;
+  broken_ = OkStatus();
+  return OkStatus();
+}
+
+}  // namespace sluice::zero

@@ -1,0 +1,151 @@
+// The offloaded optimizer (ZeRO-Offload / ZeRO-Infinity): the same role as ShardedAdam (Adam /
+// AdamW over this rank's shard with fp32 master weights, exp_avg and exp_avg_sq), but the state
+// lives in host memory (offload_optimizer.device cpu) or on NVMe (nvme), and the device holds
+// only the parameter and gradient shards. Each step streams the shard through a pinned staging
+// ring tile by tile (offload_tile_pipeline.h):
+//
+//   gradient tile (device, training dtype) --D2H--> pinned slot
+//   [NVMe: p|m|v extent --read--> pinned slot]
+//   fused CPU Adam (kernels/cpu/adam.h): unscale and clip folded into grad_scale, p/m/v updated
+//     in place, updated parameters written in the parameter dtype into the slot
+//   pinned slot --H2D--> parameter shard tile (device)      [NVMe: slot --write--> extent]
+//
+// with the read of tile g+1, the update of g and the write of g-1 overlapping. Adam is
+// elementwise and every element goes through the same kernel arithmetic whatever tile or thread
+// it falls in, so the result is bit-identical to ShardedAdam on the same inputs.
+//
+//   auto adam = OffloadedAdam::Create(device, optimizer_config, DType::kBF16, param_shard,
+//                                     DType::kBF16, count, threads, offload_options);
+//   SLUICE_RETURN_IF_ERROR((*adam)->LoadMasterFromParams());
+//   SLUICE_RETURN_IF_ERROR((*adam)->Step(grad_shard, lr, clip_coefficient / loss_scale));
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/config/config.h"
+#include "engine/zero/host_state_store.h"
+#include "engine/zero/nvme_state_store.h"
+#include "engine/zero/offload_options.h"
+#include "engine/zero/offload_staging_ring.h"
+#include "engine/zero/offload_tile_pipeline.h"
+#include "kernels/cpu/adam.h"
+#include "runtime/device.h"
+#include "runtime/dtype.h"
+#include "runtime/status.h"
+
+namespace sluice::zero {
+
+// Where one step's time went, seen from the thread that runs it. With pipelining the waits are
+// the transfer time left exposed; with pipeline_read and pipeline_write off they are the whole
+// transfer times (each transfer then runs alone).
+struct OffloadStepTimings {
+  double wall_s = 0;
+  double adam_s = 0;              // the fused kernel (+ the fp32 copy into staging, host tier)
+  double nvme_read_issue_s = 0;   // submitting tile reads (blocks while the rings are full)
+  double nvme_read_wait_s = 0;    // waiting for tile reads, checksum verification included
+  double nvme_write_issue_s = 0;  // checksumming and submitting tile writes
+  double nvme_write_wait_s = 0;   // waiting for tile writes
+  double d2h_wait_s = 0;          // waiting for gradient tiles
+  double h2d_wait_s = 0;          // waiting for parameter tiles to reach the device
+  int64_t tiles = 0;
+  uint64_t nvme_bytes_read = 0;
+  uint64_t nvme_bytes_written = 0;
+
+  double nvme_read_s() const { return nvme_read_issue_s + nvme_read_wait_s; }
+  double nvme_write_s() const { return nvme_write_issue_s + nvme_write_wait_s; }
+};
+
+class OffloadedAdam {
+ public:
+  // `param_shard` is device memory holding `count` values of `param_dtype`; it must outlive the
+  // optimizer. Step's gradients are device memory of `grad_dtype`. ResourceExhausted when the
+  // staging ring, the host state or the NVMe extents do not fit (naming the tier and, on NVMe,
+  // the tile); nothing is allocated on the device.
+  static Result<std::unique_ptr<OffloadedAdam>> Create(
+      Device& device, const OptimizerConfig& config, DType param_dtype, void* param_shard,
+      DType grad_dtype, int64_t count, int num_threads, const OffloadedAdamOptions& offload);
+  // Step and the state calls return only once their transfers finished; this settles what a
+  // failure may have left in flight, then unregisters the ring from the I/O engine.
+  ~OffloadedAdam();
+
+  // Master weights := the parameter shard's values widened to fp32; exp_avg and exp_avg_sq are
+  // kept (zero before the first step). Must run once before the first Step.
+  Status LoadMasterFromParams();
+  // One step over `count` elements: Adam(grads * grad_scale) at rate `lr`; advances the
+  // bias-correction step and leaves the updated parameters in the parameter shard. A failure
+  // names the tile; the state may then be partly stepped (tiles before the failing one are, and
+  // were stored intact), so the optimizer refuses further steps until RestoreState.
+  Status Step(const void* grads, double lr, double grad_scale);
+
+  int64_t step() const { return step_; }
+  int64_t count() const { return count_; }
+  const TileGrid& tiles() const { return grid_; }
+  const OffloadedAdamOptions& options() const { return options_; }
+  const OffloadStepTimings& last_step_timings() const { return timings_; }
+
+  // Copies elements [begin, begin + n) of the state into host memory (a null pointer skips that
+  // tensor): for checkpoints and tests. On NVMe it reads (and verifies) the tiles involved.
+  Status ReadState(int64_t begin, int64_t n, float* master, float* exp_avg,
+                   float* exp_avg_sq) const;
+  // Replaces the whole state (each pointer: `count` values) and the step counter, and sets the
+  // parameter shard to the master weights in the parameter dtype: a checkpoint restore (also
+  // after a failed step).
+  Status RestoreState(const float* master, const float* exp_avg, const float* exp_avg_sq,
+                      int64_t step);
+
+  // Optimizer state on the device: always 0 (ShardedAdam::state_bytes's counterpart).
+  uint64_t state_bytes() const { return 0; }
+  uint64_t pinned_bytes() const { return ring_.bytes(); }
+  uint64_t host_bytes() const { return host_ ? host_->bytes() : 0; }
+  uint64_t nvme_bytes() const { return nvme_ ? nvme_->bytes() : 0; }
+  const StagingSlotLayout& slot_layout() const { return ring_.layout(); }
+
+ private:
+  struct TileState {
+    float* master;
+    float* exp_avg;
+    float* exp_avg_sq;
+  };
+
+  OffloadedAdam() = default;
+  bool on_nvme() const { return nvme_ != nullptr; }
+  TileState StateOf(int64_t tile, int slot) const;
+  std::string DescribeTile(int64_t tile) const;
+  Status TileError(int64_t tile, Status status, std::string_view doing) const;
+  TilePipelineHooks StepHooks(const void* grads, const kernels::AdamHyperparams& hyper,
+                              float grad_scale);
+  // Serial, outside Step: brings tile `tile`'s state into slot 0 (NVMe) or points at it (host).
+  Status FetchStateSerial(int64_t tile) const;
+  Status StoreStateSerial(int64_t tile);
+  Status CopyParamsToDevice(int64_t tile, int slot);
+  Status CheckUsable() const;
+
+  Device* device_ = nullptr;
+  OptimizerConfig config_;
+  DType param_dtype_ = DType::kF32;
+  DType grad_dtype_ = DType::kF32;
+  void* param_shard_ = nullptr;
+  int64_t count_ = 0;
+  kernels::AdamThreading threading_;
+  OffloadedAdamOptions options_;
+  TileGrid grid_;
+  int64_t step_ = 0;
+  bool master_loaded_ = false;
+  Status broken_;
+
+  std::unique_ptr<HostStateStore> host_;
+  std::unique_ptr<NvmeStateStore> nvme_;
+  StagingRing ring_;
+  bool ring_registered_ = false;  // with options_.aio_engine as io_uring fixed buffers
+  std::unique_ptr<Stream> d2h_stream_;
+  std::unique_ptr<Stream> h2d_stream_;
+  std::vector<std::unique_ptr<Event>> d2h_done_;  // per slot
+  std::vector<std::unique_ptr<Event>> h2d_done_;  // per slot
+  std::vector<offload::SwapHandle> reads_;        // per slot
+  std::vector<offload::SwapHandle> writes_;       // per slot
+  OffloadStepTimings timings_;
+};
+
+}  // namespace sluice::zero
