@@ -1,44 +1,29 @@
 // `sluice convert` end to end: exit codes, output and the file it writes.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 
 #include "engine/checkpoint/safetensors_file.h"
 #include "tests/checkpoint/checkpoint_test_util.h"
+#include "tests/common/run_command.h"
 
 namespace sluice::checkpoint {
 namespace {
 
+using test_cli::CommandResult;
+using test_cli::RunSluice;
+
 using testing::TempDir;
-
-struct RunResult {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr
-};
-
-RunResult RunSluice(const std::string& args) {
-  const std::string command = std::string(SLUICE_BINARY) + " " + args + " 2>&1";
-  RunResult result;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.out.append(buffer, n);
-  const int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
 
 TEST(ConvertCliTest, ConvertsLatestCheckpointOfARunDirectory) {
   TempDir tmp;
   const auto model = testing::SmallModel();
   ASSERT_TRUE(testing::SaveWorld(tmp.path() / "run" / "checkpoints", 30, 2, model, 4).all_ok());
   const auto out = tmp.path() / "out.safetensors";
-  RunResult r = RunSluice(
+  CommandResult r = RunSluice(
       fmt::format("convert {} --out {} --dtype fp32", (tmp.path() / "run").string(), out.string()));
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_NE(r.out.find("converted step 30"), std::string::npos) << r.out;
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("converted step 30"), std::string::npos) << r.output;
   auto file = SafetensorsFile::Open(out);
   ASSERT_TRUE(file.ok()) << file.status().ToString();
   ASSERT_EQ((*file)->tensors().size(), model.size());
@@ -48,17 +33,17 @@ TEST(ConvertCliTest, ConvertsLatestCheckpointOfARunDirectory) {
   EXPECT_EQ((*file)->Find("transformer.wte.weight")->dtype, SafetensorsDType::kF32);
 
   r = RunSluice(fmt::format("convert {} --out {}", (tmp.path() / "run").string(), out.string()));
-  ASSERT_EQ(r.exit_code, 0) << r.out;
+  ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ((*SafetensorsFile::Open(out))->Find("transformer.wte.weight")->dtype,
             SafetensorsDType::kBF16);
 }
 
 TEST(ConvertCliTest, ErrorsExitOneWithTheReason) {
   TempDir tmp;
-  RunResult r = RunSluice(fmt::format("convert {} --out {}", (tmp.path() / "none").string(),
-                                      (tmp.path() / "x.safetensors").string()));
+  CommandResult r = RunSluice(fmt::format("convert {} --out {}", (tmp.path() / "none").string(),
+                                          (tmp.path() / "x.safetensors").string()));
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.out.find("does not exist"), std::string::npos) << r.out;
+  EXPECT_NE(r.output.find("does not exist"), std::string::npos) << r.output;
   r = RunSluice(fmt::format("convert {} --out {} --dtype fp16", tmp.path().string(),
                             (tmp.path() / "x.safetensors").string()));
   EXPECT_NE(r.exit_code, 0);

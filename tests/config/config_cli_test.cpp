@@ -1,6 +1,5 @@
 // Runs the built `sluice config check` / `sluice config help` and checks exit codes and output.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,30 +10,13 @@
 #include <string>
 
 #include "runtime/size_format.h"
+#include "tests/common/run_command.h"
 
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-RunResult RunSluice(const std::string& args) {
-  std::string command = std::string(SLUICE_BINARY) + " " + args + " 2>&1";
-  RunResult result;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
-  int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
-
-std::string Source(const std::string& relative) {
-  return std::string(SLUICE_SOURCE_DIR) + "/" + relative;
-}
+using sluice::test_cli::CommandResult;
+using sluice::test_cli::RunSluice;
+using sluice::test_cli::SourcePath;
 
 std::string WriteTemp(const std::string& name, const std::string& text) {
   std::string path = ::testing::TempDir() + name;
@@ -43,15 +25,16 @@ std::string WriteTemp(const std::string& name, const std::string& text) {
 }
 
 TEST(ConfigCliTest, AcceptsAGoodFileAndPrintsTheResolvedConfig) {
-  RunResult r = RunSluice("config check " + Source("configs/default.yaml") + " --world-size 2");
+  CommandResult r =
+      RunSluice("config check " + SourcePath("configs/default.yaml") + " --world-size 2");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("for world size 2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("train_batch_size: 16"), std::string::npos) << r.output;
 }
 
 TEST(ConfigCliTest, SetOverridesAndJson) {
-  RunResult r = RunSluice("config check " + Source("configs/default.yaml") +
-                          " --set zero_optimization.stage=2 --set run.steps=7 --json");
+  CommandResult r = RunSluice("config check " + SourcePath("configs/default.yaml") +
+                              " --set zero_optimization.stage=2 --set run.steps=7 --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("\"zero_optimization.stage\": {\n      \"value\": 2,\n      \"source\": "
                           "\"--set\""),
@@ -62,7 +45,7 @@ TEST(ConfigCliTest, SetOverridesAndJson) {
 TEST(ConfigCliTest, RejectsABadFileWithExitCodeOne) {
   std::string path =
       WriteTemp("bad_config.yaml", "train_batch_size: 8\nzero_optimization:\n  stage: 4\n");
-  RunResult r = RunSluice("config check " + path);
+  CommandResult r = RunSluice("config check " + path);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("bad_config.yaml:3:3: zero_optimization.stage: 4 is out of range"),
             std::string::npos)
@@ -70,8 +53,8 @@ TEST(ConfigCliTest, RejectsABadFileWithExitCodeOne) {
 }
 
 TEST(ConfigCliTest, RejectsABadOverride) {
-  RunResult r =
-      RunSluice("config check " + Source("configs/default.yaml") + " --set bf16.enabeld=true");
+  CommandResult r =
+      RunSluice("config check " + SourcePath("configs/default.yaml") + " --set bf16.enabeld=true");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("unknown key bf16.enabeld (did you mean bf16.enabled?)"),
             std::string::npos)
@@ -79,13 +62,13 @@ TEST(ConfigCliTest, RejectsABadOverride) {
 }
 
 TEST(ConfigCliTest, MissingFileFails) {
-  RunResult r = RunSluice("config check /nonexistent/config.yaml");
+  CommandResult r = RunSluice("config check /nonexistent/config.yaml");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("does not exist"), std::string::npos) << r.output;
 }
 
 TEST(ConfigCliTest, HelpListsSettings) {
-  RunResult r = RunSluice("config help");
+  CommandResult r = RunSluice("config help");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("zero_optimization.offload_param.buffer_size"), std::string::npos);
   r = RunSluice("config help --markdown");
@@ -96,20 +79,20 @@ TEST(ConfigCliTest, HelpListsSettings) {
 TEST(ConfigCliTest, LayersFilesInOrderAndNamesWhereEachValueCameFrom) {
   std::string overlay = WriteTemp("layer_overlay.yaml", "run:\n  steps: 7\n");
   for (const std::string& files :
-       {Source("configs/default.yaml") + " " + overlay,
-        "--config " + Source("configs/default.yaml") + " --config " + overlay}) {
-    RunResult r = RunSluice("config check " + files);
+       {SourcePath("configs/default.yaml") + " " + overlay,
+        "--config " + SourcePath("configs/default.yaml") + " --config " + overlay}) {
+    CommandResult r = RunSluice("config check " + files);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("steps: 7"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("# file " + overlay + ":2:3"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find(" + " + overlay), std::string::npos) << r.output;
   }
-  RunResult r =
-      RunSluice("config check " + overlay + " --config " + Source("configs/default.yaml"));
+  CommandResult r =
+      RunSluice("config check " + overlay + " --config " + SourcePath("configs/default.yaml"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("not both"), std::string::npos) << r.output;
 
-  r = RunSluice("config check --config " + Source("configs/default.yaml") +
+  r = RunSluice("config check --config " + SourcePath("configs/default.yaml") +
                 " --config /nonexistent/second.yaml");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("--config #2 of 2: config file /nonexistent/second.yaml does not exist"),
@@ -124,7 +107,7 @@ TEST(ConfigCliTest, TunedAioSnippetIsAcceptedAsALayerAndWins) {
   std::string dir = ::testing::TempDir() + "sluice_aio_tune_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
   std::string snippet = dir + "/aio_tuned.yaml";
-  RunResult tune = RunSluice("bench aio --tune " + dir + " --size 4M --output " + snippet);
+  CommandResult tune = RunSluice("bench aio --tune " + dir + " --size 4M --output " + snippet);
   ASSERT_EQ(tune.exit_code, 0) << tune.output;
   std::ifstream in(snippet);
   ASSERT_TRUE(in) << "no snippet written: " << tune.output;
@@ -148,9 +131,10 @@ TEST(ConfigCliTest, TunedAioSnippetIsAcceptedAsALayerAndWins) {
   const int queue_depth = std::stoi(value_of("queue_depth"));
   const int intra_op = std::stoi(value_of("intra_op_parallelism"));
 
-  for (const std::string& base :
-       {Source("configs/zero3_offload_nvme.yaml"), Source("configs/ds_config_zero3.json")}) {
-    RunResult r = RunSluice("config check --config " + base + " --config " + snippet + " --json");
+  for (const std::string& base : {SourcePath("configs/zero3_offload_nvme.yaml"),
+                                  SourcePath("configs/ds_config_zero3.json")}) {
+    CommandResult r =
+        RunSluice("config check --config " + base + " --config " + snippet + " --json");
     ASSERT_EQ(r.exit_code, 0) << base << ":\n" << r.output;
     // Log lines (notes on stderr) come before the record.
     size_t start = r.output.find("{\n");

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "cli/launch_command.h"
-#include "cli_runner.h"
+#include "tests/common/run_command.h"
 
 namespace sluice::estimate {
 namespace {
@@ -19,16 +19,16 @@ size_t Count(const std::string& text, const std::string& what) {
 
 TEST(LaunchMpiTest, RunsTwoRanksAndExitsWithTheirStatus) {
   if (!cli::FindMpirun().ok()) GTEST_SKIP() << cli::FindMpirun().status().ToString();
-  const testing::RunResult ok =
-      testing::RunSluice("launch -n 2 -- env --json", "", /*merge_stderr=*/false);
-  EXPECT_EQ(ok.exit_code, 0) << ok.out;
-  EXPECT_EQ(Count(ok.out, "\"launched_by_mpirun\": true"), 2u) << ok.out;
+  const test_cli::CommandResult ok =
+      test_cli::RunSluice("launch -n 2 -- env --json", "", /*merge_stderr=*/false);
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_EQ(Count(ok.output, "\"launched_by_mpirun\": true"), 2u) << ok.output;
 
   // A failing rank's status comes back through mpirun.
-  const testing::RunResult failed =
-      testing::RunSluice("launch -n 2 -- estimate --config /nonexistent/config.yaml");
-  EXPECT_EQ(failed.exit_code, 1) << failed.all;
-  EXPECT_NE(failed.all.find("does not exist"), std::string::npos) << failed.all;
+  const test_cli::CommandResult failed =
+      test_cli::RunSluice("launch -n 2 -- estimate --config /nonexistent/config.yaml");
+  EXPECT_EQ(failed.exit_code, 1) << failed.output;
+  EXPECT_NE(failed.output.find("does not exist"), std::string::npos) << failed.output;
 }
 
 }  // namespace

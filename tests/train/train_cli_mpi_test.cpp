@@ -2,7 +2,6 @@
 // Rank 0 alone writes the run's files and prints progress and the summary, whose memory table
 // sets predicted against measured peaks with the largest peak over the ranks.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -13,30 +12,17 @@
 #include <vector>
 
 #include "cli/launch_command.h"
+#include "tests/common/run_command.h"
 #include "tests/train/train_test_util.h"
 
 namespace sluice::train {
 namespace {
 
+using test_cli::CommandResult;
+using test_cli::RunCommand;
+
 using test_util::TempPath;
 using test_util::WriteFile;
-
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-RunResult RunCommand(const std::string& command) {
-  RunResult result;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
-  const int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
 
 size_t Count(const std::string& text, const std::string& what) {
   size_t count = 0;
@@ -64,7 +50,7 @@ std::string TrainArgs(int stage, const std::string& run_dir) {
          std::to_string(stage) + " --progress plain";
 }
 
-void ExpectOneRunOfTwoRanks(const RunResult& r, const std::string& run_dir) {
+void ExpectOneRunOfTwoRanks(const CommandResult& r, const std::string& run_dir) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(Count(r.output, "step 4/4"), 1u) << "progress from rank 0 only\n" << r.output;
   EXPECT_EQ(Count(r.output, "Training summary"), 1u) << r.output;
@@ -102,15 +88,15 @@ TEST(TrainCliMpiTest, MpirunTwoRanksWritesOneRunWithTheMemoryTable) {
   if (!mpirun.ok()) GTEST_SKIP() << mpirun.status().ToString();
   const std::string run_dir = TempPath("run");
   const std::string root = ::geteuid() == 0 ? " --allow-run-as-root" : "";
-  const RunResult r = RunCommand(*mpirun + root + " --oversubscribe -np 2 " + SLUICE_BINARY + " " +
-                                 TrainArgs(/*stage=*/2, run_dir));
+  const CommandResult r = RunCommand(*mpirun + root + " --oversubscribe -np 2 " + SLUICE_BINARY +
+                                     " " + TrainArgs(/*stage=*/2, run_dir));
   ExpectOneRunOfTwoRanks(r, run_dir);
 }
 
 TEST(TrainCliMpiTest, SluiceLaunchTwoRanksStage3) {
   if (!cli::FindMpirun().ok()) GTEST_SKIP() << cli::FindMpirun().status().ToString();
   const std::string run_dir = TempPath("run");
-  const RunResult r =
+  const CommandResult r =
       RunCommand(std::string(SLUICE_BINARY) + " launch -n 2 -- " + TrainArgs(/*stage=*/3, run_dir));
   ExpectOneRunOfTwoRanks(r, run_dir);
 }
@@ -118,7 +104,7 @@ TEST(TrainCliMpiTest, SluiceLaunchTwoRanksStage3) {
 // An error on every rank comes back once per rank, tagged, with exit status 1.
 TEST(TrainCliMpiTest, OffloadIsRefusedOnEveryRank) {
   if (!cli::FindMpirun().ok()) GTEST_SKIP() << cli::FindMpirun().status().ToString();
-  const RunResult r =
+  const CommandResult r =
       RunCommand(std::string(SLUICE_BINARY) + " launch -n 2 -- " + TrainArgs(3, TempPath("run")) +
                  " --set zero_optimization.offload_optimizer.device=cpu");
   EXPECT_NE(r.exit_code, 0) << r.output;

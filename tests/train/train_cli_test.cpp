@@ -1,37 +1,22 @@
 // `sluice train` end to end: the built binary on tiny configs, its exit codes, output and files.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "tests/common/run_command.h"
 #include "tests/train/train_test_util.h"
 
 namespace sluice::train {
 namespace {
 
+using test_cli::CommandResult;
+using test_cli::RunSluice;
+
 using test_util::TempPath;
 using test_util::WriteFile;
-
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-RunResult RunSluice(const std::string& args) {
-  std::string command = std::string(SLUICE_BINARY) + " " + args + " 2>&1";
-  RunResult result;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
-  int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
 
 size_t CountLines(const std::string& path) {
   std::ifstream in(path);
@@ -49,8 +34,8 @@ TEST(TrainCliTest, TrainsATinyConfigAndWritesItsFiles) {
   const std::string run_dir = TempPath("run");
   const std::string config =
       WriteFile(TempPath("tiny.yaml"), test_util::TinyGptYaml(Corpus(), "runs/unused"));
-  RunResult r = RunSluice("train --config " + config + " --run-dir " + run_dir +
-                          " --set run.steps=8 --set run.eval_interval=4 --progress plain");
+  CommandResult r = RunSluice("train --config " + config + " --run-dir " + run_dir +
+                              " --set run.steps=8 --set run.eval_interval=4 --progress plain");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("step 8/8"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("Training summary (" + run_dir + ")"), std::string::npos) << r.output;
@@ -79,11 +64,11 @@ TEST(TrainCliTest, PlainDeepSpeedConfigWithAModelFile) {
   const std::string model =
       WriteFile(TempPath("model.yaml"),
                 "family: llama\nn_layer: 1\nn_head: 2\nd_model: 32\nd_ff: 64\nseq_len: 16\n");
-  RunResult r = RunSluice("train --config " + ds_config + " --model " + model +
-                          " --set data.train_path=" + Corpus() +
-                          " --set device.type=cpu --set device.memory_limit=32MiB"
-                          " --set run.steps=3 --progress off --run-dir " +
-                          TempPath("run"));
+  CommandResult r = RunSluice("train --config " + ds_config + " --model " + model +
+                              " --set data.train_path=" + Corpus() +
+                              " --set device.type=cpu --set device.memory_limit=32MiB"
+                              " --set run.steps=3 --progress off --run-dir " +
+                              TempPath("run"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("llama"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("bf16"), std::string::npos) << r.output;
@@ -94,7 +79,7 @@ TEST(TrainCliTest, MissingDataFileIsAClearError) {
   const std::string config =
       WriteFile(TempPath("tiny.yaml"),
                 test_util::TinyGptYaml("/nonexistent/dir/corpus.txt", TempPath("run")));
-  RunResult r = RunSluice("train --config " + config);
+  CommandResult r = RunSluice("train --config " + config);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("/nonexistent/dir/corpus.txt"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("Training summary"), std::string::npos) << r.output;
@@ -103,17 +88,17 @@ TEST(TrainCliTest, MissingDataFileIsAClearError) {
 TEST(TrainCliTest, NoModelAnywhereIsAClearError) {
   const std::string ds_config =
       WriteFile(TempPath("ds_config.json"), R"({"train_micro_batch_size_per_gpu": 2})");
-  RunResult r = RunSluice("train --config " + ds_config + " --set data.train_path=x.txt");
+  CommandResult r = RunSluice("train --config " + ds_config + " --set data.train_path=x.txt");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("no model section"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--model FILE"), std::string::npos) << r.output;
 }
 
 TEST(TrainCliTest, ConfigIsRequiredAndHelpConfigListsSettings) {
-  RunResult missing = RunSluice("train");
+  CommandResult missing = RunSluice("train");
   EXPECT_EQ(missing.exit_code, 1) << missing.output;
   EXPECT_NE(missing.output.find("--config"), std::string::npos) << missing.output;
-  RunResult help = RunSluice("train --help-config");
+  CommandResult help = RunSluice("train --help-config");
   EXPECT_EQ(help.exit_code, 0) << help.output;
   for (const char* key : {"zero_optimization.stage", "run.eval_interval", "fp16.hysteresis"}) {
     EXPECT_NE(help.output.find(key), std::string::npos) << key;
