@@ -1,12 +1,15 @@
-// `sluice train --config FILE [--model FILE] [--set key=value ...] [--run-dir DIR]` trains on
+// `sluice train --config FILE [--model FILE] [--set key=value ...] [--run-dir DIR]
+// [--resume [DIR|latest]]` trains on
 // every rank of its MPI world (`mpirun -np N sluice train ...` or `sluice launch -n N -- train
 // ...`; one rank without mpirun) and writes DIR/config.resolved.json, DIR/metrics.jsonl and
-// DIR/summary.json from rank 0; `sluice train --help-config` lists every setting.
+// DIR/summary.json from rank 0 (and checkpoints with checkpoint.save_interval); `--resume`
+// continues from one; `sluice train --help-config` lists every setting.
 #include <fmt/format.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +30,7 @@ struct TrainOptions {
   std::string run_dir;
   bool help_config = false;
   std::string progress = "auto";
+  std::optional<std::string> resume;  // "latest" or a checkpoint path
 };
 
 // Ranks other than 0 print errors only: rank 0 speaks for the run.
@@ -54,6 +58,7 @@ Status Train(const TrainOptions& options, Comm& world) {
                              : options.progress == "off"   ? train::ProgressMode::kOff
                                                            : train::ProgressMode::kAuto;
   trainer_options.world = &world;
+  trainer_options.resume = options.resume;
   SLUICE_ASSIGN_OR_RETURN(auto trainer, train::Trainer::Create(config, trainer_options));
   return trainer->Run().status();
 }
@@ -101,9 +106,20 @@ void AddTrainCommand(CLI::App& parent) {
                   "Progress display: auto (a bar on a terminal, plain lines otherwise), bar, "
                   "plain, off")
       ->check(CLI::IsMember({"auto", "bar", "plain", "off"}));
+  auto resume = std::make_shared<std::string>();
+  CLI::Option* resume_option =
+      cmd->add_option("--resume", *resume,
+                      "Continue from a checkpoint: latest (the default: the newest in "
+                      "checkpoint.dir, RUN_DIR/checkpoints), or a step, checkpoints or run "
+                      "directory of any world size and ZeRO stage")
+          ->expected(0, 1)
+          ->type_name("[DIR|latest]");
   cmd->add_flag("--help-config", options->help_config,
                 "List every config setting with its type, default and meaning, and exit");
-  cmd->callback([options] { ExitOnError(RunTrain(*options)); });
+  cmd->callback([options, resume, resume_option] {
+    if (resume_option->count() > 0) options->resume = resume->empty() ? "latest" : *resume;
+    ExitOnError(RunTrain(*options));
+  });
 }
 
 SLUICE_REGISTER_COMMAND("", AddTrainCommand);

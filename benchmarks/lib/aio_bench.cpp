@@ -27,6 +27,7 @@
 #include "offload/checksum.h"
 #include "offload/io_probe.h"
 #include "offload/swap_store.h"
+#include "runtime/durable_file.h"
 #include "runtime/foreign_call.h"
 
 namespace sluice::bench {
@@ -334,19 +335,6 @@ Result<std::vector<uint64_t>> ParseSizes(const std::vector<std::string>& texts, 
     sizes.push_back(std::min(size, all));
   }
   return sizes;
-}
-
-Status WriteFileAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out) return IoError("writing {} failed", tmp);
-  }
-  std::error_code error;
-  std::filesystem::rename(tmp, path, error);
-  if (error) return IoError("renaming {} to {} failed: {}", tmp, path, error.message());
-  return OkStatus();
 }
 
 // Reads the whole file back and compares it with the last write pass's content: the buffer's
@@ -996,7 +984,7 @@ Status RunAioTune(const AioBenchOptions& options) {
   SLUICE_RETURN_IF_ERROR(CheckSnippetLoads(snippet, chosen));
   std::fputs(snippet.c_str(), stdout);
   if (!path.empty()) {
-    SLUICE_RETURN_IF_ERROR(WriteFileAtomically(path, snippet));
+    SLUICE_RETURN_IF_ERROR(WriteFileAtomically(path, snippet, Durability::kUnsynced));
     std::fprintf(stderr,
                  "aio tune: wrote %s; use it as a layer: sluice train --config base.yaml "
                  "--config %s\n",
@@ -1015,7 +1003,7 @@ Status RunAioBenchCommand(const AioBenchOptions& options) {
     if (options.json_path == "-") {
       std::fputs(json.c_str(), stdout);
     } else {
-      SLUICE_RETURN_IF_ERROR(WriteFileAtomically(options.json_path, json));
+      SLUICE_RETURN_IF_ERROR(WriteFileAtomically(options.json_path, json, Durability::kUnsynced));
     }
   }
   if (!report.correctness["verified"].get<bool>()) {

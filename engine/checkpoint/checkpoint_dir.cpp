@@ -6,7 +6,7 @@
 #include <charconv>
 #include <system_error>
 
-#include "engine/checkpoint/durable_file.h"
+#include "runtime/durable_file.h"
 #include "engine/checkpoint/manifest.h"
 
 namespace sluice::checkpoint {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/checkpoint/checkpoint_dir.h"
-#include "engine/checkpoint/durable_file.h"
+#include "runtime/durable_file.h"
 #include "engine/checkpoint/manifest.h"
 #include "engine/checkpoint/shard_reader.h"
 #include "engine/checkpoint/shard_writer.h"

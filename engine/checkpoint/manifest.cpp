@@ -3,7 +3,7 @@
 #include <set>
 #include <utility>
 
-#include "engine/checkpoint/durable_file.h"
+#include "runtime/durable_file.h"
 
 namespace sluice::checkpoint {
 namespace {

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/checkpoint/durable_file.h"
+#include "runtime/durable_file.h"
 #include "engine/checkpoint/safetensors_format.h"
 #include "runtime/status.h"
 

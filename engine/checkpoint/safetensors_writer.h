@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/checkpoint/durable_file.h"
+#include "runtime/durable_file.h"
 #include "engine/checkpoint/safetensors_format.h"
 #include "runtime/status.h"
 

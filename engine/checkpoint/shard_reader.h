@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/checkpoint/durable_file.h"
+#include "runtime/durable_file.h"
 #include "engine/checkpoint/shard_format.h"
 #include "runtime/status.h"
 

@@ -4,7 +4,7 @@
 #include <set>
 #include <utility>
 
-#include "engine/checkpoint/durable_file.h"
+#include "runtime/durable_file.h"
 #include "offload/checksum.h"
 
 namespace sluice::checkpoint {

@@ -82,8 +82,9 @@ struct OffloadOptimizerConfig {
   bool pin_memory = true;
   int buffer_count = 4;
   double ratio = 1.0;
-  bool pipeline_read = false;
-  bool pipeline_write = false;
+  // On by default, unlike DeepSpeed (docs/config.md: deliberate differences).
+  bool pipeline_read = true;
+  bool pipeline_write = true;
 };
 
 struct OffloadParamConfig {
@@ -134,6 +135,9 @@ struct CheckpointConfig {
   TagValidation tag_validation = TagValidation::kWarn;
   bool load_universal = false;
   bool use_node_local_storage = false;
+  int64_t save_interval = 0;       // optimizer steps; 0 = never
+  int64_t keep_last = 0;           // 0 keeps all
+  std::optional<std::string> dir;  // unset: RUN_DIR/checkpoints
 };
 
 enum class ModelFamily { kGpt2, kLlama };

@@ -127,6 +127,9 @@ void BuildCheckpointing(const SettingValues& v, Config* c) {
                                                  : TagValidation::kWarn;
   c->checkpoint.load_universal = v.GetBool("checkpoint.load_universal");
   c->checkpoint.use_node_local_storage = v.GetBool("checkpoint.use_node_local_storage");
+  c->checkpoint.save_interval = v.GetInt("checkpoint.save_interval");
+  c->checkpoint.keep_last = v.GetInt("checkpoint.keep_last");
+  c->checkpoint.dir = v.FindString("checkpoint.dir");
 }
 
 void BuildModel(const SettingValues& v, Config* c) {

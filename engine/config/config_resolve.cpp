@@ -208,7 +208,9 @@ class Resolver {
     const std::string& opt_device = v_.GetString("zero_optimization.offload_optimizer.device");
     for (const char* key : {"pipeline_read", "pipeline_write"}) {
       std::string path = fmt::format("zero_optimization.offload_optimizer.{}", key);
-      if (v_.GetBool(path) && opt_device != "nvme") {
+      // On by default (a deliberate difference from DeepSpeed): only a value the user gave warns.
+      if (v_.GetBool(path) && v_.entry(path).source != ValueSource::kDefault &&
+          opt_device != "nvme") {
         Note(LogLevel::kWarn, fmt::format("{}{} has no effect: offload_optimizer.device is {}",
                                           path, At(path), opt_device));
       }

@@ -207,10 +207,10 @@ void AddZero(SettingsRegistry& r) {
       .Range(0, 1);
   r.Add("zero_optimization.offload_optimizer.pipeline_read", T::kBool,
         "Read the next sub-group's state while stepping the current one")
-      .Default(false);
+      .Default(true);
   r.Add("zero_optimization.offload_optimizer.pipeline_write", T::kBool,
         "Write back the previous sub-group's state while stepping the current one")
-      .Default(false);
+      .Default(true);
 
   r.AddSection("zero_optimization.offload_param", "Parameter offload between uses (stage 3 only)");
   r.Add("zero_optimization.offload_param.device", T::kEnum,
@@ -288,6 +288,16 @@ void AddCheckpointing(SettingsRegistry& r) {
   r.Add("checkpoint.use_node_local_storage", T::kBool,
         "Save by local rank, for nodes without a shared file system")
       .Default(false);
+  // Sluice's own keys (DeepSpeed saves when the training script calls save_checkpoint).
+  r.Add("checkpoint.save_interval", T::kInt,
+        "Save a checkpoint every N optimizer steps and at the end of the run; 0 never")
+      .Default(int64_t{0})
+      .Min(0);
+  r.Add("checkpoint.keep_last", T::kInt, "Committed checkpoints kept (the newest N); 0 keeps all")
+      .Default(int64_t{0})
+      .Min(0);
+  r.Add("checkpoint.dir", T::kString, "Folder of the step_N checkpoints and the latest pointer")
+      .Unset("RUN_DIR/checkpoints");
 }
 
 void AddModel(SettingsRegistry& r) {
@@ -315,7 +325,9 @@ void AddModel(SettingsRegistry& r) {
       .Derived("bf16 if bf16.enabled, f16 if fp16.enabled, else f32")
       .Allowed({"bf16", "f16", "f32"})
       .Auto("from the bf16/fp16 sections");
-  r.Add("model.init_from", T::kString, "Checkpoint or safetensors file to start from")
+  r.Add("model.init_from", T::kString,
+        "Initial weights: a safetensors file, index or folder, or a Sluice checkpoint (weights "
+        "only, fresh optimizer)")
       .Unset("random initialization");
   r.Add("model.init_std", T::kFloat, "Standard deviation of the random initialization")
       .Default(0.02)

@@ -56,4 +56,37 @@ Status LossScaler::Update(bool overflow) {
   return OkStatus();
 }
 
+nlohmann::ordered_json LossScaler::SaveState() const {
+  return {{"scale", scale_},
+          {"hysteresis_left", hysteresis_left_},
+          {"iteration", iteration_},
+          {"last_overflow_iteration", last_overflow_iteration_}};
+}
+
+Status LossScaler::RestoreState(const nlohmann::json& state) {
+  auto field = [&state](const char* name, bool integer) -> Result<const nlohmann::json*> {
+    auto it = state.find(name);
+    if (it == state.end() || (integer ? !it->is_number_integer() : !it->is_number())) {
+      return InvalidArgumentError("loss scaler state: field '{}' is missing or not {}", name,
+                                  integer ? "an integer" : "a number");
+    }
+    return &*it;
+  };
+  if (!state.is_object()) return InvalidArgumentError("loss scaler state is not a JSON object");
+  SLUICE_ASSIGN_OR_RETURN(const nlohmann::json* scale, field("scale", false));
+  SLUICE_ASSIGN_OR_RETURN(const nlohmann::json* hysteresis, field("hysteresis_left", true));
+  SLUICE_ASSIGN_OR_RETURN(const nlohmann::json* iteration, field("iteration", true));
+  SLUICE_ASSIGN_OR_RETURN(const nlohmann::json* last, field("last_overflow_iteration", true));
+  const double value = scale->get<double>();
+  if (!(value > 0) || !std::isfinite(value)) {
+    return InvalidArgumentError("loss scaler state: field 'scale' is {}, not a positive number",
+                                value);
+  }
+  scale_ = value;
+  hysteresis_left_ = hysteresis->get<int>();
+  iteration_ = iteration->get<int64_t>();
+  last_overflow_iteration_ = last->get<int64_t>();
+  return OkStatus();
+}
+
 }  // namespace sluice::train

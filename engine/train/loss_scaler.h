@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 
 #include "engine/config/config.h"
 #include "runtime/status.h"
@@ -39,6 +40,12 @@ class LossScaler {
   // Records one optimizer step's outcome (DeepSpeed's update_scale). FailedPrecondition when
   // the gradients overflow at the minimum scale with no hysteresis left.
   Status Update(bool overflow);
+
+  // The position a checkpoint stores: {"scale", "hysteresis_left", "iteration",
+  // "last_overflow_iteration"}. The settings (dynamic, window, floor) come from the config.
+  nlohmann::ordered_json SaveState() const;
+  // InvalidArgument naming the field when `state` is malformed.
+  Status RestoreState(const nlohmann::json& state);
 
  private:
   LossScaler() = default;

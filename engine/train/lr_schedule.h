@@ -30,6 +30,10 @@ class LrSchedule {
   int64_t last_batch_iteration() const { return last_batch_iteration_; }
   // After an applied optimizer step.
   void Step() { ++last_batch_iteration_; }
+  // Continues from a checkpoint's position (the last_batch_iteration() it saved).
+  void RestorePosition(int64_t last_batch_iteration) {
+    last_batch_iteration_ = last_batch_iteration;
+  }
 
   SchedulerType type() const { return config_.type; }
 

@@ -4,14 +4,43 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
+#include "engine/train/run_files.h"
 #include "runtime/foreign_call.h"
 
 namespace sluice::train {
 
 Result<MetricsWriter> MetricsWriter::Open(const std::string& path) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return IoError("cannot open the metrics file {}: {}", path, internal::ErrnoText(errno));
+  }
+  return MetricsWriter(fd, path);
+}
+
+Result<MetricsWriter> MetricsWriter::OpenForResume(const std::string& path, int64_t last_step) {
+  std::error_code error;
+  if (std::filesystem::exists(path, error)) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return IoError("cannot read the metrics file {} to continue it", path);
+    std::string kept;
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json record =
+          nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (!record.is_object()) continue;
+      auto step = record.find("step");
+      if (step == record.end() || !step->is_number_integer()) continue;
+      if (step->get<int64_t>() > last_step) continue;
+      kept += line;
+      kept += '\n';
+    }
+    SLUICE_RETURN_IF_ERROR(WriteFileAtomically(path, kept, Durability::kUnsynced));
+  }
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
     return IoError("cannot open the metrics file {}: {}", path, internal::ErrnoText(errno));
   }

@@ -14,6 +14,10 @@ class MetricsWriter {
  public:
   // Creates or truncates `path`.
   static Result<MetricsWriter> Open(const std::string& path);
+  // A resumed run's: keeps the lines of `path` (if it exists) for steps 1..`last_step`, drops
+  // later ones (steps the run is about to train again) and anything unparsable, replaces the
+  // file atomically with what is kept, and appends after it.
+  static Result<MetricsWriter> OpenForResume(const std::string& path, int64_t last_step);
 
   MetricsWriter(MetricsWriter&& other) noexcept;
   MetricsWriter& operator=(MetricsWriter&& other) noexcept;

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "runtime/durable_file.h"
 #include "runtime/status.h"
 
 namespace sluice::train {
@@ -19,7 +20,7 @@ Status CreateRunDirectory(const std::string& dir);
 // it, makes ext4 flush it (auto_da_alloc), which costs seconds on a busy disk).
 Status RemoveStaleFile(const std::string& path);
 
-// Writes `text` to `path` through a temporary file in the same directory and a rename.
-Status WriteFileAtomically(const std::string& path, std::string_view text);
+// Whole record files: WriteFileAtomically(path, text, Durability::kUnsynced)
+// (runtime/durable_file.h).
 
 }  // namespace sluice::train

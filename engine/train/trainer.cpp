@@ -8,6 +8,8 @@
 #include <cmath>
 #include <filesystem>
 
+#include "engine/estimate/budget_guard.h"
+#include "engine/train/checkpointing.h"
 #include "engine/train/memory_report.h"
 #include "engine/train/metrics_writer.h"
 #include "engine/train/progress.h"
@@ -152,17 +154,16 @@ Status Trainer::Build() {
   }
   // The same outcome on every rank: the config is.
   SLUICE_RETURN_IF_ERROR(FitBatchToWorld(config_, world_->size()));
+  // Budgets are hard: refuse a config that cannot fit before anything is allocated.
+  SLUICE_RETURN_IF_ERROR(estimate::CheckBudgetsBeforeAllocating(config_, world_->size()));
   ApplyThreadCount(num_threads_);
   // Each phase ends with every rank agreeing that it succeeded: a rank that failed alone would
   // otherwise leave the others waiting in the next collective until run.comm_timeout.
   SLUICE_RETURN_IF_ERROR(
       AgreeAcrossRanks(*world_, BuildModel(), "setting up the device and the model"));
   SLUICE_RETURN_IF_ERROR(AgreeAcrossRanks(*world_, BuildEngine(), "creating the ZeRO engine"));
-  {
-    Status initialized = engine_->InitializeParameters(static_cast<uint64_t>(config_.run.seed));
-    if (!initialized.ok()) return std::move(initialized).WithContext("initializing the parameters");
-  }
   SLUICE_RETURN_IF_ERROR(AgreeAcrossRanks(*world_, OpenData(), "opening the data"));
+  SLUICE_RETURN_IF_ERROR(LoadStartingState());
   TakePeaks(nullptr);
   if (world_->rank() == 0) {
     SLUICE_LOG(kInfo, "train",
@@ -205,6 +206,69 @@ Status Trainer::BuildEngine() {
   if (!engine.ok()) return Status(engine.status()).WithContext("creating the ZeRO engine");
   engine_ = std::move(engine).value();
   return OkStatus();
+}
+
+Status Trainer::LoadStartingState() {
+  std::string what;
+  Status loaded;
+  if (options_.resume.has_value()) {
+    what = "resuming from a checkpoint";
+    loaded = ResumeFromCheckpoint();
+  } else if (config_.model.init_from.has_value()) {
+    what = "loading model.init_from";
+    loaded = LoadInitialWeights(*config_.model.init_from, *engine_, model_->registry());
+    if (!loaded.ok()) {
+      loaded.WithContext(fmt::format("model.init_from = {}", *config_.model.init_from));
+    }
+  } else {
+    Status initialized = engine_->InitializeParameters(static_cast<uint64_t>(config_.run.seed));
+    if (!initialized.ok()) return std::move(initialized).WithContext("initializing the parameters");
+    return OkStatus();
+  }
+  // Reads are local and may fail on one rank only (a corrupt block of its range): all ranks learn
+  // of it before the collective publish.
+  SLUICE_RETURN_IF_ERROR(AgreeAcrossRanks(*world_, loaded, what));
+  Status published = engine_->PublishParameters();
+  if (!published.ok()) return std::move(published).WithContext(what);
+  return OkStatus();
+}
+
+Status Trainer::ResumeFromCheckpoint() {
+  SLUICE_ASSIGN_OR_RETURN(std::filesystem::path dir, ResolveResumeDir(config_, *options_.resume));
+  Result<TrainingProgress> progress = LoadTrainingCheckpoint(dir, *engine_, model_->registry());
+  if (!progress.ok()) {
+    return Status(progress.status()).WithContext(fmt::format("resuming from {}", dir.string()));
+  }
+  Status status = loader_->RestoreState(progress->data_loader);
+  if (!status.ok()) {
+    return std::move(status).WithContext(
+        fmt::format("restoring the data loader's position from {}", dir.string()));
+  }
+  // A static scale (or none: bf16, f32) comes from this run's config alone.
+  if (scaler_.dynamic()) {
+    status = scaler_.RestoreState(progress->loss_scaler);
+    if (!status.ok())
+      return std::move(status).WithContext(fmt::format("resuming {}", dir.string()));
+  }
+  schedule_.RestorePosition(progress->lr_last_batch_iteration);
+  steps_done_ = progress->step;
+  total_tokens_ = progress->total_tokens;
+  resumed_from_ = dir;
+  if (world_->rank() == 0) {
+    SLUICE_LOG(kInfo, "train", "resumed from {} at step {}", dir.string(), steps_done_);
+  }
+  return OkStatus();
+}
+
+Result<std::filesystem::path> Trainer::SaveCheckpoint() {
+  ScopedTraceEvent event(kTraceLaneCompute, fmt::format("checkpoint step {}", steps_done_));
+  TrainingProgress progress;
+  progress.step = steps_done_;
+  progress.total_tokens = total_tokens_;
+  progress.data_loader = loader_->SaveState();
+  progress.loss_scaler = scaler_.SaveState();
+  progress.lr_last_batch_iteration = schedule_.last_batch_iteration();
+  return SaveTrainingCheckpoint(config_, *engine_, model_->registry(), *world_, progress);
 }
 
 Status Trainer::OpenData() {
@@ -325,14 +389,20 @@ Status Trainer::PrepareRunFiles(std::optional<MetricsWriter>* metrics) {
   const std::string& run_dir = config_.run.dir;
   SLUICE_RETURN_IF_ERROR(CreateRunDirectory(run_dir));
   const std::filesystem::path dir(run_dir);
+  const bool resumed = options_.resume.has_value();
   for (const char* name :
        {"summary.json", "config.resolved.json", "metrics.jsonl", "trace.rank0.json"}) {
+    // A resumed run continues the curve so far.
+    if (resumed && std::string_view(name) == "metrics.jsonl") continue;
     SLUICE_RETURN_IF_ERROR(RemoveStaleFile((dir / name).string()));
   }
   SLUICE_RETURN_IF_ERROR(WriteFileAtomically((dir / "config.resolved.json").string(),
-                                             ConfigRecordJson(config_).dump(2) + "\n"));
-  SLUICE_ASSIGN_OR_RETURN(MetricsWriter writer,
-                          MetricsWriter::Open((dir / "metrics.jsonl").string()));
+                                             ConfigRecordJson(config_).dump(2) + "\n",
+                                             Durability::kUnsynced));
+  const std::string path = (dir / "metrics.jsonl").string();
+  SLUICE_ASSIGN_OR_RETURN(
+      MetricsWriter writer,
+      resumed ? MetricsWriter::OpenForResume(path, steps_done_) : MetricsWriter::Open(path));
   metrics->emplace(std::move(writer));
   return OkStatus();
 }
@@ -340,7 +410,8 @@ Status Trainer::PrepareRunFiles(std::optional<MetricsWriter>* metrics) {
 Status Trainer::FinishRunFiles(const TrainSummary& summary) {
   const std::filesystem::path dir(config_.run.dir);
   SLUICE_RETURN_IF_ERROR(
-      WriteFileAtomically((dir / "summary.json").string(), SummaryToJson(summary).dump(2) + "\n"));
+      WriteFileAtomically((dir / "summary.json").string(), SummaryToJson(summary).dump(2) + "\n",
+                          Durability::kUnsynced));
   if (config_.run.trace) {
     const std::string trace = (dir / "trace.rank0.json").string();
     SLUICE_RETURN_IF_ERROR(TraceRecorder::Global().WriteChromeTrace(trace, /*rank=*/0));
@@ -378,7 +449,7 @@ Result<TrainSummary> Trainer::Run() {
   }
 
   std::vector<StepMetrics> steps;
-  steps.reserve(static_cast<size_t>(total_steps));
+  steps.reserve(static_cast<size_t>(std::max<int64_t>(0, total_steps - steps_done_)));
   while (steps_done_ < total_steps) {
     SLUICE_ASSIGN_OR_RETURN(StepMetrics m, TrainStep());
     if (evaluate && (m.step % intervals.eval_interval == 0 || m.step == total_steps)) {
@@ -388,6 +459,10 @@ Result<TrainSummary> Trainer::Run() {
       TakePeaks(&m.peak_bytes);
     }
     if (metrics.has_value()) SLUICE_RETURN_IF_ERROR(metrics->Write(StepMetricsToJson(m)));
+    const int64_t save_interval = config_.checkpoint.save_interval;
+    if (save_interval > 0 && (m.step % save_interval == 0 || m.step == total_steps)) {
+      SLUICE_RETURN_IF_ERROR(SaveCheckpoint().status());
+    }
     if (progress.has_value()) progress->Update(m);
     steps.push_back(m);
   }

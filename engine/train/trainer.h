@@ -26,12 +26,23 @@
 // run.trace, trace.rank0.json: its units, optimizer steps and evaluations on the compute lane,
 // its collectives on the comm lane), shows progress (progress.h) and prints the summary, which
 // sets each tier's and category's peak against the estimator's prediction (memory_report.h).
+//
+// Checkpoints (checkpointing.h): with checkpoint.save_interval > 0, Run() saves every that many
+// steps and after the last one: every rank's ZeRO state plus the step, the data loader's
+// position, the loss scaler, the schedule's position and Adam's step count. A trainer created
+// with TrainerOptions::resume restores all of it, whatever world size and ZeRO stage wrote it,
+// and Run() continues up to run.steps, appending to metrics.jsonl after the resumed step (lines
+// of later steps, from a run that went on past that checkpoint, are dropped), so the losses are
+// those of a run that never stopped. model.init_from loads initial weights instead of the random
+// initialization, with a fresh optimizer.
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "engine/config/config.h"
@@ -66,6 +77,9 @@ struct TrainerOptions {
   bool write_files = true;
   // Run() prints the summary table here (nullptr: not printed).
   std::FILE* summary_stream = stdout;
+  // Continue from a checkpoint: "latest" (the run's own checkpoints, CheckpointsDirOf) or a step,
+  // checkpoints or run directory. model.init_from is then ignored.
+  std::optional<std::string> resume;
 };
 
 // How often Run() evaluates and logs: run.eval_interval, and run.log_interval (or DeepSpeed's
@@ -95,13 +109,17 @@ class Trainer {
 
   // run.steps steps with evaluation, files, progress and the summary. Collective.
   Result<TrainSummary> Run();
+  // Saves checkpoint steps_done() now (checkpointing.h); returns its directory. Collective.
+  Result<std::filesystem::path> SaveCheckpoint();
+  // The checkpoint this trainer resumed from (empty for a fresh run).
+  const std::filesystem::path& resumed_from() const { return resumed_from_; }
 
   // The config as trained: the batch keys fitted to the world size (FitBatchToWorld).
   const Config& config() const { return config_; }
   // Created with ModelStorage::kExternal: the engine owns its parameters and gradients.
   model::Model<float>& model() { return *model_; }
   zero::ZeroEngine& engine() { return *engine_; }
-  const zero::ShardedAdam& optimizer() const { return engine_->optimizer(); }
+  const zero::ZeroOptimizer& optimizer() const { return engine_->optimizer(); }
   int rank() const { return world_->rank(); }
   int world_size() const { return world_->size(); }
   const LossScaler& loss_scaler() const { return scaler_; }
@@ -117,6 +135,10 @@ class Trainer {
   Status BuildModel();
   Status BuildEngine();
   Status OpenData();
+  // The parameters (and on resume the rest of the state): random, model.init_from or the
+  // checkpoint; then published. Collective.
+  Status LoadStartingState();
+  Status ResumeFromCheckpoint();
   // Rank 0: the run directory, config.resolved.json and metrics.jsonl.
   Status PrepareRunFiles(std::optional<MetricsWriter>* metrics);
   Status FinishRunFiles(const TrainSummary& summary);
@@ -142,6 +164,7 @@ class Trainer {
   std::optional<data::ValidationIterator> validation_;
   data::Batch batch_;
   int64_t steps_done_ = 0;
+  std::filesystem::path resumed_from_;
   int64_t total_tokens_ = 0;
   int num_threads_ = 0;
   // This rank's peaks of every tier and category since the trainer was created (set-up

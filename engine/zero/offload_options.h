@@ -52,6 +52,11 @@ struct OffloadedAdamOptions {
   // NVMe tier, optional: the swap store's I/O engine, to register the staging ring as io_uring
   // fixed buffers (no per-request page pinning; best effort). Borrowed, like swap_store.
   offload::AioEngine* aio_engine = nullptr;
+  // Step's gradients are host memory (the ZeRO engine's offloaded fp32 gradient shard): the
+  // kernel reads each tile in place and no device-to-host copy is made.
+  bool host_gradients = false;
+  // The parameter shard is host memory (offload_param): updated tiles are copied host-to-host.
+  bool host_params = false;
 };
 
 // From zero_optimization.sub_group_size and zero_optimization.offload_optimizer.*: the tile is

@@ -155,7 +155,8 @@ Status OffloadedAdam::CopyParamsToDevice(int64_t tile, int slot) {
                            : ring_.params(slot);
   SLUICE_RETURN_IF_ERROR(device_->CopyAsync(Offset(param_shard_, grid_.begin(tile), size), source,
                                             static_cast<size_t>(grid_.length(tile)) * size,
-                                            CopyKind::kH2D, *h2d_stream_));
+                                            options_.host_params ? CopyKind::kH2H : CopyKind::kH2D,
+                                            *h2d_stream_));
   return h2d_done_[slot]->Record(*h2d_stream_);
 }
 
@@ -170,6 +171,7 @@ TilePipelineHooks OffloadedAdam::StepHooks(const void* grads, const kernels::Ada
       timings_.nvme_read_issue_s += SecondsSince(start);
       timings_.nvme_bytes_read += nvme_->TileBytes(tile);
     }
+    if (options_.host_gradients) return OkStatus();  // read in place by `compute`
     Status copied = device_->CopyAsync(
         ring_.grads(slot), Offset(grads, grid_.begin(tile), grad_size),
         static_cast<size_t>(grid_.length(tile)) * grad_size, CopyKind::kD2H, *d2h_stream_);
@@ -182,19 +184,21 @@ TilePipelineHooks OffloadedAdam::StepHooks(const void* grads, const kernels::Ada
     reads_[slot] = offload::SwapHandle();
     timings_.nvme_read_wait_s += SecondsSince(start);
     start = Clock::now();
-    Status copied = d2h_done_[slot]->Synchronize();
+    Status copied = options_.host_gradients ? OkStatus() : d2h_done_[slot]->Synchronize();
     timings_.d2h_wait_s += SecondsSince(start);
     if (!read.ok()) return TileError(tile, std::move(read), "reading the state of");
     return TileError(tile, std::move(copied), "copying the gradients of");
   };
-  hooks.compute = [this, hyper, grad_scale](int64_t tile, int slot) -> Status {
+  hooks.compute = [this, grads, grad_size, hyper, grad_scale](int64_t tile,
+                                                              int slot) -> Status {
     const Clock::time_point start = Clock::now();
     const TileState state = StateOf(tile, slot);
     kernels::AdamTensors t;
     t.params = state.master;
     t.exp_avg = state.exp_avg;
     t.exp_avg_sq = state.exp_avg_sq;
-    t.grads = ring_.grads(slot);
+    t.grads = options_.host_gradients ? Offset(grads, grid_.begin(tile), grad_size)
+                                      : static_cast<const void*>(ring_.grads(slot));
     t.grad_type = GradTypeFor(grad_dtype_);
     t.copy_type = CopyTypeFor(param_dtype_);
     t.param_copy = t.copy_type == kernels::AdamCopyType::kNone ? nullptr : ring_.params(slot);
@@ -299,7 +303,9 @@ Status OffloadedAdam::LoadMasterFromParams() {
     void* landing = ring_.layout().params_bytes == 0 ? static_cast<void*>(state.master)
                                                      : static_cast<void*>(ring_.params(0));
     Status copied = device_->CopyAsync(landing, Offset(param_shard_, grid_.begin(tile), size),
-                                       static_cast<size_t>(n) * size, CopyKind::kD2H, *d2h_stream_);
+                                       static_cast<size_t>(n) * size,
+                                       options_.host_params ? CopyKind::kH2H : CopyKind::kD2H,
+                                       *d2h_stream_);
     if (copied.ok()) copied = d2h_stream_->Synchronize();
     SLUICE_RETURN_IF_ERROR(TileError(tile, std::move(copied), "copying the parameters of"));
     if (landing != state.master) {

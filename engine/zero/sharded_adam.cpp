@@ -96,6 +96,20 @@ Status ShardedAdam::Step(const float* grads, double lr, double grad_scale) {
   return OkStatus();
 }
 
+Status ShardedAdam::RestoreState(const float* master, const float* exp_avg, const float* exp_avg_sq,
+                                 int64_t step) {
+  if (step < 0) return InvalidArgumentError("optimizer step count {} is negative", step);
+  const size_t bytes = static_cast<size_t>(count_) * sizeof(float);
+  std::memmove(master_, master, bytes);
+  std::memcpy(exp_avg_.data(), exp_avg, bytes);
+  std::memcpy(exp_avg_sq_.data(), exp_avg_sq, bytes);
+  if (param_dtype_ != DType::kF32) {
+    ConvertFromF32(master_, param_shard_, param_dtype_, count_, num_threads_);
+  }
+  step_ = step;
+  return OkStatus();
+}
+
 uint64_t ShardedAdam::state_bytes() const {
   return exp_avg_.size() + exp_avg_sq_.size() + master_buffer_.size();
 }

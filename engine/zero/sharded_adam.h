@@ -31,6 +31,11 @@ class ShardedAdam {
   // One step: update = Adam(grads * grad_scale) at rate `lr` over `count` elements; advances
   // the bias-correction step. A skipped step must not call this.
   Status Step(const float* grads, double lr, double grad_scale);
+  // Replaces the whole state (each pointer: `count` values) and the step counter, and sets the
+  // parameter shard to the master weights in the parameter dtype, rounded as Step() writes them:
+  // a checkpoint restore (OffloadedAdam::RestoreState's counterpart).
+  Status RestoreState(const float* master, const float* exp_avg, const float* exp_avg_sq,
+                      int64_t step);
 
   int64_t step() const { return step_; }
   int64_t count() const { return count_; }

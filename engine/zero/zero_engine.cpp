@@ -129,23 +129,38 @@ Status ZeroEngine::Build(Comm& world) {
       binding_.SetGrad(p.param, full_grads_.data_as<float>() + p.full_offset);
     }
   }
-  if (stage >= 1) {
+  if (stage >= 1 && options_.offload_optimizer.device != OffloadDevice::kNone) {
+    // The offloaded optimizer reads it in place: reduce-scattered buckets are accumulated
+    // straight into host memory as they finish, and no device copy of the shard exists.
+    SLUICE_ASSIGN_OR_RETURN(host_grad_shard_,
+                            HostShardBuffer::Allocate(shard * sizeof(float), MemoryCategory::kGrads,
+                                                      "the offloaded fp32 gradient shard"));
+    grad_shard_data_ = host_grad_shard_.data_as<float>();
+  } else if (stage >= 1) {
     SLUICE_ASSIGN_OR_RETURN(grad_shard_,
                             AllocateZeroed(*device_, shard * sizeof(float), MemoryCategory::kGrads,
                                            "the fp32 gradient shard"));
+    grad_shard_data_ = grad_shard_.data_as<float>();
   }
+  const bool host_params = options_.offload_param.device == OffloadDevice::kCpu;
   if (stage == 0 && options_.param_dtype == DType::kF32) {
     param_shard_data_ = full_params_.data();  // the master weights are the compute copy
+  } else if (host_params) {
+    // Stage 3 only (ValidateZeroOptions): the coordinator copies each gathered unit's piece from
+    // here into the device all-gather buffer, and the optimizer writes the updates back here.
+    SLUICE_ASSIGN_OR_RETURN(host_param_shard_,
+                            HostShardBuffer::Allocate(shard * param_size, MemoryCategory::kParams,
+                                                      "the offloaded parameter shard"));
+    param_shard_data_ = host_param_shard_.data();
   } else {
     SLUICE_ASSIGN_OR_RETURN(param_shard_,
                             AllocateZeroed(*device_, shard * param_size, MemoryCategory::kParams,
                                            "the parameter shard"));
     param_shard_data_ = param_shard_.data();
   }
-  SLUICE_ASSIGN_OR_RETURN(
-      adam_,
-      ShardedAdam::Create(*device_, options_.optimizer, options_.param_dtype, param_shard_data_,
-                          layout_.shard_elements(), options_.num_threads));
+  SLUICE_ASSIGN_OR_RETURN(adam_, CreateZeroOptimizer(*device_, options_, param_shard_data_,
+                                                     layout_.shard_elements(), world.rank(),
+                                                     host_params));
 
   if (stage == 3) {
     CoordinatorOptions coordinator;
@@ -162,7 +177,7 @@ Status ZeroEngine::Build(Comm& world) {
                                                   options_.reduce_bucket_size);
   } else {
     reducer_ = std::make_unique<ReduceScatterReducer>(registry, layout_, *queue_, binding_,
-                                                      grad_shard_.data_as<float>(),
+                                                      grad_shard_data_,
                                                       options_.reduce_bucket_size);
   }
   hooks_ = std::make_unique<Hooks>(*this);
@@ -206,8 +221,8 @@ Status ZeroEngine::InitializeParameters(uint64_t seed) {
         static_cast<uint8_t*>(param_shard_data_) + static_cast<size_t>(p.shard_offset) * param_size,
         options_.param_dtype, static_cast<int64_t>(owned.count), options_.num_threads);
   }
-  adam_->LoadMasterFromParams();
-  Status status = Publish();
+  Status status = adam_->LoadMasterFromParams();
+  if (status.ok()) status = Publish();
   return status.ok() ? status : Fail(std::move(status));
 }
 
@@ -337,7 +352,7 @@ Result<double> ZeroEngine::RunPass(PassKind kind, const int32_t* inputs, const i
     if (Status status = reducer_->EndPass(); !status.ok()) return Fail(status);
     if (options_.stage == 1 && micro_batches_ + 1 == options_.gradient_accumulation_steps) {
       // The averaged full gradients are complete: keep this rank's partitions for the step.
-      ExtractOwned(layout_, full_grads_.data_as<float>(), grad_shard_.data_as<float>());
+      ExtractOwned(layout_, full_grads_.data_as<float>(), grad_shard_data_);
     }
   }
   if (coordinator_ != nullptr) {
@@ -358,7 +373,10 @@ Result<double> ZeroEngine::ForwardBackward(const int32_t* inputs, const int32_t*
   if (micro_batches_ == 0) {
     // A new step: the accumulators start from zero.
     if (!full_grads_.empty()) std::memset(full_grads_.data(), 0, full_grads_.size());
-    if (!grad_shard_.empty()) std::memset(grad_shard_.data(), 0, grad_shard_.size());
+    if (grad_shard_data_ != nullptr) {
+      std::memset(grad_shard_data_, 0,
+                  static_cast<size_t>(layout_.shard_elements()) * sizeof(float));
+    }
   }
   SLUICE_ASSIGN_OR_RETURN(double loss,
                           RunPass(PassKind::kTrain, inputs, targets, batch, seq, loss_grad));
@@ -373,7 +391,7 @@ Result<double> ZeroEngine::ForwardLoss(const int32_t* inputs, const int32_t* tar
 }
 
 float* ZeroEngine::step_gradient_data() const {
-  return options_.stage == 0 ? full_grads_.data_as<float>() : grad_shard_.data_as<float>();
+  return options_.stage == 0 ? full_grads_.data_as<float>() : grad_shard_data_;
 }
 
 std::span<const float> ZeroEngine::step_gradients() const {
@@ -471,7 +489,89 @@ ZeroMemory ZeroEngine::memory() const {
   m.full_grads = full_grads_.size();
   m.grad_shard = grad_shard_.size();
   m.optimizer_state = adam_->state_bytes();
+  m.host_param_shard = host_param_shard_.size();
+  m.host_grad_shard = host_grad_shard_.size();
+  m.optimizer_host = adam_->host_bytes();
+  m.optimizer_pinned = adam_->pinned_bytes();
+  m.optimizer_nvme = adam_->nvme_bytes();
   return m;
+}
+
+// ---- Checkpoint state ---------------------------------------------------------------------
+
+std::vector<ZeroStateRange> ZeroEngine::SavedStateRanges() const {
+  std::vector<ZeroStateRange> ranges;
+  if (options_.stage == 0 && queue_->comm().rank() != 0) return ranges;
+  for (const PartitionInfo& p : layout_.partitions()) {
+    const ShardSpan owned = layout_.Owned(p);
+    if (owned.count == 0) continue;
+    const int64_t begin = static_cast<int64_t>(owned.offset);
+    ranges.push_back({.param = p.param,
+                      .begin = begin,
+                      .end = begin + static_cast<int64_t>(owned.count),
+                      .shard_offset = p.shard_offset});
+  }
+  return ranges;
+}
+
+Status ZeroEngine::ExportState(std::vector<float>* master, std::vector<float>* exp_avg,
+                               std::vector<float>* exp_avg_sq, int64_t* optimizer_step) const {
+  SLUICE_RETURN_IF_ERROR(CheckUsable());
+  const size_t count = static_cast<size_t>(layout_.shard_elements());
+  master->assign(count, 0.0f);
+  exp_avg->assign(count, 0.0f);
+  exp_avg_sq->assign(count, 0.0f);
+  // Through the optimizer interface: on NVMe this reads (and verifies) every tile.
+  SLUICE_RETURN_IF_ERROR(adam_->ReadState(0, static_cast<int64_t>(count), master->data(),
+                                          exp_avg->data(), exp_avg_sq->data()));
+  *optimizer_step = adam_->step();
+  return OkStatus();
+}
+
+Status ZeroEngine::ImportState(const ZeroStateReaders& readers) {
+  SLUICE_RETURN_IF_ERROR(CheckUsable());
+  const bool moments = static_cast<bool>(readers.exp_avg);
+  if (!readers.master || moments != static_cast<bool>(readers.exp_avg_sq) ||
+      (!moments && readers.optimizer_step != 0)) {
+    return InvalidArgumentError(
+        "ImportState needs master weights, and exp_avg and exp_avg_sq together (without them "
+        "the optimizer step count must be 0, not {})",
+        readers.optimizer_step);
+  }
+  // Padding stays zero, as a fresh shard's.
+  const size_t count = static_cast<size_t>(layout_.shard_elements());
+  std::vector<float> master(count, 0.0f);
+  std::vector<float> exp_avg(count, 0.0f);
+  std::vector<float> exp_avg_sq(count, 0.0f);
+  const model::ParameterRegistry& registry = model_->registry();
+  for (const PartitionInfo& p : layout_.partitions()) {
+    const ShardSpan owned = layout_.Owned(p);
+    if (owned.count == 0) continue;
+    const int64_t begin = static_cast<int64_t>(owned.offset);
+    const int64_t end = begin + static_cast<int64_t>(owned.count);
+    const size_t at = static_cast<size_t>(p.shard_offset);
+    auto read = [&](const ZeroRangeReader& reader, std::vector<float>& dst,
+                    const char* what) -> Status {
+      Status status = reader(p.param, begin, end, dst.data() + at);
+      if (status.ok()) return status;
+      return std::move(status).WithContext(fmt::format("loading {} of {} elements [{}, {})", what,
+                                                       registry.parameter(p.param).name, begin,
+                                                       end));
+    };
+    SLUICE_RETURN_IF_ERROR(read(readers.master, master, "the master weights"));
+    if (moments) {
+      SLUICE_RETURN_IF_ERROR(read(readers.exp_avg, exp_avg, "exp_avg"));
+      SLUICE_RETURN_IF_ERROR(read(readers.exp_avg_sq, exp_avg_sq, "exp_avg_sq"));
+    }
+  }
+  return adam_->RestoreState(master.data(), exp_avg.data(), exp_avg_sq.data(),
+                             readers.optimizer_step);
+}
+
+Status ZeroEngine::PublishParameters() {
+  SLUICE_RETURN_IF_ERROR(CheckUsable());
+  Status status = Publish();
+  return status.ok() ? status : Fail(std::move(status));
 }
 
 }  // namespace sluice::zero

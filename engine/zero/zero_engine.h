@@ -39,16 +39,20 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "engine/model/model.h"
 #include "engine/zero/comm_queue.h"
 #include "engine/zero/gradient_reducer.h"
+#include "engine/zero/host_shard_buffer.h"
 #include "engine/zero/parameter_coordinator.h"
 #include "engine/zero/shard_layout.h"
 #include "engine/zero/sharded_adam.h"
 #include "engine/zero/zero_binding.h"
+#include "engine/zero/zero_optimizer.h"
 #include "engine/zero/zero_options.h"
 #include "runtime/comm.h"
 #include "runtime/device.h"
@@ -76,12 +80,42 @@ struct ZeroStepResult {
 };
 
 // Bytes of what the engine holds on the device, by role.
+// ---- Checkpoint state (used by engine/train/checkpointing.h) ----------------------------------
+// One range of this rank's optimizer state: elements [begin, end) of the flattened parameter
+// `param` (a registry index, never a tied alias: aliases have no state of their own), found at
+// `shard_offset` in the vectors ZeroEngine::ExportState fills.
+struct ZeroStateRange {
+  int param = -1;
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t shard_offset = 0;
+};
+
+// Fills dst[0, end - begin) with elements [begin, end) of the flattened parameter `param`, as
+// fp32 (from a checkpoint of any world size and stage, or a safetensors file).
+using ZeroRangeReader = std::function<Status(int param, int64_t begin, int64_t end, float* dst)>;
+
+// What ZeroEngine::ImportState loads. Without `exp_avg` / `exp_avg_sq` (weights only:
+// model.init_from) the moments start at zero and `optimizer_step` must be 0.
+struct ZeroStateReaders {
+  ZeroRangeReader master;
+  ZeroRangeReader exp_avg;
+  ZeroRangeReader exp_avg_sq;
+  int64_t optimizer_step = 0;
+};
+
 struct ZeroMemory {
   uint64_t param_shard = 0;      // the parameters in the parameter dtype (all of them in stage 0)
   uint64_t full_params = 0;      // stages 0-2: the replicated fp32 compute copy
   uint64_t full_grads = 0;       // stages 0-1: the replicated fp32 gradients
   uint64_t grad_shard = 0;       // stages 1-3: the fp32 gradient shard
   uint64_t optimizer_state = 0;  // master weights (when kept apart), exp_avg, exp_avg_sq
+  // What offload keeps off the device instead (host memory, pinned staging, NVMe).
+  uint64_t host_param_shard = 0;  // offload_param cpu
+  uint64_t host_grad_shard = 0;   // offload_optimizer cpu | nvme
+  uint64_t optimizer_host = 0;    // offload_optimizer cpu: master, exp_avg, exp_avg_sq
+  uint64_t optimizer_pinned = 0;  // the optimizer's staging ring
+  uint64_t optimizer_nvme = 0;    // offload_optimizer nvme: the swap extents
 };
 
 class ZeroEngine {
@@ -128,11 +162,32 @@ class ZeroEngine {
   // Stage 3 only (null otherwise).
   ParameterCoordinator* coordinator() const { return coordinator_.get(); }
   const ReducerStats& reducer_stats() const { return reducer_->stats(); }
-  const ShardedAdam& optimizer() const { return *adam_; }
+  const ZeroOptimizer& optimizer() const { return *adam_; }
   ZeroMemory memory() const;
   // The fp32 gradients this rank steps with: its shard (stages 1-3) or the full buffer (stage 0).
   // Valid between the last micro-batch and Step().
   std::span<const float> step_gradients() const;
+
+  // ---- Checkpoint state ---------------------------------------------------------------------
+  // The optimizer state is routed through these four calls only, whatever optimizer holds it.
+  //
+  // The ranges this rank saves: every element of its partitions (stages 1-3), so the ranks
+  // together cover each parameter exactly once. In stage 0 every rank holds everything, and
+  // rank 0 alone saves it (the other ranks return no range).
+  std::vector<ZeroStateRange> SavedStateRanges() const;
+  // Host copies of this rank's whole state shard (layout().shard_elements() floats each,
+  // padding included) and Adam's step count.
+  Status ExportState(std::vector<float>* master, std::vector<float>* exp_avg,
+                     std::vector<float>* exp_avg_sq, int64_t* optimizer_step) const;
+  // Replaces this rank's state with what `readers` return for the elements it holds in its
+  // current layout (each rank reads its own ranges, so the source may come from another world
+  // size or stage) and sets the parameter shard to the master weights in the parameter dtype,
+  // rounded exactly as a step writes them. Local: nothing is published. Once every rank
+  // succeeded, PublishParameters() makes the parameters visible to the passes.
+  Status ImportState(const ZeroStateReaders& readers);
+  // Gathers the parameter shard into what the passes read (stage 0-2: the replicated fp32 copy;
+  // stage 3: the persistent parameters). Collective.
+  Status PublishParameters();
 
  private:
   class Hooks;
@@ -161,8 +216,13 @@ class ZeroEngine {
   DeviceBuffer full_params_;
   DeviceBuffer full_grads_;
   DeviceBuffer grad_shard_;
+  // With offload_optimizer: the fp32 gradient shard in host memory instead of grad_shard_.
+  HostShardBuffer host_grad_shard_;
+  float* grad_shard_data_ = nullptr;  // grad_shard_ or host_grad_shard_ (stages 1-3)
+  // With offload_param cpu: the parameter shard in host memory instead of param_shard_.
+  HostShardBuffer host_param_shard_;
   void* param_shard_data_ = nullptr;  // param_shard_, or full_params_ in stage 0 / f32
-  std::unique_ptr<ShardedAdam> adam_;
+  std::unique_ptr<ZeroOptimizer> adam_;
   std::unique_ptr<CommQueue> queue_;
   std::unique_ptr<ParameterCoordinator> coordinator_;
   std::unique_ptr<GradientReducer> reducer_;

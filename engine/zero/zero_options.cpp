@@ -22,18 +22,6 @@ Status RequireNonNegative(std::string_view key, int64_t value) {
 
 Result<ZeroOptions> ZeroOptionsFromConfig(const Config& config) {
   const ZeroConfig& z = config.zero;
-  if (z.offload_optimizer.device != OffloadDevice::kNone) {
-    return UnimplementedError(
-        "zero_optimization.offload_optimizer.device = {} is not handled by the ZeRO engine: it "
-        "keeps its optimizer shard on the device; set it to none",
-        OffloadDeviceName(z.offload_optimizer.device));
-  }
-  if (z.offload_param.device != OffloadDevice::kNone) {
-    return UnimplementedError(
-        "zero_optimization.offload_param.device = {} is not handled by the ZeRO engine: it keeps "
-        "its parameter shard on the device; set it to none",
-        OffloadDeviceName(z.offload_param.device));
-  }
   ZeroOptions o;
   o.stage = z.stage;
   o.overlap_comm = z.overlap_comm;
@@ -47,6 +35,10 @@ Result<ZeroOptions> ZeroOptionsFromConfig(const Config& config) {
   o.param_dtype = config.model.dtype;
   o.optimizer = config.optimizer;
   o.num_threads = config.device.threads;
+  o.offload_optimizer = z.offload_optimizer;
+  o.offload_param = z.offload_param;
+  o.sub_group_size = z.sub_group_size;
+  o.aio = config.aio;
   SLUICE_RETURN_IF_ERROR(ValidateZeroOptions(o));
   return o;
 }
@@ -70,6 +62,33 @@ Status ValidateZeroOptions(const ZeroOptions& o) {
   if (o.gradient_accumulation_steps < 1) {
     return InvalidArgumentError("gradient_accumulation_steps = {} must be at least 1",
                                 o.gradient_accumulation_steps);
+  }
+  if (o.offload_optimizer.device != OffloadDevice::kNone && o.stage == 0) {
+    return InvalidArgumentError(
+        "zero_optimization.offload_optimizer.device = {} needs zero_optimization.stage 1, 2 or 3 "
+        "(stage 0 replicates the optimizer state on every rank; as in DeepSpeed)",
+        OffloadDeviceName(o.offload_optimizer.device));
+  }
+  if (o.offload_param.device != OffloadDevice::kNone && o.stage != 3) {
+    return InvalidArgumentError(
+        "zero_optimization.offload_param.device = {} needs zero_optimization.stage 3 (only stage "
+        "3 partitions the parameters; as in DeepSpeed), got stage {}",
+        OffloadDeviceName(o.offload_param.device), o.stage);
+  }
+  if (o.offload_optimizer.device == OffloadDevice::kNvme && o.offload_optimizer.nvme_path.empty()) {
+    return InvalidArgumentError(
+        "zero_optimization.offload_optimizer.device = nvme needs "
+        "zero_optimization.offload_optimizer.nvme_path");
+  }
+  if (o.offload_param.device == OffloadDevice::kNvme) {
+    return UnimplementedError(
+        "zero_optimization.offload_param.device = nvme is not implemented by the ZeRO engine yet: "
+        "use cpu (the parameter shard in host memory), or none");
+  }
+  if (o.offload_param.device == OffloadDevice::kNvme && o.offload_param.nvme_path.empty()) {
+    return InvalidArgumentError(
+        "zero_optimization.offload_param.device = nvme needs "
+        "zero_optimization.offload_param.nvme_path");
   }
   kernels::AdamHyperparams hyper;
   hyper.lr = static_cast<float>(o.optimizer.lr);
@@ -102,6 +121,9 @@ std::vector<AgreedValue> AgreedValuesOf(const ZeroOptions& o) {
       {"optimizer.params.betas[1] (bits)", bits(o.optimizer.beta2)},
       {"optimizer.params.eps (bits)", bits(o.optimizer.eps)},
       {"optimizer.params.weight_decay (bits)", bits(o.optimizer.weight_decay)},
+      {"zero_optimization.offload_optimizer.device",
+       static_cast<int64_t>(o.offload_optimizer.device)},
+      {"zero_optimization.offload_param.device", static_cast<int64_t>(o.offload_param.device)},
   };
 }
 

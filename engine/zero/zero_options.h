@@ -32,11 +32,20 @@ struct ZeroOptions {
   OptimizerConfig optimizer;
   // Threads of the optimizer kernel and the gradient norm; 0 = OpenMP's default.
   int num_threads = 0;
+  // zero_optimization.offload_optimizer (stages 1-3): device none keeps the optimizer state and
+  // the fp32 gradient shard on the device; cpu / nvme moves both off it (zero_optimizer.h).
+  OffloadOptimizerConfig offload_optimizer;
+  // zero_optimization.offload_param (stage 3): device cpu / nvme keeps the parameter shard in
+  // host memory / the swap store (parameter_coordinator.h).
+  OffloadParamConfig offload_param;
+  // zero_optimization.sub_group_size: the offloaded optimizer's tile (offload_options.h).
+  int64_t sub_group_size = 1000000000;
+  // aio.*: the I/O engine of the NVMe tiers.
+  AioConfig aio;
 };
 
 // From a resolved config: zero_optimization.*, gradient_accumulation_steps, the model dtype
-// (fp16/bf16 sections), the optimizer and device.threads. Unimplemented for offload_optimizer /
-// offload_param, which this engine does not do.
+// (fp16/bf16 sections), the optimizer, device.threads and the offload sections.
 Result<ZeroOptions> ZeroOptionsFromConfig(const Config& config);
 
 // OK, or InvalidArgument naming the config key and what to change.

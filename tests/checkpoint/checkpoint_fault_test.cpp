@@ -7,7 +7,7 @@
 
 #include "engine/checkpoint/checkpoint_dir.h"
 #include "engine/checkpoint/checkpoint_reader.h"
-#include "engine/checkpoint/durable_file.h"
+#include "runtime/durable_file.h"
 #include "engine/checkpoint/shard_reader.h"
 #include "tests/checkpoint/checkpoint_test_util.h"
 

@@ -36,8 +36,8 @@ TEST(ConfigDefaultsTest, ZeroMatchesDeepSpeedCode) {
   EXPECT_TRUE(z.offload_optimizer.pin_memory);                  // true since #8207
   EXPECT_EQ(z.offload_optimizer.buffer_count, 4);
   EXPECT_EQ(z.offload_optimizer.ratio, 1.0);
-  EXPECT_FALSE(z.offload_optimizer.pipeline_read);
-  EXPECT_FALSE(z.offload_optimizer.pipeline_write);
+  EXPECT_TRUE(z.offload_optimizer.pipeline_read);  // deliberate difference (docs/config.md)
+  EXPECT_TRUE(z.offload_optimizer.pipeline_write);
   EXPECT_EQ(z.offload_param.device, OffloadDevice::kNone);
   EXPECT_TRUE(z.offload_param.pin_memory);
   EXPECT_EQ(z.offload_param.buffer_count, 5);

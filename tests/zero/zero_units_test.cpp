@@ -132,9 +132,17 @@ TEST(ZeroOptions, FromConfig) {
   sources.set_overrides.push_back("zero_optimization.offload_optimizer.device=cpu");
   Result<Config> offload = LoadConfig(sources);
   ASSERT_TRUE(offload.ok()) << offload.status().ToString();
-  Result<ZeroOptions> refused = ZeroOptionsFromConfig(*offload);
+  Result<ZeroOptions> offloaded = ZeroOptionsFromConfig(*offload);
+  ASSERT_TRUE(offloaded.ok()) << offloaded.status().ToString();
+  EXPECT_EQ(offloaded->offload_optimizer.device, OffloadDevice::kCpu);
+
+  sources.set_overrides.push_back("zero_optimization.offload_param.device=nvme");
+  sources.set_overrides.push_back("zero_optimization.offload_param.nvme_path=/tmp");
+  Result<Config> nvme_params = LoadConfig(sources);
+  ASSERT_TRUE(nvme_params.ok()) << nvme_params.status().ToString();
+  Result<ZeroOptions> refused = ZeroOptionsFromConfig(*nvme_params);
   EXPECT_EQ(refused.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(refused.status().message().find("offload_optimizer"), std::string::npos);
+  EXPECT_NE(refused.status().message().find("offload_param"), std::string::npos);
 }
 
 }  // namespace

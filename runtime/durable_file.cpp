@@ -1,4 +1,4 @@
-#include "engine/checkpoint/durable_file.h"
+#include "runtime/durable_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -9,7 +9,7 @@
 
 #include "runtime/foreign_call.h"
 
-namespace sluice::checkpoint {
+namespace sluice {
 namespace {
 
 // Linux moves at most ~2 GiB per read/write call; larger requests come back short anyway.
@@ -123,19 +123,26 @@ Status FsyncDirectory(const std::filesystem::path& dir) {
   return owned.Close();
 }
 
-Status WriteFileAtomically(const std::filesystem::path& path, std::string_view contents) {
+Status WriteFileAtomically(const std::filesystem::path& path, std::string_view contents,
+                           Durability durability) {
   std::filesystem::path tmp = path;
   tmp += ".tmp";
   std::error_code ec;
   std::filesystem::remove(tmp, ec);  // a leftover of a crashed update
   SLUICE_ASSIGN_OR_RETURN(ScopedFd fd, CreateExclusive(tmp));
-  SLUICE_RETURN_IF_ERROR(WriteAt(fd.get(), contents.data(), contents.size(), 0, tmp));
-  SLUICE_RETURN_IF_ERROR(FsyncFd(fd.get(), tmp));
-  SLUICE_RETURN_IF_ERROR(fd.Close());
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    return IoError("rename {} to {}: {}", tmp.string(), path.string(), internal::ErrnoText(errno));
+  const bool sync = durability == Durability::kSynced;
+  Status status = WriteAt(fd.get(), contents.data(), contents.size(), 0, tmp);
+  if (status.ok() && sync) status = FsyncFd(fd.get(), tmp);
+  if (status.ok()) status = fd.Close();
+  if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    status =
+        IoError("rename {} to {}: {}", tmp.string(), path.string(), internal::ErrnoText(errno));
   }
-  return FsyncDirectory(path.has_parent_path() ? path.parent_path() : ".");
+  if (!status.ok()) {
+    std::filesystem::remove(tmp, ec);  // nothing half-written is left behind
+    return status;
+  }
+  return sync ? FsyncDirectory(path.has_parent_path() ? path.parent_path() : ".") : OkStatus();
 }
 
 Result<std::string> ReadWholeFile(const std::filesystem::path& path) {
@@ -153,4 +160,4 @@ Status RemoveTree(const std::filesystem::path& path) {
   return OkStatus();
 }
 
-}  // namespace sluice::checkpoint
+}  // namespace sluice

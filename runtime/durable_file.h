@@ -11,7 +11,7 @@
 
 #include "runtime/status.h"
 
-namespace sluice::checkpoint {
+namespace sluice {
 
 // An owned file descriptor, closed on destruction (a failed close there is ignored: callers that
 // care call Close()).
@@ -54,12 +54,18 @@ Result<uint64_t> FileSize(int fd, const std::filesystem::path& path);
 Status FsyncFd(int fd, const std::filesystem::path& path);
 Status FsyncDirectory(const std::filesystem::path& dir);
 
-// Replaces `path` with `contents` atomically: writes `path`.tmp, fsyncs it, renames it over
-// `path` and fsyncs the parent directory. A crash leaves either the old or the new file.
-Status WriteFileAtomically(const std::filesystem::path& path, std::string_view contents);
+// kSynced survives power loss (checkpoints); kUnsynced survives a crash of the process only, which
+// is enough for records such as summary.json and costs no fsync stall on a busy disk.
+enum class Durability { kSynced, kUnsynced };
+
+// Replaces `path` with `contents` atomically: writes `path`.tmp (fsync'ed when kSynced), renames
+// it over `path` (then fsyncs the parent directory when kSynced). Readers see either the old or
+// the new file, never a part; a failure removes the temporary file.
+Status WriteFileAtomically(const std::filesystem::path& path, std::string_view contents,
+                           Durability durability = Durability::kSynced);
 Result<std::string> ReadWholeFile(const std::filesystem::path& path);
 
 // Removes a file or a directory tree; a missing path is not an error.
 Status RemoveTree(const std::filesystem::path& path);
 
-}  // namespace sluice::checkpoint
+}  // namespace sluice

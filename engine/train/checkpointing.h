@@ -1,0 +1,72 @@
+// Training checkpoints (docs/checkpoint_format.md, "Training"): what a run saves every
+// checkpoint.save_interval steps, what `sluice train --resume` restores, and the weights
+// model.init_from starts from. The ZeRO state goes through the engine's state calls
+// (ZeroEngine::SavedStateRanges / ExportState / ImportState), so each rank saves the partitions it
+// owns and, on load, reads the ranges its own layout needs: a checkpoint written by any world
+// size and ZeRO stage loads into any other.
+//
+//   TrainingProgress progress{.step = steps_done, ...};
+//   SLUICE_ASSIGN_OR_RETURN(auto dir, SaveTrainingCheckpoint(config, engine, registry, world,
+//                                                            progress));
+//   ...
+//   SLUICE_ASSIGN_OR_RETURN(auto dir, ResolveResumeDir(config, "latest"));
+//   SLUICE_ASSIGN_OR_RETURN(TrainingProgress p, LoadTrainingCheckpoint(dir, engine, registry));
+//   (every rank agrees that loading succeeded, then engine.PublishParameters())
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "engine/config/config.h"
+#include "engine/model/parameter_registry.h"
+#include "engine/zero/zero_engine.h"
+#include "runtime/comm.h"
+#include "runtime/status.h"
+
+namespace sluice::train {
+
+// The training state beside the ZeRO state; the manifest's "states" (its "optimizer.step" is the
+// engine's Adam step count, which ImportState restores).
+struct TrainingProgress {
+  int64_t step = 0;          // optimizer steps done, skipped ones included
+  int64_t total_tokens = 0;  // trained on so far, all ranks
+  nlohmann::json data_loader = nlohmann::json::object();  // DataLoader::SaveState
+  nlohmann::json loss_scaler = nlohmann::json::object();  // LossScaler::SaveState
+  int64_t lr_last_batch_iteration = -1;                   // LrSchedule::last_batch_iteration
+};
+
+// checkpoint.dir, or RUN_DIR/checkpoints.
+std::filesystem::path CheckpointsDirOf(const Config& config);
+
+// Saves checkpoint `progress.step` of every rank's ZeRO state (fp32 master weights, exp_avg,
+// exp_avg_sq), the progress and the resolved config, atomically, keeping checkpoint.keep_last.
+// Returns the committed step directory. Collective over `world` (every rank learns of a failure
+// anywhere, and nothing is committed then).
+Result<std::filesystem::path> SaveTrainingCheckpoint(const Config& config,
+                                                     const zero::ZeroEngine& engine,
+                                                     const model::ParameterRegistry& registry,
+                                                     Comm& world, const TrainingProgress& progress);
+
+// The step directory `sluice train --resume` names: "latest" (or "") follows the run's own
+// checkpoints (CheckpointsDirOf); anything else is a step, checkpoints or run directory
+// (checkpoint::ResolveCheckpointDir). NotFound saying so when there is nothing to resume from.
+Result<std::filesystem::path> ResolveResumeDir(const Config& config, const std::string& resume);
+
+// Local: checks that the checkpoint holds every parameter of `registry` with its shape (fp32
+// master weights and both moments), imports them into `engine` with Adam's step count, and
+// returns the progress. The engine must then publish (ZeroEngine::PublishParameters) once every
+// rank succeeded. Errors name the checkpoint file, the tensor and the field.
+Result<TrainingProgress> LoadTrainingCheckpoint(const std::filesystem::path& step_dir,
+                                                zero::ZeroEngine& engine,
+                                                const model::ParameterRegistry& registry);
+
+// Local: model.init_from. `path` is a safetensors file, a model.safetensors.index.json or a
+// folder holding either (Hugging Face names, safetensors_loader.h), or a Sluice checkpoint (a
+// step, checkpoints or run directory): its master weights only. The optimizer starts fresh. Then
+// ZeroEngine::PublishParameters, as for LoadTrainingCheckpoint.
+Status LoadInitialWeights(const std::filesystem::path& path, zero::ZeroEngine& engine,
+                          const model::ParameterRegistry& registry);
+
+}  // namespace sluice::train

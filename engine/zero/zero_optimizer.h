@@ -1,0 +1,63 @@
+// The optimizer behind the ZeRO engine, whichever tier holds its state: ShardedAdam (fp32 master
+// weights, exp_avg and exp_avg_sq on the device) or OffloadedAdam (in host memory or on NVMe,
+// zero_optimization.offload_optimizer.device cpu | nvme). Both step the same elements with the
+// same kernel arithmetic, so a run's losses do not depend on the tier.
+//
+//   SLUICE_ASSIGN_OR_RETURN(auto adam, CreateZeroOptimizer(device, options, param_shard,
+//                                                          count, rank, host_params));
+//   SLUICE_RETURN_IF_ERROR(adam->LoadMasterFromParams());
+//   SLUICE_RETURN_IF_ERROR(adam->Step(grads, lr, clip / loss_scale));
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "engine/zero/offloaded_adam.h"
+#include "engine/zero/zero_options.h"
+#include "runtime/device.h"
+#include "runtime/status.h"
+
+namespace sluice::zero {
+
+class ZeroOptimizer {
+ public:
+  virtual ~ZeroOptimizer() = default;
+
+  // Master weights := the parameter shard's values widened to fp32.
+  virtual Status LoadMasterFromParams() = 0;
+  // Adam(grads * grad_scale) at rate `lr` over count() fp32 gradients: device memory, or host
+  // memory when grads_in_host_memory(). Writes the updated parameters into the parameter shard.
+  virtual Status Step(const float* grads, double lr, double grad_scale) = 0;
+  // Copies elements [begin, begin + n) of the state to host memory (null skips a tensor).
+  virtual Status ReadState(int64_t begin, int64_t n, float* master, float* exp_avg,
+                           float* exp_avg_sq) const = 0;
+  // Replaces the whole state and the step count; sets the parameter shard from the master.
+  virtual Status RestoreState(const float* master, const float* exp_avg, const float* exp_avg_sq,
+                              int64_t step) = 0;
+
+  virtual int64_t step() const = 0;
+  virtual int64_t count() const = 0;
+  // The master weights when they are device memory the caller may read (ShardedAdam); null when
+  // the state is offloaded (use ReadState).
+  virtual const float* master() const = 0;
+  // Where Step wants the gradient shard: false = the device.
+  virtual bool grads_in_host_memory() const = 0;
+  // Bytes of optimizer state by tier (device: ShardedAdam only).
+  virtual uint64_t state_bytes() const = 0;
+  virtual uint64_t host_bytes() const { return 0; }
+  virtual uint64_t pinned_bytes() const { return 0; }
+  virtual uint64_t nvme_bytes() const { return 0; }
+  // The last step's breakdown (offloaded only; null otherwise).
+  virtual const OffloadStepTimings* last_step_timings() const { return nullptr; }
+};
+
+// ShardedAdam when options.offload_optimizer.device is none, else OffloadedAdam (for nvme with
+// an io_uring engine and a swap store in offload_optimizer.nvme_path, file
+// "sluice_optimizer.rank<rank>.swp"). `param_shard` holds `count` values of
+// options.param_dtype, in device memory or, with `host_params`, host memory.
+Result<std::unique_ptr<ZeroOptimizer>> CreateZeroOptimizer(Device& device,
+                                                           const ZeroOptions& options,
+                                                           void* param_shard, int64_t count,
+                                                           int rank, bool host_params);
+
+}  // namespace sluice::zero

@@ -1,0 +1,206 @@
+// Bit-exact resume through the trainer on 1 and 2 ranks (mpirun -np 1, 2), ZeRO stages 0-3 in
+// f32 and bf16: run A trains 6 steps straight; run B trains 4 steps saving at 3 and 4, then
+// resumes from step 3 and goes on to 6. B's metrics.jsonl must read exactly as A's (step 4 is
+// trained twice, and its first record dropped), and the final parameters and Adam step counts
+// must be identical bit for bit. A checkpoint with a bit flipped or a file truncated is refused on
+// every rank, naming the file.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/train/trainer.h"
+#include "runtime/check.h"
+#include "runtime/comm/comm_factory.h"
+#include "tests/train/train_test_util.h"
+
+namespace sluice::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+Comm& World() {
+  static std::unique_ptr<Comm> world = [] {
+    Result<std::unique_ptr<Comm>> comm = CreateWorldComm({.timeout_seconds = 20.0});
+    SLUICE_CHECK(comm.ok()) << comm.status().ToString();
+    return std::move(comm).value();
+  }();
+  return *world;
+}
+
+// The tiny GPT (2 sequences per rank), its corpus in a file of this rank's own, evaluating every
+// 3 steps, saving every 3 steps and at the end.
+Config ResumeConfig(const std::string& run_dir, int stage, const std::vector<std::string>& more) {
+  const std::string corpus =
+      test_util::WriteFile(test_util::TempPath("corpus_rank" + std::to_string(World().rank())),
+                           test_util::SyntheticCorpus(64 * 1024));
+  std::vector<std::string> overrides = {"train_micro_batch_size_per_gpu=2",
+                                        "zero_optimization.stage=" + std::to_string(stage),
+                                        "zero_optimization.reduce_bucket_size=5000",
+                                        "zero_optimization.allgather_bucket_size=8000",
+                                        "zero_optimization.stage3_prefetch_bucket_size=6000",
+                                        "zero_optimization.stage3_param_persistence_threshold=64",
+                                        "run.eval_interval=3",
+                                        "checkpoint.save_interval=3"};
+  overrides.insert(overrides.end(), more.begin(), more.end());
+  return test_util::LoadTestConfig(test_util::TinyGptYaml(corpus, run_dir), overrides);
+}
+
+// A fresh directory for this test on every rank.
+std::string FreshDir(const std::string& name) {
+  const std::string dir = test_util::TempPath(name);
+  if (World().rank() == 0) fs::remove_all(dir);
+  SLUICE_CHECK(World().Barrier().ok());
+  return dir;
+}
+
+struct RunOutcome {
+  std::vector<float> params;
+  int64_t optimizer_step = 0;
+};
+
+RunOutcome RunTrainer(const Config& config, std::optional<std::string> resume = std::nullopt) {
+  TrainerOptions options;
+  options.world = &World();
+  options.progress = ProgressMode::kOff;
+  options.summary_stream = nullptr;
+  options.resume = std::move(resume);
+  Result<std::unique_ptr<Trainer>> trainer = Trainer::Create(config, options);
+  SLUICE_CHECK(trainer.ok()) << trainer.status().ToString();
+  Result<TrainSummary> summary = (*trainer)->Run();
+  SLUICE_CHECK(summary.ok()) << summary.status().ToString();
+  RunOutcome outcome;
+  outcome.params.resize(static_cast<size_t>((*trainer)->model().ParameterCount()));
+  SLUICE_CHECK((*trainer)->engine().GatherFullParameters(outcome.params).ok());
+  outcome.optimizer_step = (*trainer)->optimizer().step();
+  return outcome;
+}
+
+std::vector<nlohmann::json> ReadMetrics(const std::string& run_dir) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+// What must not differ between a straight and a resumed run (not the timings).
+constexpr const char* kExactKeys[] = {"step",      "loss",         "lr",
+                                      "grad_norm", "skipped",      "loss_scale",
+                                      "tokens",    "total_tokens", "val_loss"};
+
+using Case = std::tuple<int, std::string>;  // stage, precision
+
+class ResumeTest : public ::testing::TestWithParam<Case> {
+ protected:
+  std::vector<std::string> Precision() const {
+    const std::string& p = std::get<1>(GetParam());
+    if (p == "bf16") return {"bf16.enabled=true"};
+    return {};
+  }
+};
+
+TEST_P(ResumeTest, ResumedRunMatchesTheStraightRunBitForBit) {
+  const int stage = std::get<0>(GetParam());
+  const std::string straight_dir = FreshDir("straight");
+  const std::string resumed_dir = FreshDir("resumed");
+
+  std::vector<std::string> more = Precision();
+  more.push_back("run.steps=6");
+  const RunOutcome straight = RunTrainer(ResumeConfig(straight_dir, stage, more));
+
+  std::vector<std::string> first_part = Precision();
+  first_part.push_back("run.steps=4");
+  RunTrainer(ResumeConfig(resumed_dir, stage, first_part));
+  ASSERT_TRUE(fs::exists(resumed_dir + "/checkpoints/step_3/manifest.json"));
+  ASSERT_TRUE(fs::exists(resumed_dir + "/checkpoints/step_4/manifest.json"));
+  const RunOutcome resumed =
+      RunTrainer(ResumeConfig(resumed_dir, stage, more), resumed_dir + "/checkpoints/step_3");
+
+  EXPECT_EQ(resumed.optimizer_step, straight.optimizer_step);
+  ASSERT_EQ(resumed.params.size(), straight.params.size());
+  EXPECT_EQ(std::memcmp(resumed.params.data(), straight.params.data(),
+                        straight.params.size() * sizeof(float)),
+            0)
+      << "the final parameters differ";
+  if (World().rank() != 0) return;
+  const std::vector<nlohmann::json> a = ReadMetrics(straight_dir);
+  const std::vector<nlohmann::json> b = ReadMetrics(resumed_dir);
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 6u) << "steps 1-3, then 4-6 once each";
+  for (size_t i = 0; i < a.size(); ++i) {
+    for (const char* key : kExactKeys) {
+      EXPECT_EQ(a[i].contains(key), b[i].contains(key)) << key << " at line " << i + 1;
+      if (a[i].contains(key)) {
+        // The JSON text of a double round-trips it exactly: equal text, equal bits.
+        EXPECT_EQ(a[i][key].dump(), b[i][key].dump()) << key << " at step " << i + 1;
+      }
+    }
+  }
+  EXPECT_TRUE(fs::exists(resumed_dir + "/checkpoints/step_6/manifest.json"));
+}
+
+INSTANTIATE_TEST_SUITE_P(StagesAndPrecisions, ResumeTest,
+                         ::testing::Combine(::testing::Values(0, 1, 2, 3),
+                                            ::testing::Values("f32", "bf16")),
+                         [](const auto& info) {
+                           return "stage" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  std::get<1>(info.param);
+                         });
+
+// Saves a 3-step stage-3 checkpoint and damages it with `damage` (rank 0, on the checkpoint
+// directory); resuming must fail on every rank, and rank 0's error must name `file`.
+void ExpectResumeRefused(const std::function<void(const fs::path&)>& damage,
+                         const std::string& file, const std::string& what) {
+  const std::string dir = FreshDir("run");
+  RunTrainer(ResumeConfig(dir, 3, {"run.steps=3"}));
+  const fs::path step_dir = fs::path(dir) / "checkpoints" / "step_3";
+  if (World().rank() == 0) damage(step_dir);
+  ASSERT_TRUE(World().Barrier().ok());
+
+  TrainerOptions options;
+  options.world = &World();
+  options.progress = ProgressMode::kOff;
+  options.summary_stream = nullptr;
+  options.write_files = false;
+  options.resume = "latest";
+  Result<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(ResumeConfig(dir, 3, {"run.steps=6"}), options);
+  ASSERT_FALSE(trainer.ok()) << what << " was not detected";
+  if (World().rank() == 0) {
+    const std::string message = trainer.status().ToString();
+    EXPECT_NE(message.find((step_dir / file).string()), std::string::npos) << message;
+    EXPECT_EQ(trainer.status().code(), StatusCode::kDataLoss) << message;
+  }
+}
+
+TEST(ResumeFaultTest, BitFlippedWeightsShardIsRefusedNamingTheFile) {
+  ExpectResumeRefused(
+      [](const fs::path& step_dir) {
+        // The last byte is the data of the last tensor rank 0 holds, which it reads on resume.
+        std::fstream f(step_dir / "weights.rank00000.bin",
+                       std::ios::in | std::ios::out | std::ios::binary);
+        f.seekg(-1, std::ios::end);
+        char c = 0;
+        f.read(&c, 1);
+        c = static_cast<char>(c ^ 0x10);
+        f.seekp(-1, std::ios::end);
+        f.write(&c, 1);
+      },
+      "weights.rank00000.bin", "a flipped bit");
+}
+
+TEST(ResumeFaultTest, TruncatedOptimizerShardIsRefusedNamingTheFile) {
+  ExpectResumeRefused(
+      [](const fs::path& step_dir) {
+        const fs::path file = step_dir / "optimizer.rank00000.bin";
+        fs::resize_file(file, fs::file_size(file) - 100);
+      },
+      "optimizer.rank00000.bin", "a truncated file");
+}
+
+}  // namespace
+}  // namespace sluice::train

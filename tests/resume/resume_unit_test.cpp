@@ -1,0 +1,84 @@
+// The pieces of training state a checkpoint carries besides the ZeRO state: the loss scaler's
+// position and the metrics file a resumed run continues.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "engine/train/loss_scaler.h"
+#include "engine/train/metrics_writer.h"
+#include "tests/train/train_test_util.h"
+
+namespace sluice::train {
+namespace {
+
+TEST(LossScalerStateTest, RestoredScalerFollowsTheSameSequence) {
+  Fp16Config config;
+  config.loss_scale = 0;
+  config.initial_scale_power = 10;
+  config.loss_scale_window = 3;
+  config.hysteresis = 2;
+  config.min_loss_scale = 1;
+  LossScaler original = LossScaler::FromConfig(config);
+  const bool pattern[] = {true, false, false, true, true, false, false, false, false, true};
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(original.Update(pattern[i]).ok());
+  // Through text, as a manifest stores it.
+  const nlohmann::json saved = nlohmann::json::parse(original.SaveState().dump());
+  LossScaler restored = LossScaler::FromConfig(config);
+  ASSERT_TRUE(restored.RestoreState(saved).ok());
+  EXPECT_EQ(restored.scale(), original.scale());
+  for (int i = 5; i < 10; ++i) {
+    ASSERT_TRUE(original.Update(pattern[i]).ok());
+    ASSERT_TRUE(restored.Update(pattern[i]).ok());
+    EXPECT_EQ(restored.scale(), original.scale()) << "update " << i;
+    EXPECT_EQ(restored.hysteresis_left(), original.hysteresis_left()) << "update " << i;
+    EXPECT_EQ(restored.iteration(), original.iteration()) << "update " << i;
+  }
+}
+
+TEST(LossScalerStateTest, MalformedStateNamesTheField) {
+  LossScaler scaler = LossScaler::Disabled();
+  nlohmann::json state = nlohmann::json::parse(scaler.SaveState().dump());
+  state.erase("hysteresis_left");
+  Status status = scaler.RestoreState(state);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.ToString().find("hysteresis_left"), std::string::npos) << status.ToString();
+  state = nlohmann::json::parse(scaler.SaveState().dump());
+  state["scale"] = -1.0;
+  EXPECT_FALSE(scaler.RestoreState(state).ok());
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(MetricsResumeTest, KeepsStepsUpToTheCheckpointAndAppends) {
+  const std::string path = test_util::TempPath("metrics.jsonl");
+  // Steps 1-5 of a run that was checkpointed at 3, and a torn last line of a crash.
+  test_util::WriteFile(path,
+                       "{\"step\":1,\"loss\":3.5}\n{\"step\":2,\"loss\":3.25}\n"
+                       "{\"step\":3,\"loss\":3.0}\n{\"step\":4,\"loss\":2.75}\n"
+                       "{\"step\":5,\"loss\":2.5}\n{\"step\":6,\"lo");
+  Result<MetricsWriter> writer = MetricsWriter::OpenForResume(path, 3);
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  ASSERT_TRUE(writer->Write({{"step", 4}, {"loss", 2.0}}).ok());
+  EXPECT_EQ(ReadAll(path),
+            "{\"step\":1,\"loss\":3.5}\n{\"step\":2,\"loss\":3.25}\n{\"step\":3,\"loss\":3.0}\n"
+            "{\"step\":4,\"loss\":2.0}\n");
+}
+
+TEST(MetricsResumeTest, StartsTheFileWhenThereIsNone) {
+  const std::string path = test_util::TempPath("new_metrics.jsonl");
+  std::remove(path.c_str());
+  Result<MetricsWriter> writer = MetricsWriter::OpenForResume(path, 7);
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  ASSERT_TRUE(writer->Write({{"step", 8}}).ok());
+  EXPECT_EQ(ReadAll(path), "{\"step\":8}\n");
+}
+
+}  // namespace
+}  // namespace sluice::train
