@@ -52,11 +52,13 @@ ParameterCoordinator::ParameterCoordinator(const CoordinatorOptions& options,
 
 Result<std::unique_ptr<ParameterCoordinator>> ParameterCoordinator::Create(
     const CoordinatorOptions& options, const model::ParameterRegistry& registry,
-    const ShardLayout& layout, CommQueue& queue, ZeroBinding& binding, const void* param_shard) {
+    const ShardLayout& layout, CommQueue& queue, ZeroBinding& binding, const void* param_shard,
+    NvmeParamStore* nvme) {
   std::unique_ptr<ParameterCoordinator> c(
       new ParameterCoordinator(options, registry, layout, queue, binding, param_shard));
+  c->nvme_ = nvme;
   const size_t num_units = registry.units().size();
-  SLUICE_CHECK_LT(num_units, static_cast<size_t>(kPersistentTag)) << "too many units to tag";
+  SLUICE_CHECK_LT(num_units, static_cast<size_t>(kFailedReadTag)) << "too many units to tag";
   std::vector<int> group_of_unit(num_units, -1);
   for (size_t u = 0; u < num_units; ++u) {
     const UnitShards& shards = layout.units()[u];
@@ -80,6 +82,22 @@ Result<std::unique_ptr<ParameterCoordinator>> ParameterCoordinator::Create(
       if (group_of_unit[static_cast<size_t>(owner)] >= 0) {
         c->needs_[u].push_back(group_of_unit[static_cast<size_t>(owner)]);
       }
+    }
+  }
+
+  if (nvme != nullptr) {
+    // Group g of the coordinator is group g of the store; the persistent run comes last.
+    const std::vector<NvmeParamGroup> expected = NvmeParamGroupsOf(layout, registry);
+    bool same = expected.size() == nvme->groups().size();
+    for (size_t g = 0; same && g < expected.size(); ++g) {
+      same = expected[g].shard_offset == nvme->groups()[g].shard_offset &&
+             expected[g].elements == nvme->groups()[g].elements;
+    }
+    if (!same) {
+      return InvalidArgumentError(
+          "the NVMe parameter store holds {} groups that are not this layout's {} (unit gather "
+          "runs, then the persistent run): create it with NvmeParamGroupsOf",
+          nvme->groups().size(), expected.size());
     }
   }
 
@@ -141,19 +159,21 @@ Status ParameterCoordinator::GatherPersistent() {
   SLUICE_ASSIGN_OR_RETURN(
       CommTicket ticket,
       EnqueueGather(kPersistentTag, layout_->persistent(), layout_->persistent_offset(),
-                    layout_->persistent_elements(), persistent_.data_as<float>()));
+                    layout_->persistent_elements(), persistent_.data_as<float>(),
+                    static_cast<int>(groups_.size())));
   return queue_->Wait(ticket);
 }
 
 std::string ParameterCoordinator::TagName(uint32_t tag) const {
   if (tag == kPersistentTag) return "the persistent parameters";
+  if (tag == kFailedReadTag) return "nothing (its NVMe parameter read failed)";
   if (tag >= 1 && tag <= registry_->units().size()) return registry_->units()[tag - 1].name;
   return fmt::format("unknown parameters (tag {})", tag);
 }
 
 Result<CommTicket> ParameterCoordinator::EnqueueGather(uint32_t tag, const std::vector<int>& run,
                                                        int64_t shard_offset, int64_t elements,
-                                                       float* dense) {
+                                                       float* dense, int nvme_group) {
   const DType dtype = options_.param_dtype;
   const size_t size = DTypeSize(dtype);
   const int world = layout_->world();
@@ -166,17 +186,42 @@ Result<CommTicket> ParameterCoordinator::EnqueueGather(uint32_t tag, const std::
   const int64_t* offsets = dense_offset_.data();
   const std::vector<int>* partitions = &run;
   CommQueue* queue = queue_;
+  // NVMe: the read starts now (when the gather is issued or prefetched) and the operation waits
+  // for it; the slot is freed when the operation is done with it, or dropped unrun.
+  std::shared_ptr<NvmeParamRead> read;
+  if (nvme_ != nullptr) {
+    NvmeParamStore* nvme = nvme_;
+    read = std::shared_ptr<NvmeParamRead>(new NvmeParamRead(nvme->BeginRead(nvme_group)),
+                                          [nvme](NvmeParamRead* r) {
+                                            nvme->EndRead(*r);
+                                            delete r;
+                                          });
+  }
   auto op = [this, queue, layout, partitions, dtype, size, rank, world, piece, total, tag, shard,
-             dense, offsets](Comm& comm) -> Status {
+             dense, offsets, read](Comm& comm) -> Status {
+    const void* source = shard;
+    Status read_status;
+    if (read != nullptr) {
+      Result<const void*> values = nvme_->AwaitRead(*read);
+      if (values.ok()) {
+        source = *values;
+      } else {
+        read_status = values.status();
+      }
+    }
     SLUICE_ASSIGN_OR_RETURN(
         DeviceBuffer staging,
         AllocateStaging(*queue, total * size,
                         fmt::format("the all-gather buffer of {}", TagName(tag))));
     auto* gathered = staging.data_as<uint8_t>();
     uint8_t* mine = gathered + static_cast<size_t>(rank) * piece * size;
-    WriteTag(mine, dtype, tag);
-    std::memcpy(mine + size, shard, (piece - 1) * size);
+    // A failed read still takes part in the collective, tagged as failed, so that the other
+    // ranks fail at once (naming this rank) instead of waiting for run.comm_timeout.
+    WriteTag(mine, dtype, read_status.ok() ? tag : kFailedReadTag);
+    if (read_status.ok()) std::memcpy(mine + size, source, (piece - 1) * size);
+    if (read != nullptr) nvme_->EndRead(*read);  // copied out: the slot may take the next read
     Status status = comm.AllGather(mine, gathered, total, dtype);
+    if (!read_status.ok()) return ReleaseStaging(*queue, staging, std::move(read_status));
     if (!status.ok()) return ReleaseStaging(*queue, staging, std::move(status));
     for (int r = 0; r < world && status.ok(); ++r) {
       const uint32_t theirs = ReadTag(gathered + static_cast<size_t>(r) * piece * size, dtype);
@@ -216,9 +261,9 @@ Status ParameterCoordinator::Issue(int group) {
   }
   g.buffer = std::move(buffer).value();
   float* dense = g.buffer.data_as<float>();
-  SLUICE_ASSIGN_OR_RETURN(g.ticket,
-                          EnqueueGather(static_cast<uint32_t>(g.unit) + 1, shards.gathered,
-                                        shards.gather_offset, shards.gather_elements, dense));
+  SLUICE_ASSIGN_OR_RETURN(
+      g.ticket, EnqueueGather(static_cast<uint32_t>(g.unit) + 1, shards.gathered,
+                              shards.gather_offset, shards.gather_elements, dense, group));
   for (int index : shards.gathered) {
     const PartitionInfo& p = layout_->partitions()[static_cast<size_t>(index)];
     binding_->SetValue(p.param, dense + dense_offset_[static_cast<size_t>(p.param)]);

@@ -25,6 +25,11 @@
 // Every pass ends with nothing gathered but the persistent parameters (the optimizer step that
 // may follow changes the shards).
 //
+// NVMe (a NvmeParamStore given to Create): this rank's piece of every gather is read from the
+// store instead of the shard. The read is issued when the gather is issued (on demand or by the
+// prefetch), into one of the store's pinned slots, and the comm-stream operation waits for it
+// (verifying its checksum) before the all-gather: prefetching by the trace reads ahead.
+//
 // Unlike DeepSpeed, where max_live_parameters only throttles prefetching (a soft limit), the
 // budget here is hard: the live count never exceeds it.
 #pragma once
@@ -39,6 +44,7 @@
 #include "engine/model/parameter_registry.h"
 #include "engine/zero/comm_queue.h"
 #include "engine/zero/module_trace.h"
+#include "engine/zero/nvme_param_store.h"
 #include "engine/zero/shard_layout.h"
 #include "engine/zero/zero_binding.h"
 #include "runtime/device.h"
@@ -73,9 +79,12 @@ class ParameterCoordinator {
   // `param_shard` holds this rank's layout.shard_elements() values of options.param_dtype; it,
   // and everything else passed, must outlive the coordinator. InvalidArgument (naming
   // zero_optimization.stage3_max_live_parameters) when an access cannot fit the budget.
+  // With `nvme` (holding NvmeParamGroupsOf(layout, registry); it too must outlive the
+  // coordinator) the pieces are read from it and `param_shard` is not read (may be null).
   static Result<std::unique_ptr<ParameterCoordinator>> Create(
       const CoordinatorOptions& options, const model::ParameterRegistry& registry,
-      const ShardLayout& layout, CommQueue& queue, ZeroBinding& binding, const void* param_shard);
+      const ShardLayout& layout, CommQueue& queue, ZeroBinding& binding, const void* param_shard,
+      NvmeParamStore* nvme = nullptr);
   // Waits for gathers still in flight.
   ~ParameterCoordinator();
 
@@ -120,11 +129,13 @@ class ParameterCoordinator {
   // kPersistentTag), so ranks that run different modules fail at the first mismatched gather
   // instead of exchanging the wrong parameters.
   static constexpr uint32_t kPersistentTag = 0xffff;
+  static constexpr uint32_t kFailedReadTag = 0xfffe;
   std::string TagName(uint32_t tag) const;
   // Enqueues the tagged all-gather of the partitions `run` (this rank's `elements` at
-  // `shard_offset` of the shard) and their unpacking, widened, into `dense`.
+  // `shard_offset` of the shard, or NVMe group `nvme_group` of the store) and their unpacking,
+  // widened, into `dense`.
   Result<CommTicket> EnqueueGather(uint32_t tag, const std::vector<int>& run, int64_t shard_offset,
-                                   int64_t elements, float* dense);
+                                   int64_t elements, float* dense, int nvme_group);
   Status Issue(int group);
   Status WaitFor(int group);
   Status ReleaseGroup(int group);
@@ -147,6 +158,7 @@ class ParameterCoordinator {
   CommQueue* queue_;
   ZeroBinding* binding_;
   const void* param_shard_;
+  NvmeParamStore* nvme_ = nullptr;
   std::vector<Group> groups_;
   std::vector<std::vector<int>> needs_;  // per unit: group indices
   std::vector<int64_t> dense_offset_;    // per registry parameter: offset in its gathered buffer

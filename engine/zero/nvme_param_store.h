@@ -1,0 +1,159 @@
+// The stage-3 parameter shard of one rank on NVMe (zero_optimization.offload_param.device nvme),
+// the storage half of the NVMe parameter path. Not wired into the engine yet: the optimizer
+// still writes whole shards, so ValidateZeroOptions refuses offload_param nvme.
+//
+// Layout: a swap store of its own ("sluice_params.rank<R>.swp" in offload_param.nvme_path) with
+// one extent per gather group, in shard order: "params.<i>" for each unit's non-persistent run
+// (what one all-gather sends) and one for the persistent run. A gather reads exactly its
+// extent, so every read is one request of one group, checksummed as a whole.
+//
+// Bounds:
+//   - pinned staging: buffer_count slots of min(buffer_size, largest group) elements; every read
+//     and every write-back goes through a slot, so the pinned bytes never exceed
+//     buffer_count x buffer_size elements. A group larger than buffer_size is refused at
+//     creation (naming the group and offload_param.buffer_size);
+//   - host cache: up to max_in_cpu elements of groups are kept in host memory after their first
+//     read (the first groups read are the first ones in trace order) and refreshed by every
+//     write-back, so they are never re-read from NVMe.
+//
+//   auto store = NvmeParamStore::Create(device, options, NvmeParamGroupsOf(layout, registry));
+//   store->WriteBack(offset, n, values) ... store->FinishWriteBack();  // shard order, all groups
+//   NvmeParamRead read = store->BeginRead(group);  // issues the NVMe read (or hits the cache)
+//   ... on the comm stream: const void* values = store->AwaitRead(read); use; EndRead(read);
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/model/parameter_registry.h"
+#include "engine/zero/host_shard_buffer.h"
+#include "engine/zero/shard_layout.h"
+#include "offload/aio_engine.h"
+#include "offload/swap_handle.h"
+#include "offload/swap_store.h"
+#include "runtime/device.h"
+#include "runtime/dtype.h"
+#include "runtime/status.h"
+
+namespace sluice::zero {
+
+struct NvmeParamGroup {
+  std::string what;    // "the parameters of <unit>", for errors
+  std::string extent;  // the swap extent's name
+  int64_t shard_offset = 0;
+  int64_t elements = 0;  // this rank's elements of the group (its piece of the all-gather)
+};
+
+// One group per unit with non-persistent parameters (registry order), then the persistent run.
+std::vector<NvmeParamGroup> NvmeParamGroupsOf(const ShardLayout& layout,
+                                              const model::ParameterRegistry& registry);
+
+struct NvmeParamStoreOptions {
+  std::string nvme_path;  // offload_param.nvme_path
+  int rank = 0;
+  DType dtype = DType::kF32;        // the parameter dtype of the shard
+  int buffer_count = 5;             // offload_param.buffer_count
+  int64_t buffer_size = 100000000;  // offload_param.buffer_size (elements)
+  int64_t max_in_cpu = 1000000000;  // offload_param.max_in_cpu (elements)
+  offload::AioOptions aio;
+};
+
+struct NvmeParamStoreStats {
+  int64_t nvme_reads = 0;    // group reads issued to NVMe
+  int64_t cache_hits = 0;    // group reads served from the host cache
+  int64_t group_writes = 0;  // group extents written
+  int64_t read_bytes = 0;
+  int64_t write_bytes = 0;
+  int slots_in_use = 0;
+  int peak_slots_in_use = 0;
+};
+
+// An issued group read: pass it to AwaitRead, then EndRead.
+struct NvmeParamRead {
+  int group = -1;
+  int slot = -1;  // -1: served from the cache
+  const void* data = nullptr;
+  offload::SwapHandle handle;
+  int64_t issued_ns = 0;  // trace clock, when tracing
+};
+
+class NvmeParamStore {
+ public:
+  // Creates the swap store and the staging. InvalidArgument (naming offload_param.buffer_size or
+  // buffer_count) when a group does not fit a slot.
+  static Result<std::unique_ptr<NvmeParamStore>> Create(Device& device,
+                                                        const NvmeParamStoreOptions& options,
+                                                        std::vector<NvmeParamGroup> groups);
+  // Waits for the I/O in flight.
+  ~NvmeParamStore();
+  NvmeParamStore(const NvmeParamStore&) = delete;
+  NvmeParamStore& operator=(const NvmeParamStore&) = delete;
+
+  // Write-back of the shard elements [shard_offset, shard_offset + n) (values in the parameter
+  // dtype, any memory), called in increasing shard order, in tiles of any size: each group is
+  // assembled in a staging slot and written to its extent (asynchronously) once complete.
+  // Elements outside every group (none in a ShardLayout) are ignored.
+  Status WriteBack(int64_t shard_offset, int64_t n, const void* values);
+  // Waits for the writes; FailedPrecondition when a group was left incomplete.
+  Status FinishWriteBack();
+
+  // Issues the read of `group` into a free slot (waiting for one while all are busy), unless it
+  // is cached. Outside WriteBack / FinishWriteBack.
+  NvmeParamRead BeginRead(int group);
+  // Waits for the read and verifies its checksum: DataLoss naming the group on a mismatch. The
+  // values stay valid until EndRead. May run on another thread than BeginRead. When tracing, the
+  // read is recorded on the "nvme" lane from its issue to its completion.
+  Result<const void*> AwaitRead(NvmeParamRead& read);
+  // Frees the read's slot (after AwaitRead, or to abandon it).
+  void EndRead(NvmeParamRead& read);
+
+  const std::vector<NvmeParamGroup>& groups() const { return groups_; }
+  NvmeParamStoreStats stats() const;
+  int64_t slot_elements() const { return slot_elements_; }
+  uint64_t pinned_bytes() const { return staging_.size(); }
+  uint64_t cache_bytes() const;
+  uint64_t nvme_bytes() const;
+  offload::SwapStore& swap_store() { return *store_; }
+
+ private:
+  NvmeParamStore(const NvmeParamStoreOptions& options, std::vector<NvmeParamGroup> groups);
+  std::byte* slot(int index) const;
+  int AcquireSlot();  // blocks until one is free
+  // A free slot, or the slot of the oldest write in flight once that write finished.
+  Result<int> AcquireWriteSlot();
+  void ReleaseSlot(int index);
+  Status WaitPendingWrite(int slot_index);
+  Status CompleteGroup(int group);
+  void MaybeCache(int group, const void* values);
+
+  NvmeParamStoreOptions options_;
+  std::vector<NvmeParamGroup> groups_;
+  size_t element_size_ = 4;
+  int64_t slot_elements_ = 0;
+  uint64_t slot_bytes_ = 0;
+  // Declaration order: the store goes before its engine; handles before the store.
+  std::unique_ptr<offload::AioEngine> aio_;
+  std::unique_ptr<offload::SwapStore> store_;
+  PinnedBuffer staging_;
+  std::vector<HostShardBuffer> cache_;  // per group; empty when not cached
+  int64_t cached_elements_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable slot_freed_;
+  std::vector<bool> slot_busy_;
+  std::vector<offload::SwapHandle> pending_writes_;  // per slot
+  NvmeParamStoreStats stats_;
+
+  // Write-back cursor: the group being assembled and the slot it is assembled in.
+  int writing_group_ = -1;
+  int writing_slot_ = -1;
+  int64_t written_in_group_ = 0;
+  std::deque<int> writes_in_flight_;  // slots of the groups being written, oldest first
+};
+
+}  // namespace sluice::zero
