@@ -49,6 +49,9 @@ struct SwapStoreOptions {
   uint64_t checksum_chunk_bytes = 1ull << 20;
   // File name in each directory; empty gives "sluice_swap.rank<R>.swp".
   std::string file_name;
+  // Scratch space of one process (the engine's offloaded state): Close() removes the files
+  // instead of flushing the header, so a finished run leaves nothing behind on the NVMe.
+  bool remove_on_close = false;
 };
 
 struct SwapExtent {

@@ -371,12 +371,20 @@ Status SwapStore::Close() {
       }
     }
   }
-  if (!header_fds_.empty()) status = Flush();
+  if (!header_fds_.empty() && !options_.remove_on_close) status = Flush();
   Status closed = engine_.Close(data_file_);
   if (status.ok()) status = closed;
   for (int fd : header_fds_) close(fd);
   header_fds_.clear();
   open_ = false;
+  if (options_.remove_on_close) {
+    for (const std::string& path : file_paths_) {
+      if (::unlink(path.c_str()) != 0 && errno != ENOENT && status.ok()) {
+        status = ErrnoStatus(errno, "removing the scratch swap file {} failed: {}", path,
+                             ErrnoText(errno));
+      }
+    }
+  }
   return status;
 }
 

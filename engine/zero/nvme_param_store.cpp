@@ -84,6 +84,7 @@ Result<std::unique_ptr<NvmeParamStore>> NvmeParamStore::Create(Device& device,
   store.rank = options.rank;
   store.capacity_bytes = capacity;
   store.file_name = fmt::format("sluice_params.rank{}.swp", options.rank);
+  store.remove_on_close = true;  // scratch: the state that matters goes into checkpoints
   Result<std::unique_ptr<offload::SwapStore>> created = offload::SwapStore::Create(*s->aio_, store);
   if (!created.ok()) {
     return Status(created.status())

@@ -119,6 +119,7 @@ Result<std::unique_ptr<ZeroOptimizer>> CreateZeroOptimizer(Device& device,
     store.paths = {offload.nvme_path};
     store.rank = rank;
     store.file_name = fmt::format("sluice_optimizer.rank{}.swp", rank);
+    store.remove_on_close = true;  // scratch: the state that matters goes into checkpoints
     Result<std::unique_ptr<offload::SwapStore>> created =
         offload::SwapStore::Create(*optimizer->aio, store);
     if (!created.ok()) {

@@ -117,6 +117,22 @@ TEST_P(SwapStoreTest, OptimizerStateRoundTripsWithChecksums) {
   EXPECT_EQ(SwapTensorName(7, SwapTensorKind::kExpAvgSq), "subgroup7.exp_avg_sq");
 }
 
+TEST_P(SwapStoreTest, ScratchStoreRemovesItsFilesOnClose) {
+  SwapStoreOptions options = StoreOptions(2);
+  options.remove_on_close = true;
+  std::unique_ptr<SwapStore> store = Create(options);
+  const std::vector<std::string> files = store->file_paths();
+  ASSERT_EQ(files.size(), 2u);
+  for (const std::string& f : files) EXPECT_TRUE(std::filesystem::exists(f)) << f;
+  ASSERT_TRUE(store->Close().ok());
+  for (const std::string& f : files) EXPECT_FALSE(std::filesystem::exists(f)) << f;
+
+  options.remove_on_close = false;  // a kept store stays
+  store = Create(options);
+  ASSERT_TRUE(store->Close().ok());
+  for (const std::string& f : store->file_paths()) EXPECT_TRUE(std::filesystem::exists(f)) << f;
+}
+
 TEST_P(SwapStoreTest, StripedStoreRoundTripsAndReopens) {
   const SwapStoreOptions options = StoreOptions(3);
   constexpr uint64_t kLength = (3 << 20) + 777;
