@@ -1,5 +1,6 @@
 // Training on the ranks of an MPI world through the ZeRO engine (engine/zero/zero_engine.h), any
-// stage 0-3, all state on the device (an offload device is refused). One code path: a process
+// stage 0-3, with the optimizer state (stages 1-3) and the parameters (stage 3) optionally
+// offloaded to host memory or NVMe as zero_optimization.offload_* say. One code path: a process
 // started without mpirun is a world of one. Each rank reads its slice of every global batch
 // (DataLoader(rank, world)) and of the validation batches:
 //
@@ -13,11 +14,11 @@
 // reduced as the stage does; then ZeroEngine::Step: (f16: the gradient rounded to fp16) the
 // global norm of the unscaled gradient over all ranks; an inf or NaN on any rank skips the step
 // everywhere (counted, the scheduler not stepped, the fp16 loss scale adjusted); otherwise Adam
-// (engine/zero/sharded_adam.h) with grad_scale = clip coefficient / loss scale at the schedule's
-// rate, and the schedule steps. Skipping on a non-finite gradient applies to every precision
-// (DeepSpeed's bf16 optimizer checks too; for fp32 and a static fp16 scale DeepSpeed would apply
-// the step and poison the weights). A step's loss is the mean over the ranks, its tokens those of
-// all ranks.
+// (engine/zero/sharded_adam.h, or offloaded_adam.h with offload_optimizer) with grad_scale = clip
+// coefficient / loss scale at the schedule's rate, and the schedule steps. Skipping on a non-finite
+// gradient applies to every precision (DeepSpeed's bf16 optimizer checks too; for fp32 and a static
+// fp16 scale DeepSpeed would apply the step and poison the weights). A step's loss is the mean over
+// the ranks, its tokens those of all ranks.
 //
 // Run() also evaluates every run.eval_interval steps (and, unless that is 0, before the first and
 // after the last step) over the same data.eval_batches validation micro-batches per rank (the
@@ -94,7 +95,8 @@ class Trainer {
  public:
   // Builds the device, the model and the ZeRO engine (parameters initialized from run.seed), the
   // data loader, the schedule and the loss scaler. Errors name what to change: a missing data
-  // file, a model that does not fit device.memory_limit, a cuda device, an offload device.
+  // file, a model that does not fit device.memory_limit, a cuda device, an offload combination
+  // the engine does not implement (its error, with the key to change).
   // Collective: a rank whose set-up failed makes the others fail too instead of waiting.
   static Result<std::unique_ptr<Trainer>> Create(const Config& config,
                                                  const TrainerOptions& options = {});

@@ -102,15 +102,16 @@ TEST(TrainCliMpiTest, SluiceLaunchTwoRanksStage3) {
 }
 
 // An error on every rank comes back once per rank, tagged, with exit status 1.
-TEST(TrainCliMpiTest, OffloadIsRefusedOnEveryRank) {
+TEST(TrainCliMpiTest, OffloadAtStage0IsRefusedOnEveryRank) {
   if (!cli::FindMpirun().ok()) GTEST_SKIP() << cli::FindMpirun().status().ToString();
   const CommandResult r =
-      RunCommand(std::string(SLUICE_BINARY) + " launch -n 2 -- " + TrainArgs(3, TempPath("run")) +
+      RunCommand(std::string(SLUICE_BINARY) + " launch -n 2 -- " + TrainArgs(0, TempPath("run")) +
                  " --set zero_optimization.offload_optimizer.device=cpu");
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("rank 0 of 2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rank 1 of 2"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("offload_param"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("offload_optimizer"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("needs zero_optimization.stage"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("Training summary"), std::string::npos) << r.output;
 }
 

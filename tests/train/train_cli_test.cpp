@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "tests/common/run_command.h"
@@ -49,6 +51,43 @@ TEST(TrainCliTest, TrainsATinyConfigAndWritesItsFiles) {
   std::ifstream resolved(run_dir + "/config.resolved.json");
   std::string text((std::istreambuf_iterator<char>(resolved)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find(run_dir), std::string::npos) << "--run-dir is recorded as run.dir";
+}
+
+// ZeRO-Infinity through the CLI: Adam state on NVMe, parameters in host memory; the summary's
+// memory table and summary.json show every tier, predicted against measured.
+TEST(TrainCliTest, OffloadedRunReportsEveryTier) {
+  const std::string run_dir = TempPath("run");
+  const std::string swap = TempPath("swap");
+  std::filesystem::create_directories(swap);
+  const std::string config =
+      WriteFile(TempPath("tiny.yaml"), test_util::TinyGptYaml(Corpus(), "runs/unused"));
+  CommandResult r = RunSluice("train --config " + config + " --run-dir " + run_dir +
+                              " --set run.steps=3 --set run.eval_interval=0 --progress plain --set "
+                              "zero_optimization.stage=3"
+                              " --set zero_optimization.offload_optimizer.device=nvme --set "
+                              "zero_optimization.offload_optimizer.nvme_path=" +
+                              swap + " --set zero_optimization.offload_param.device=cpu");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("step 3/3"), std::string::npos) << r.output;
+  for (const char* tier : {"\n  device ", "\n  host_pinned ", "\n  host ", "\n  nvme "}) {
+    EXPECT_NE(r.output.find(tier), std::string::npos) << tier << "\n" << r.output;
+  }
+  std::ifstream in(run_dir + "/summary.json");
+  const nlohmann::json summary = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(summary.is_discarded());
+  std::set<std::string> tiers;
+  for (const nlohmann::json& row : summary["memory"]["rows"]) {
+    if (row["category"] == "optimizer" && row["tier"] == "nvme") {
+      EXPECT_GT(row["measured"].get<int64_t>(), 0) << row.dump();
+      EXPECT_GT(row["predicted"].get<int64_t>(), 0) << row.dump();
+    }
+    if (row["category"] == "optimizer" && row["tier"] == "device") {
+      EXPECT_EQ(row["measured"].get<int64_t>(), 0) << row.dump();
+    }
+    tiers.insert(row["tier"].get<std::string>());
+  }
+  EXPECT_EQ(tiers, (std::set<std::string>{"device", "host_pinned", "host", "nvme"}))
+      << summary["memory"].dump(2);
 }
 
 TEST(TrainCliTest, PlainDeepSpeedConfigWithAModelFile) {
