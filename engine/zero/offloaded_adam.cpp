@@ -9,6 +9,7 @@
 #include "engine/zero/partition_copy.h"
 #include "offload/aio_engine.h"
 #include "runtime/logging.h"
+#include "runtime/trace.h"
 
 namespace sluice::zero {
 namespace {
@@ -17,6 +18,21 @@ using Clock = std::chrono::steady_clock;
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// SecondsSince, also recorded in the trace lane (when tracing) so that `sluice bench step` shows
+// the step's timed parts on the queues they belong to. steady_clock is the trace clock.
+double TracedSecondsSince(Clock::time_point start, std::string_view lane, std::string_view what,
+                          int64_t tile) {
+  const Clock::time_point end = Clock::now();
+  TraceRecorder& trace = TraceRecorder::Global();
+  if (trace.enabled()) {
+    auto ns = [](Clock::time_point t) {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+    };
+    trace.Record(lane, fmt::format("{} tile {}", what, tile), ns(start), ns(end));
+  }
+  return std::chrono::duration<double>(end - start).count();
 }
 
 kernels::AdamGradType GradTypeFor(DType dtype) {
@@ -168,7 +184,7 @@ TilePipelineHooks OffloadedAdam::StepHooks(const void* grads, const kernels::Ada
     if (on_nvme()) {
       const Clock::time_point start = Clock::now();
       reads_[slot] = nvme_->ReadAsync(tile, ring_.state(slot));
-      timings_.nvme_read_issue_s += SecondsSince(start);
+      timings_.nvme_read_issue_s += TracedSecondsSince(start, kTraceLaneNvme, "read issue", tile);
       timings_.nvme_bytes_read += nvme_->TileBytes(tile);
     }
     if (options_.host_gradients) return OkStatus();  // read in place by `compute`
@@ -182,15 +198,14 @@ TilePipelineHooks OffloadedAdam::StepHooks(const void* grads, const kernels::Ada
     Clock::time_point start = Clock::now();
     Status read = reads_[slot].Wait();
     reads_[slot] = offload::SwapHandle();
-    timings_.nvme_read_wait_s += SecondsSince(start);
+    timings_.nvme_read_wait_s += TracedSecondsSince(start, kTraceLaneNvme, "read wait", tile);
     start = Clock::now();
     Status copied = options_.host_gradients ? OkStatus() : d2h_done_[slot]->Synchronize();
-    timings_.d2h_wait_s += SecondsSince(start);
+    timings_.d2h_wait_s += TracedSecondsSince(start, kTraceLaneD2H, "grads wait", tile);
     if (!read.ok()) return TileError(tile, std::move(read), "reading the state of");
     return TileError(tile, std::move(copied), "copying the gradients of");
   };
-  hooks.compute = [this, grads, grad_size, hyper, grad_scale](int64_t tile,
-                                                              int slot) -> Status {
+  hooks.compute = [this, grads, grad_size, hyper, grad_scale](int64_t tile, int slot) -> Status {
     const Clock::time_point start = Clock::now();
     const TileState state = StateOf(tile, slot);
     kernels::AdamTensors t;
@@ -211,7 +226,7 @@ TilePipelineHooks OffloadedAdam::StepHooks(const void* grads, const kernels::Ada
     if (param_dtype_ == DType::kF32 && ring_.layout().params_bytes != 0) {
       std::memcpy(ring_.params(slot), state.master, t.count * sizeof(float));
     }
-    timings_.adam_s += SecondsSince(start);
+    timings_.adam_s += TracedSecondsSince(start, kTraceLaneCpuAdam, "adam", tile);
     return OkStatus();
   };
   hooks.begin_store = [this](int64_t tile, int slot) -> Status {
@@ -220,7 +235,7 @@ TilePipelineHooks OffloadedAdam::StepHooks(const void* grads, const kernels::Ada
     if (on_nvme()) {
       const Clock::time_point start = Clock::now();
       writes_[slot] = nvme_->WriteAsync(tile, ring_.state(slot));
-      timings_.nvme_write_issue_s += SecondsSince(start);
+      timings_.nvme_write_issue_s += TracedSecondsSince(start, kTraceLaneNvme, "write issue", tile);
       timings_.nvme_bytes_written += nvme_->TileBytes(tile);
     }
     return OkStatus();
@@ -229,10 +244,10 @@ TilePipelineHooks OffloadedAdam::StepHooks(const void* grads, const kernels::Ada
     Clock::time_point start = Clock::now();
     Status written = writes_[slot].Wait();
     writes_[slot] = offload::SwapHandle();
-    timings_.nvme_write_wait_s += SecondsSince(start);
+    timings_.nvme_write_wait_s += TracedSecondsSince(start, kTraceLaneNvme, "write wait", tile);
     start = Clock::now();
     Status copied = h2d_done_[slot]->Synchronize();
-    timings_.h2d_wait_s += SecondsSince(start);
+    timings_.h2d_wait_s += TracedSecondsSince(start, kTraceLaneH2D, "params wait", tile);
     if (!written.ok()) return TileError(tile, std::move(written), "writing the state of");
     return TileError(tile, std::move(copied), "copying the parameters of");
   };
@@ -302,10 +317,9 @@ Status OffloadedAdam::LoadMasterFromParams() {
     // fp32 on NVMe has no parameter region: the copy lands in p directly.
     void* landing = ring_.layout().params_bytes == 0 ? static_cast<void*>(state.master)
                                                      : static_cast<void*>(ring_.params(0));
-    Status copied = device_->CopyAsync(landing, Offset(param_shard_, grid_.begin(tile), size),
-                                       static_cast<size_t>(n) * size,
-                                       options_.host_params ? CopyKind::kH2H : CopyKind::kD2H,
-                                       *d2h_stream_);
+    Status copied = device_->CopyAsync(
+        landing, Offset(param_shard_, grid_.begin(tile), size), static_cast<size_t>(n) * size,
+        options_.host_params ? CopyKind::kH2H : CopyKind::kD2H, *d2h_stream_);
     if (copied.ok()) copied = d2h_stream_->Synchronize();
     SLUICE_RETURN_IF_ERROR(TileError(tile, std::move(copied), "copying the parameters of"));
     if (landing != state.master) {

@@ -1,0 +1,269 @@
+#include "benchmarks/lib/step_bench.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "engine/train/run_setup.h"
+#include "engine/train/trainer.h"
+#include "engine/zero/offloaded_adam.h"
+#include "kernels/cpu/cpu_features.h"
+#include "runtime/trace.h"
+
+namespace sluice::bench {
+namespace {
+
+constexpr size_t kNumPhases = std::size(kStepPhases);
+enum PhaseIndex : size_t {
+  kForward,
+  kBackward,
+  kGather,
+  kReduce,
+  kD2H,
+  kH2D,
+  kNvmeRead,
+  kNvmeWrite,
+  kAdam
+};
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// The comm queue names its operations after the collective (engine/zero/comm_queue.h). Control
+// collectives (the gradient norm, a loss mean, agreement checks) carry no payload and are neither.
+void AddCommTime(const TraceEvent& event, StepSample& sample) {
+  if (event.bytes == 0) return;
+  const double seconds = 1e-9 * static_cast<double>(event.duration_ns());
+  const std::string_view name = event.name;
+  if (name.starts_with("reduce_scatter") || name.starts_with("all_reduce")) {
+    sample.phase_s[kReduce] += seconds;
+  } else if (name.starts_with("all_gather")) {
+    sample.phase_s[kGather] += seconds;
+  }
+}
+
+double LoadAverage() {
+  double load[1] = {0};
+  return getloadavg(load, 1) == 1 ? load[0] : -1;
+}
+
+Status WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  out.close();
+  if (!out) return IoError("writing the benchmark record to '{}' failed", path);
+  return OkStatus();
+}
+
+nlohmann::json SampleJson(const StepSample& s) {
+  nlohmann::json phases = nlohmann::json::object();
+  for (size_t p = 0; p < kNumPhases; ++p) phases[kStepPhases[p]] = s.phase_s[p];
+  return {{"phases_s", phases},
+          {"wall_s", s.wall_s},
+          {"overlap_efficiency", s.overlap_efficiency()},
+          {"optimizer",
+           {{"wall_s", s.optimizer_wall_s},
+            {"nvme_s", s.optimizer_nvme_s()},
+            {"adam_s", s.optimizer_adam_s()},
+            {"ratio", s.optimizer_ratio()},
+            {"engine_step_s", s.engine_step_s}}},
+          {"loss", s.loss}};
+}
+
+}  // namespace
+
+double StepSample::overlap_efficiency() const {
+  double sum = 0;
+  for (double t : phase_s) sum += t;
+  return wall_s > 0 ? sum / wall_s : 0;
+}
+double StepSample::optimizer_nvme_s() const { return phase_s[kNvmeRead] + phase_s[kNvmeWrite]; }
+double StepSample::optimizer_adam_s() const { return phase_s[kAdam]; }
+double StepSample::optimizer_ratio() const {
+  const double bound = std::max(optimizer_nvme_s(), optimizer_adam_s());
+  return bound > 0 ? optimizer_wall_s / bound : 0;
+}
+
+void AddStepBenchOptions(CLI::App& app, StepBenchOptions& options) {
+  app.add_option("--config", options.configs, "Config file (repeatable, layered in order)")
+      ->required();
+  app.add_option("--set", options.set_overrides, "Override a setting: key=value (repeatable)");
+  app.add_option("--steps", options.steps, "Timed optimizer steps")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--warmup", options.warmup, "Untimed steps first")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--json", options.json_path, "Write the JSON record here ('-': stdout)");
+  app.add_option("--trace", options.trace_path,
+                 "Write a Chrome/Perfetto trace of the timed steps here");
+}
+
+Result<StepBenchReport> RunStepBench(const StepBenchOptions& options) {
+  if (options.steps < 1) return InvalidArgumentError("--steps must be >= 1, got {}", options.steps);
+  ConfigSources sources;
+  sources.paths = options.configs;
+  sources.set_overrides = options.set_overrides;
+  SLUICE_ASSIGN_OR_RETURN(Config config, train::LoadTrainConfig(sources));
+
+  train::TrainerOptions trainer_options;
+  trainer_options.progress = train::ProgressMode::kOff;
+  trainer_options.write_files = false;
+  trainer_options.summary_stream = nullptr;
+  SLUICE_ASSIGN_OR_RETURN(auto trainer, train::Trainer::Create(config, trainer_options));
+  if (trainer->world_size() != 1) {
+    return UnimplementedError(
+        "sluice bench step times one rank; it was started on {} ranks: run it without mpirun",
+        trainer->world_size());
+  }
+
+  StepBenchReport report;
+  report.machine = {{"cpu", kernels::DetectCpuFeatures().model_name},
+                    {"logical_cpus", std::thread::hardware_concurrency()},
+                    {"load_average_1m_at_start", LoadAverage()}};
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  report.machine["hostname"] = host;
+  report.config = ConfigRecordJson(trainer->config());
+  const zero::ZeroOptions& zero = trainer->engine().options();
+  report.nvme_optimizer = zero.offload_optimizer.device == OffloadDevice::kNvme;
+  report.settings = {
+      {"configs", options.configs},
+      {"set", options.set_overrides},
+      {"steps", options.steps},
+      {"warmup", options.warmup},
+      {"model", train::DescribeModel(trainer->model().options())},
+      {"parameters", trainer->model().ParameterCount()},
+      {"zero_stage", zero.stage},
+      {"offload_optimizer", OffloadDeviceName(zero.offload_optimizer.device)},
+      {"offload_param", OffloadDeviceName(zero.offload_param.device)},
+      {"optimizer_shard_elements", trainer->engine().optimizer().count()},
+      {"gradient_accumulation_steps", trainer->config().batch.gradient_accumulation_steps},
+      {"micro_batch_per_gpu", trainer->config().batch.micro_batch_per_gpu}};
+
+  for (int i = 0; i < options.warmup; ++i) {
+    SLUICE_ASSIGN_OR_RETURN(train::StepMetrics m, trainer->TrainStep());
+    (void)m;
+  }
+
+  // The comm lane is only recorded while tracing; the timed steps always trace.
+  TraceRecorder& trace = TraceRecorder::Global();
+  trace.Clear();
+  trace.Enable();
+  for (int i = 0; i < options.steps; ++i) {
+    const int64_t begin_ns = TraceClockNs();
+    Result<train::StepMetrics> m = trainer->TrainStep();
+    const int64_t end_ns = TraceClockNs();
+    if (!m.ok()) {
+      trace.Disable();
+      return Status(m.status()).WithContext(fmt::format("timed step {}", i + 1));
+    }
+    StepSample sample;
+    sample.phase_s[kForward] = m->forward_s;
+    sample.phase_s[kBackward] = m->backward_s;
+    sample.wall_s = m->step_time_s;
+    sample.loss = m->loss;
+    sample.optimizer_wall_s = m->optimizer_s;
+    sample.engine_step_s = m->optimizer_s;
+    if (const zero::OffloadStepTimings* t = trainer->optimizer().last_step_timings()) {
+      sample.phase_s[kD2H] = t->d2h_wait_s;
+      sample.phase_s[kH2D] = t->h2d_wait_s;
+      sample.phase_s[kNvmeRead] = t->nvme_read_s();
+      sample.phase_s[kNvmeWrite] = t->nvme_write_s();
+      sample.phase_s[kAdam] = t->adam_s;
+      sample.optimizer_wall_s = t->wall_s;
+    }
+    for (const TraceEvent& event : trace.Snapshot()) {
+      if (event.lane == kTraceLaneComm && event.start_ns >= begin_ns && event.end_ns <= end_ns) {
+        AddCommTime(event, sample);
+      }
+    }
+    report.samples.push_back(sample);
+  }
+  trace.Disable();
+  if (!options.trace_path.empty()) {
+    SLUICE_RETURN_IF_ERROR(trace.WriteChromeTrace(options.trace_path, /*rank=*/0));
+  }
+  trace.Clear();
+
+  for (const StepSample& s : report.samples) {
+    if (!std::isfinite(s.loss)) {
+      return DataLossError("a timed step's loss is {}: the run diverged, its timings are void",
+                           s.loss);
+    }
+  }
+  auto median_of = [&report](auto field) {
+    std::vector<double> values;
+    for (const StepSample& s : report.samples) values.push_back(field(s));
+    return Median(std::move(values));
+  };
+  for (size_t p = 0; p < kNumPhases; ++p) {
+    report.median.phase_s[p] = median_of([p](const StepSample& s) { return s.phase_s[p]; });
+  }
+  report.median.wall_s = median_of([](const StepSample& s) { return s.wall_s; });
+  report.median.optimizer_wall_s =
+      median_of([](const StepSample& s) { return s.optimizer_wall_s; });
+  report.median.engine_step_s = median_of([](const StepSample& s) { return s.engine_step_s; });
+  report.median.loss = median_of([](const StepSample& s) { return s.loss; });
+  report.machine["load_average_1m_at_end"] = LoadAverage();
+  return report;
+}
+
+std::string FormatStepBenchTable(const StepBenchReport& report) {
+  const StepSample& m = report.median;
+  std::string out = fmt::format("sluice bench step: {}, {} timed steps (medians)\n",
+                                report.settings["model"].get<std::string>(), report.samples.size());
+  out += fmt::format("{:<12} {:>12} {:>8}\n", "phase", "time (ms)", "% wall");
+  double sum = 0;
+  for (size_t p = 0; p < kNumPhases; ++p) {
+    sum += m.phase_s[p];
+    out += fmt::format("{:<12} {:>12.3f} {:>7.1f}%\n", kStepPhases[p], 1e3 * m.phase_s[p],
+                       m.wall_s > 0 ? 100 * m.phase_s[p] / m.wall_s : 0.0);
+  }
+  out += fmt::format("{:<12} {:>12.3f}\n", "sum", 1e3 * sum);
+  out += fmt::format("{:<12} {:>12.3f}\n", "wall", 1e3 * m.wall_s);
+  out += fmt::format("overlap efficiency (sum / wall): {:.3f}\n", m.overlap_efficiency());
+  out += fmt::format(
+      "optimizer step: wall {:.3f} ms, NVMe {:.3f} ms, Adam {:.3f} ms, wall / max(NVMe, Adam) = "
+      "{:.3f}{}\n",
+      1e3 * m.optimizer_wall_s, 1e3 * m.optimizer_nvme_s(), 1e3 * m.optimizer_adam_s(),
+      m.optimizer_ratio(), report.nvme_optimizer ? " (target <= 1.2)" : "");
+  out += fmt::format("engine step (norm, clip, optimizer, publish): {:.3f} ms\n",
+                     1e3 * m.engine_step_s);
+  return out;
+}
+
+nlohmann::json StepBenchJson(const StepBenchReport& report) {
+  nlohmann::json samples = nlohmann::json::array();
+  for (const StepSample& s : report.samples) samples.push_back(SampleJson(s));
+  nlohmann::json results = SampleJson(report.median);
+  results["samples"] = samples;
+  results["optimizer_ratio_target"] = report.nvme_optimizer ? nlohmann::json(1.2) : nullptr;
+  return {{"benchmark", "step"},     {"machine", report.machine},
+          {"config", report.config}, {"settings", report.settings},
+          {"results", results},      {"correctness", {{"losses_finite", true}}}};
+}
+
+Status RunStepBenchCommand(const StepBenchOptions& options) {
+  SLUICE_ASSIGN_OR_RETURN(StepBenchReport report, RunStepBench(options));
+  std::cout << FormatStepBenchTable(report) << std::flush;
+  if (options.json_path.empty()) return OkStatus();
+  const std::string text = StepBenchJson(report).dump(2) + "\n";
+  if (options.json_path == "-") {
+    std::cout << text;
+    return OkStatus();
+  }
+  return WriteText(options.json_path, text);
+}
+
+}  // namespace sluice::bench

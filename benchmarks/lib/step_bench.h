@@ -1,0 +1,77 @@
+// The training-step benchmark (`sluice bench step`, benchmarks/bench_step): runs --steps optimizer
+// steps of the configured model through the trainer (engine/train/trainer.h) after --warmup
+// untimed ones and reports, per step (medians over the timed steps), the time of each phase:
+//
+//   forward, backward   the trainer's split of each micro-batch pass (summed over micro-batches)
+//   gather, reduce      the comm lane's operations inside the step (runtime/trace.h): parameter
+//                       all-gathers with a payload / reduce-scatters and all-reduces of gradients
+//   d2h, h2d            the offloaded optimizer's waits for gradient / parameter tiles
+//   nvme_read/_write    its tile reads / writes: submission plus exposed wait
+//   adam                the fused CPU Adam kernel over all tiles
+//
+// (the last five from OffloadedAdam::last_step_timings; zero without optimizer offload), the step's
+// wall time and the overlap efficiency = (sum of the phase times) / wall: above 1 when phases ran
+// concurrently. The same-run baseline is that sum itself, the wall time the step would take with
+// every phase serialized. For the optimizer step alone: its wall time, NVMe time (read + write),
+// Adam time and issue 7's ratio wall / max(NVMe, Adam) (target <= 1.2 with NVMe optimizer offload).
+// Correctness check: every timed step's loss is finite and the phase times are non-negative.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "runtime/status.h"
+
+namespace CLI {
+class App;
+}
+
+namespace sluice::bench {
+
+struct StepBenchOptions {
+  std::vector<std::string> configs;        // layered in order
+  std::vector<std::string> set_overrides;  // "key=value", applied last
+  int steps = 5;
+  int warmup = 1;
+  std::string json_path;   // "-" for stdout
+  std::string trace_path;  // Chrome / Perfetto trace of the timed steps
+};
+
+void AddStepBenchOptions(CLI::App& app, StepBenchOptions& options);
+
+// The phases in report order.
+inline constexpr const char* kStepPhases[] = {"forward", "backward",  "gather",     "reduce", "d2h",
+                                              "h2d",     "nvme_read", "nvme_write", "adam"};
+
+struct StepSample {
+  double phase_s[std::size(kStepPhases)] = {};
+  double wall_s = 0;
+  double optimizer_wall_s = 0;  // OffloadedAdam's step, or the engine's whole Step without offload
+  // The engine's whole Step: the gradient norm, clipping and publishing the parameters too.
+  double engine_step_s = 0;
+  double loss = 0;
+  double overlap_efficiency() const;  // sum(phase_s) / wall_s
+  double optimizer_nvme_s() const;    // nvme_read + nvme_write
+  double optimizer_adam_s() const;
+  double optimizer_ratio() const;  // optimizer_wall_s / max(nvme, adam); 0 when both are 0
+};
+
+struct StepBenchReport {
+  nlohmann::json machine;
+  nlohmann::json config;    // the resolved config record
+  nlohmann::json settings;  // steps, warmup, config paths, overrides, model, offload tiers
+  std::vector<StepSample> samples;
+  StepSample median;  // per field median over the samples (efficiency and ratio recomputed)
+  bool nvme_optimizer = false;
+};
+
+Result<StepBenchReport> RunStepBench(const StepBenchOptions& options);
+std::string FormatStepBenchTable(const StepBenchReport& report);
+nlohmann::json StepBenchJson(const StepBenchReport& report);
+
+// Runs, prints the table, writes --json and --trace if asked.
+Status RunStepBenchCommand(const StepBenchOptions& options);
+
+}  // namespace sluice::bench
