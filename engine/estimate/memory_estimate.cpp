@@ -13,6 +13,8 @@
 #include "engine/estimate/zero_simulation.h"
 #include "engine/train/precision.h"
 #include "engine/train/run_setup.h"
+#include "engine/zero/offload_options.h"
+#include "engine/zero/offload_staging_ring.h"
 #include "runtime/comm.h"
 
 namespace sluice::estimate {
@@ -36,6 +38,8 @@ std::string Times(int64_t per, const Count& count, std::string_view per_text = "
   return fmt::format("{} x {} = {} x {}", per_text.empty() ? fmt::format("{} B", per) : per_text,
                      count.what, per, FormatCount(count.elements));
 }
+
+constexpr int64_t kPage = 4096;  // host shards are whole pages
 
 MemoryTier HostTier(bool pin_memory) {
   return pin_memory ? MemoryTier::kHostPinned : MemoryTier::kHost;
@@ -106,8 +110,9 @@ struct Context {
   int64_t psi = 0;
   int64_t shard = 0;       // every rank's shard, padding included (Ψ when not sharded)
   int64_t persistent = 0;  // stage 3: elements of persistent parameters
-  int64_t p = 4;           // bytes of a stored parameter element
-  std::string p_text;      // "2 B (bf16)"
+  DType param_dtype = DType::kF32;
+  int64_t p = 4;       // bytes of a stored parameter element
+  std::string p_text;  // "2 B (bf16)"
   Count all;
   Count sharded;
 };
@@ -138,37 +143,42 @@ void AddOptimizer(const Context& c, const Count& elements, bool master, ItemList
     items.Add("fp32 gradient shard", MemoryTier::kDevice, MemoryCategory::kGrads, kF32 * dev,
               Times(kF32, dev_count));
   }
-  if (oo.device == OffloadDevice::kCpu) {
-    const MemoryTier host = HostTier(oo.pin_memory);
-    items.Add("fp32 master + exp_avg + exp_avg_sq (offload_optimizer cpu)", host,
-              MemoryCategory::kOptimizer, 3 * kF32 * off, Times(3 * kF32, off_count));
-    items.Add("fp32 gradient shard for the CPU optimizer", host, MemoryCategory::kGrads, kF32 * off,
-              Times(kF32, off_count));
-  } else if (oo.device == OffloadDevice::kNvme) {
-    const MemoryTier host = HostTier(oo.pin_memory);
-    const int64_t group = std::max<int64_t>(1, std::min(z.sub_group_size, off));
-    const int64_t groups = (off + z.sub_group_size - 1) / z.sub_group_size;
+  if (oo.device == OffloadDevice::kNone) return;
+  // As engine/zero/zero_optimizer.cpp places it: the fp32 gradient shard and (cpu) the state in
+  // pageable host memory, only the staging ring pinned; (nvme) one swap extent per tile.
+  const bool nvme = oo.device == OffloadDevice::kNvme;
+  const int64_t tile =
+      std::max<int64_t>(1, std::min(zero::OffloadTileElements(z.sub_group_size), off));
+  const int64_t tiles = (off + tile - 1) / tile;
+  items.Add("fp32 gradient shard for the offloaded optimizer", MemoryTier::kHost,
+            MemoryCategory::kGrads, AlignUp(kF32 * off, kPage), Times(kF32, off_count) + ", pages");
+  if (nvme) {
     items.Add("fp32 master + exp_avg + exp_avg_sq on NVMe", MemoryTier::kNvme,
-              MemoryCategory::kOptimizer, 3 * SwapBytes(off, z.sub_group_size, kF32),
-              fmt::format("3 x 4 B x {} in {} sub-group(s) of <= sub_group_size {}, 4 KiB blocks",
-                          off_count.what, groups, FormatCount(z.sub_group_size)));
-    items.Add("fp32 gradient shard on NVMe", MemoryTier::kNvme, MemoryCategory::kGrads,
-              SwapBytes(off, z.sub_group_size, kF32),
-              Times(kF32, off_count) + ", per sub-group, 4 KiB blocks");
-    items.Add("optimizer swap buffers", host, MemoryCategory::kBuffers,
-              oo.buffer_count * AlignUp(kF32 * group, kSwapAlignment),
-              fmt::format("offload_optimizer.buffer_count {} x 4 B x largest sub-group {}",
-                          oo.buffer_count, FormatCount(group)));
+              MemoryCategory::kOptimizer, SwapBytes(off, tile, 3 * kF32),
+              fmt::format("12 B x {} in {} tile(s) of <= {} (sub_group_size), 4 KiB blocks",
+                          off_count.what, tiles, FormatCount(tile)));
+  } else {
+    items.Add("fp32 master + exp_avg + exp_avg_sq (offload_optimizer cpu)", MemoryTier::kHost,
+              MemoryCategory::kOptimizer, 3 * AlignUp(kF32 * off, kPage),
+              Times(3 * kF32, off_count) + ", pages");
   }
+  const zero::StagingSlotLayout slot =
+      zero::ComputeStagingSlotLayout(tile, DType::kF32, c.param_dtype, nvme);
+  items.Add(
+      "optimizer staging ring", MemoryTier::kHostPinned, MemoryCategory::kOptimizer,
+      static_cast<int64_t>(slot.slot_bytes) * oo.buffer_count,
+      fmt::format("offload_optimizer.buffer_count {} x {} B per tile of {} ({}gradients, "
+                  "parameters)",
+                  oo.buffer_count, slot.slot_bytes, FormatCount(tile), nvme ? "state, " : ""));
 }
 
 // Stage 3 parameter offload: the shard on the host (cpu) or on NVMe behind pinned buffers.
 void AddOffloadedParameters(const Context& c, ItemList& items) {
   const OffloadParamConfig& op = c.z->offload_param;
   const MemoryTier host = HostTier(op.pin_memory);
-  if (op.device == OffloadDevice::kCpu) {
-    items.Add("parameter shard (offload_param cpu)", host, MemoryCategory::kParams, c.p * c.shard,
-              Times(c.p, c.sharded, c.p_text));
+  if (op.device == OffloadDevice::kCpu) {  // pageable, as engine/zero/host_shard_buffer.h
+    items.Add("parameter shard (offload_param cpu)", MemoryTier::kHost, MemoryCategory::kParams,
+              AlignUp(c.p * c.shard, kPage), Times(c.p, c.sharded, c.p_text) + ", pages");
     return;
   }
   const int64_t in_cpu = std::min(op.max_in_cpu, c.shard);
@@ -370,6 +380,7 @@ Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
   const int shard_world = c.stage == 0 ? 1 : c.n;  // stage 0 is a world of one
   c.shard = ShardElements(c.units, shard_world);
   const DType stored = config.model.dtype;
+  c.param_dtype = stored;
   c.p = static_cast<int64_t>(DTypeSize(stored));
   c.p_text = fmt::format("{} B ({})", c.p, DTypeName(stored));
   c.all = Count{"Ψ", c.psi};

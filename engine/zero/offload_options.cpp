@@ -10,6 +10,11 @@ std::string_view OptimizerStateTierName(OptimizerStateTier tier) {
   return tier == OptimizerStateTier::kNvme ? "nvme" : "cpu";
 }
 
+int64_t OffloadTileElements(int64_t sub_group_size) {
+  return std::min(sub_group_size / kOffloadTileQuantum * kOffloadTileQuantum,
+                  kDefaultOffloadTileElements);
+}
+
 Result<OffloadedAdamOptions> OffloadedAdamOptionsFromConfig(const ZeroConfig& zero,
                                                             offload::SwapStore* swap_store,
                                                             offload::AioEngine* aio_engine) {
@@ -33,8 +38,7 @@ Result<OffloadedAdamOptions> OffloadedAdamOptionsFromConfig(const ZeroConfig& ze
         "least {}",
         zero.sub_group_size, kOffloadTileQuantum);
   }
-  options.tile_elements = std::min(zero.sub_group_size / kOffloadTileQuantum * kOffloadTileQuantum,
-                                   kDefaultOffloadTileElements);
+  options.tile_elements = OffloadTileElements(zero.sub_group_size);
   if (options.tile_elements != zero.sub_group_size) {
     SLUICE_LOG_ONCE(kInfo, "offload",
                     "zero_optimization.sub_group_size {} gives optimizer tiles of {} elements "

@@ -59,6 +59,11 @@ struct OffloadedAdamOptions {
   bool host_params = false;
 };
 
+// The offloaded optimizer's tile for zero_optimization.sub_group_size: rounded down to a multiple
+// of kOffloadTileQuantum, at most kDefaultOffloadTileElements (0 when sub_group_size is smaller
+// than one quantum).
+int64_t OffloadTileElements(int64_t sub_group_size);
+
 // From zero_optimization.sub_group_size and zero_optimization.offload_optimizer.*: the tile is
 // sub_group_size rounded down to a multiple of kOffloadTileQuantum, at most
 // kDefaultOffloadTileElements. `swap_store` (and its engine) are required when

@@ -80,6 +80,12 @@ Status ValidateZeroOptions(const ZeroOptions& o) {
         "zero_optimization.offload_optimizer.device = nvme needs "
         "zero_optimization.offload_optimizer.nvme_path");
   }
+  if (o.offload_optimizer.device != OffloadDevice::kNone && o.offload_optimizer.ratio < 1.0) {
+    return UnimplementedError(
+        "zero_optimization.offload_optimizer.ratio = {} is not implemented by the ZeRO engine yet: "
+        "it offloads the whole optimizer state; set ratio 1 (or offload_optimizer.device none)",
+        o.offload_optimizer.ratio);
+  }
   if (o.offload_param.device == OffloadDevice::kNvme) {
     return UnimplementedError(
         "zero_optimization.offload_param.device = nvme is not implemented by the ZeRO engine yet: "

@@ -214,22 +214,22 @@ TEST(MemoryEstimateTest, CommunicationBuffersFollowTheEngine) {
   EXPECT_GT(ItemBytes(s3, "parameter all-gather staging"), 0);
 }
 
-TEST(MemoryEstimateTest, OptimizerOffloadMovesStateToPinnedHostMemory) {
+// Where engine/zero/zero_optimizer.cpp puts an offloaded optimizer: the fp32 gradient shard and
+// the state in pageable host memory (whole pages), only the staging ring of buffer_count tiles
+// pinned.
+TEST(MemoryEstimateTest, OptimizerOffloadPutsStateInHostMemoryAndOnlyStagingPinned) {
   const Config config = LoadYaml(BaseYaml("stage: 2, offload_optimizer: {device: cpu}"), 4);
   const MemoryEstimate e = Estimate(config, 4);
   const int64_t shard = Shard(4);
+  const auto pages = [](int64_t bytes) { return (bytes + 4095) / 4096 * 4096; };
   EXPECT_EQ(e.bytes(kDevice, kOptimizer), 0);
-  EXPECT_EQ(FindItem(e, "fp32 gradient shard")->tier, kPinned);
-  EXPECT_EQ(e.bytes(kPinned, kOptimizer), 12 * shard);
-  EXPECT_EQ(e.bytes(kPinned, kGrads), 4 * shard);
+  EXPECT_EQ(FindItem(e, "fp32 gradient shard for the offloaded optimizer")->tier, kHost);
+  EXPECT_EQ(e.bytes(kHost, kOptimizer), 3 * pages(4 * shard));
+  EXPECT_EQ(e.bytes(kHost, kGrads), pages(4 * shard));
+  // The shard is smaller than one tile: each of the 4 slots holds the shard's fp32 gradients and
+  // its bf16 parameters.
+  EXPECT_EQ(e.bytes(kPinned, kOptimizer), 4 * (pages(4 * shard) + pages(2 * shard)));
   EXPECT_EQ(e.bytes(kDevice, kParams), 4 * kPsi + 2 * shard);
-
-  const Config pageable =
-      LoadYaml(BaseYaml("stage: 1, offload_optimizer: {device: cpu, pin_memory: false}"), 4);
-  const MemoryEstimate p = Estimate(pageable, 4);
-  EXPECT_EQ(p.tier_bytes(kPinned), 0);
-  EXPECT_EQ(p.bytes(kHost, kOptimizer), 12 * shard);
-  EXPECT_EQ(p.bytes(kDevice, kGrads), 4 * kPsi);  // stage 1 keeps the full gradient
 }
 
 TEST(MemoryEstimateTest, NvmeOffloadSwapsThroughPinnedBuffers) {
@@ -241,13 +241,15 @@ TEST(MemoryEstimateTest, NvmeOffloadSwapsThroughPinnedBuffers) {
   const MemoryEstimate e = Estimate(config, 2);
   const int64_t shard = kPsi / 2;  // 468,864: every parameter has an even element count
   ASSERT_EQ(e.shard_elements, shard);
-  // Optimizer: sub-groups of 100,000 elements (4 full + 68,864), each extent rounded up to 4 KiB
-  // blocks: 400,000 B -> 98 blocks, 275,456 B -> 68 blocks.
-  const int64_t per_state = (4 * 98 + 68) * 4096;
-  EXPECT_EQ(e.bytes(kNvme, kOptimizer), 3 * per_state);
-  EXPECT_EQ(e.bytes(kNvme, kGrads), per_state);
+  // Optimizer: tiles of sub_group_size rounded down to 2048 elements = 98,304 (4 full + 75,648),
+  // one extent of 12 B per element each, rounded up to 4 KiB blocks: 1,179,648 B (288 blocks) and
+  // 907,776 B -> 222 blocks. The gradient shard stays in host memory.
+  EXPECT_EQ(e.bytes(kNvme, kOptimizer), (4 * 288 + 222) * 4096);
+  EXPECT_EQ(e.bytes(kNvme, kGrads), 0);
+  EXPECT_EQ(e.bytes(kHost, kGrads), 458 * 4096);  // 4 B x 468,864, whole pages
   EXPECT_EQ(e.bytes(kDevice, kOptimizer), 0);
-  EXPECT_EQ(FindItem(e, "optimizer swap buffers")->bytes, 4 * 98 * 4096);
+  // Each of the 4 staging slots: the tile's state (288 pages), fp32 gradients (96), bf16 (48).
+  EXPECT_EQ(FindItem(e, "optimizer staging ring")->bytes, 4 * (288 + 96 + 48) * 4096);
   // Parameters: max_in_cpu elements in pinned memory, the rest of the shard on NVMe.
   EXPECT_EQ(e.bytes(kPinned, kParams), 2 * 200000);
   EXPECT_EQ(e.bytes(kNvme, kParams), (2 * (shard - 200000) + 4095) / 4096 * 4096);
@@ -263,10 +265,11 @@ TEST(MemoryEstimateTest, PartialOffloadKeepsPartOfTheShardOnTheDevice) {
   const MemoryEstimate e = Estimate(config, 2);
   const int64_t shard = Shard(2);
   const int64_t on_cpu = std::llround(0.25 * shard);
-  EXPECT_EQ(e.bytes(kPinned, kOptimizer), 12 * on_cpu);
+  const auto pages = [](int64_t bytes) { return (bytes + 4095) / 4096 * 4096; };
+  EXPECT_EQ(e.bytes(kHost, kOptimizer), 3 * pages(4 * on_cpu));
   EXPECT_EQ(e.bytes(kDevice, kOptimizer), 12 * (shard - on_cpu));
   EXPECT_EQ(e.bytes(kDevice, kGrads), 4 * (shard - on_cpu) + ItemBytes(e, "unit gradient buffers"));
-  EXPECT_EQ(e.bytes(kPinned, kGrads), 4 * on_cpu);
+  EXPECT_EQ(e.bytes(kHost, kGrads), pages(4 * on_cpu));
 }
 
 TEST(MemoryEstimateTest, ActivationCheckpointingAndMicroBatchScaleTheActivations) {
