@@ -40,8 +40,10 @@ inline Config ShippedConfig(const std::string& name, std::vector<std::string> ov
   sources.paths = {source + "/configs/" + name};
   const std::string swap = TempPath("swap");
   std::filesystem::create_directories(swap);
-  overrides.insert(overrides.begin(), {"data.train_path=" + source + "/data/demo_corpus.txt",
-                                       "run.dir=" + TempPath("run")});
+  // The shipped configs read the demo corpus that `make run` assembles; the tests must not depend
+  // on it having run, so they train on a synthetic text of the same kind.
+  const std::string corpus = WriteFile(TempPath("corpus.txt"), SyntheticCorpus(1 << 20));
+  overrides.insert(overrides.begin(), {"data.train_path=" + corpus, "run.dir=" + TempPath("run")});
   sources.set_overrides = overrides;
   Result<Config> config = LoadConfig(sources);
   SLUICE_CHECK(config.ok()) << config.status().ToString();
