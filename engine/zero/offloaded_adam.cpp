@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "engine/zero/adam_hyperparams.h"
 #include "engine/zero/partition_copy.h"
 #include "offload/aio_engine.h"
 #include "runtime/logging.h"
@@ -264,15 +265,7 @@ Status OffloadedAdam::Step(const void* grads, double lr, double grad_scale) {
   if (count_ > 0 && grads == nullptr) {
     return InvalidArgumentError("offloaded optimizer step without gradients");
   }
-  kernels::AdamHyperparams hyper;
-  hyper.lr = static_cast<float>(lr);
-  hyper.beta1 = static_cast<float>(config_.beta1);
-  hyper.beta2 = static_cast<float>(config_.beta2);
-  hyper.eps = static_cast<float>(config_.eps);
-  hyper.weight_decay = static_cast<float>(config_.weight_decay);
-  hyper.adamw_mode = config_.adam_w_mode;
-  hyper.bias_correction = true;
-  hyper.step = step_ + 1;
+  const kernels::AdamHyperparams hyper = AdamHyperparamsFor(config_, lr, step_ + 1);
 
   timings_ = OffloadStepTimings();
   timings_.tiles = grid_.num_tiles();

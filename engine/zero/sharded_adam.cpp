@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "engine/zero/adam_hyperparams.h"
 #include "engine/zero/partition_copy.h"
 #include "kernels/cpu/adam.h"
 
@@ -68,15 +69,7 @@ void ShardedAdam::LoadMasterFromParams() {
 }
 
 Status ShardedAdam::Step(const float* grads, double lr, double grad_scale) {
-  kernels::AdamHyperparams hyper;
-  hyper.lr = static_cast<float>(lr);
-  hyper.beta1 = static_cast<float>(config_.beta1);
-  hyper.beta2 = static_cast<float>(config_.beta2);
-  hyper.eps = static_cast<float>(config_.eps);
-  hyper.weight_decay = static_cast<float>(config_.weight_decay);
-  hyper.adamw_mode = config_.adam_w_mode;
-  hyper.bias_correction = true;
-  hyper.step = step_ + 1;
+  const kernels::AdamHyperparams hyper = AdamHyperparamsFor(config_, lr, step_ + 1);
   kernels::AdamTensors t;
   t.params = master_;
   t.exp_avg = exp_avg_.data_as<float>();

@@ -3,6 +3,7 @@
 #include <bit>
 #include <string_view>
 
+#include "engine/zero/adam_hyperparams.h"
 #include "kernels/ref/adam_ref.h"
 
 namespace sluice::zero {
@@ -96,12 +97,7 @@ Status ValidateZeroOptions(const ZeroOptions& o) {
         "zero_optimization.offload_param.device = nvme needs "
         "zero_optimization.offload_param.nvme_path");
   }
-  kernels::AdamHyperparams hyper;
-  hyper.lr = static_cast<float>(o.optimizer.lr);
-  hyper.beta1 = static_cast<float>(o.optimizer.beta1);
-  hyper.beta2 = static_cast<float>(o.optimizer.beta2);
-  hyper.eps = static_cast<float>(o.optimizer.eps);
-  hyper.weight_decay = static_cast<float>(o.optimizer.weight_decay);
+  const kernels::AdamHyperparams hyper = AdamHyperparamsFor(o.optimizer, o.optimizer.lr, 1);
   if (std::string error = kernels::AdamHyperparamsError(hyper); !error.empty()) {
     return InvalidArgumentError("optimizer.params: {}", error);
   }
