@@ -92,14 +92,30 @@ constexpr const char* kExactKeys[] = {"step",      "loss",         "lr",
                                       "grad_norm", "skipped",      "loss_scale",
                                       "tokens",    "total_tokens", "val_loss"};
 
-using Case = std::tuple<int, std::string>;  // stage, precision
+// stage, and a variant: the precision ("f32", "bf16"), then optionally where the optimizer state
+// ("_adam_cpu", "_adam_nvme") and the parameter shard ("_params_cpu") live.
+using Case = std::tuple<int, std::string>;
 
 class ResumeTest : public ::testing::TestWithParam<Case> {
  protected:
   std::vector<std::string> Precision() const {
-    const std::string& p = std::get<1>(GetParam());
-    if (p == "bf16") return {"bf16.enabled=true"};
-    return {};
+    const std::string& v = std::get<1>(GetParam());
+    std::vector<std::string> overrides;
+    if (v.starts_with("bf16")) overrides.push_back("bf16.enabled=true");
+    if (v.find("_adam_cpu") != std::string::npos) {
+      overrides.push_back("zero_optimization.offload_optimizer.device=cpu");
+    }
+    if (v.find("_adam_nvme") != std::string::npos) {
+      // Each rank's swap file is its own (rank in the name): the ranks may share the folder.
+      const std::string swap = test_util::TempPath("swap");
+      fs::create_directories(swap);
+      overrides.push_back("zero_optimization.offload_optimizer.device=nvme");
+      overrides.push_back("zero_optimization.offload_optimizer.nvme_path=" + swap);
+    }
+    if (v.find("_params_cpu") != std::string::npos) {
+      overrides.push_back("zero_optimization.offload_param.device=cpu");
+    }
+    return overrides;
   }
 };
 
@@ -143,13 +159,21 @@ TEST_P(ResumeTest, ResumedRunMatchesTheStraightRunBitForBit) {
   EXPECT_TRUE(fs::exists(resumed_dir + "/checkpoints/step_6/manifest.json"));
 }
 
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
+  return "stage" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
+}
+
 INSTANTIATE_TEST_SUITE_P(StagesAndPrecisions, ResumeTest,
                          ::testing::Combine(::testing::Values(0, 1, 2, 3),
                                             ::testing::Values("f32", "bf16")),
-                         [](const auto& info) {
-                           return "stage" + std::to_string(std::get<0>(info.param)) + "_" +
-                                  std::get<1>(info.param);
-                         });
+                         CaseName);
+
+// With the optimizer state in host memory or on NVMe, and the parameter shard in host memory:
+// the checkpoint holds the same state, so the resumed run matches bit for bit too.
+INSTANTIATE_TEST_SUITE_P(Offload, ResumeTest,
+                         ::testing::Values(Case{2, "bf16_adam_cpu"}, Case{3, "f32_adam_nvme"},
+                                           Case{3, "bf16_adam_nvme_params_cpu"}),
+                         CaseName);
 
 // Saves a 3-step stage-3 checkpoint and damages it with `damage` (rank 0, on the checkpoint
 // directory); resuming must fail on every rank, and rank 0's error must name `file`.
