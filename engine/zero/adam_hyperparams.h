@@ -1,11 +1,13 @@
-// The CPU Adam kernel's hyperparameters for one step, from the optimizer section: every optimizer
-// of the engine (ShardedAdam, OffloadedAdam) builds them here, so they step the same arithmetic.
+// The CPU Adam kernel's arguments that every optimizer of the engine (ShardedAdam, OffloadedAdam)
+// derives the same way: hyperparameters from the optimizer section, and the kernel's gradient and
+// copy types from dtypes. One place, so both optimizers step the same arithmetic.
 #pragma once
 
 #include <cstdint>
 
 #include "engine/config/config.h"
 #include "kernels/cpu/adam.h"
+#include "runtime/dtype.h"
 
 namespace sluice::zero {
 
@@ -22,6 +24,31 @@ inline kernels::AdamHyperparams AdamHyperparamsFor(const OptimizerConfig& config
   hyper.bias_correction = true;
   hyper.step = step;
   return hyper;
+}
+
+// The kernel reads gradients in the training dtype.
+inline kernels::AdamGradType AdamGradTypeFor(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16:
+      return kernels::AdamGradType::kBF16;
+    case DType::kF16:
+      return kernels::AdamGradType::kF16;
+    default:
+      return kernels::AdamGradType::kF32;
+  }
+}
+
+// The copy of the updated parameters the kernel writes: the parameter dtype, none for fp32 (the
+// master weights are the parameters then).
+inline kernels::AdamCopyType AdamCopyTypeFor(DType param_dtype) {
+  switch (param_dtype) {
+    case DType::kBF16:
+      return kernels::AdamCopyType::kBF16;
+    case DType::kF16:
+      return kernels::AdamCopyType::kF16;
+    default:
+      return kernels::AdamCopyType::kNone;
+  }
 }
 
 }  // namespace sluice::zero

@@ -36,28 +36,6 @@ double TracedSecondsSince(Clock::time_point start, std::string_view lane, std::s
   return std::chrono::duration<double>(end - start).count();
 }
 
-kernels::AdamGradType GradTypeFor(DType dtype) {
-  switch (dtype) {
-    case DType::kBF16:
-      return kernels::AdamGradType::kBF16;
-    case DType::kF16:
-      return kernels::AdamGradType::kF16;
-    default:
-      return kernels::AdamGradType::kF32;
-  }
-}
-
-kernels::AdamCopyType CopyTypeFor(DType dtype) {
-  switch (dtype) {
-    case DType::kBF16:
-      return kernels::AdamCopyType::kBF16;
-    case DType::kF16:
-      return kernels::AdamCopyType::kF16;
-    default:
-      return kernels::AdamCopyType::kNone;
-  }
-}
-
 void* Offset(void* base, int64_t elements, size_t element_size) {
   return static_cast<std::byte*>(base) + static_cast<size_t>(elements) * element_size;
 }
@@ -215,8 +193,8 @@ TilePipelineHooks OffloadedAdam::StepHooks(const void* grads, const kernels::Ada
     t.exp_avg_sq = state.exp_avg_sq;
     t.grads = options_.host_gradients ? Offset(grads, grid_.begin(tile), grad_size)
                                       : static_cast<const void*>(ring_.grads(slot));
-    t.grad_type = GradTypeFor(grad_dtype_);
-    t.copy_type = CopyTypeFor(param_dtype_);
+    t.grad_type = AdamGradTypeFor(grad_dtype_);
+    t.copy_type = AdamCopyTypeFor(param_dtype_);
     t.param_copy = t.copy_type == kernels::AdamCopyType::kNone ? nullptr : ring_.params(slot);
     t.count = static_cast<size_t>(grid_.length(tile));
     if (std::string error = kernels::AdamStepArgsError(t, hyper, threading_); !error.empty()) {

@@ -6,31 +6,15 @@
 
 #include "engine/zero/adam_hyperparams.h"
 #include "engine/zero/partition_copy.h"
+#include "engine/zero/zeroed_buffer.h"
 #include "kernels/cpu/adam.h"
 
 namespace sluice::zero {
 namespace {
 
-Result<DeviceBuffer> AllocateZeroed(Device& device, int64_t count, const char* what) {
-  Result<DeviceBuffer> buffer =
-      device.Allocate(static_cast<size_t>(count) * sizeof(float), MemoryCategory::kOptimizer);
-  if (!buffer.ok()) {
-    return Status(buffer.status())
-        .WithContext(fmt::format("allocating the optimizer's {} shard", what));
-  }
-  if (!buffer->empty()) std::memset(buffer->data(), 0, buffer->size());
-  return buffer;
-}
-
-kernels::AdamCopyType CopyTypeFor(DType dtype) {
-  switch (dtype) {
-    case DType::kBF16:
-      return kernels::AdamCopyType::kBF16;
-    case DType::kF16:
-      return kernels::AdamCopyType::kF16;
-    default:
-      return kernels::AdamCopyType::kNone;
-  }
+Result<DeviceBuffer> AllocateState(Device& device, int64_t count, std::string_view what) {
+  return AllocateZeroed(device, static_cast<size_t>(count) * sizeof(float),
+                        MemoryCategory::kOptimizer, fmt::format("the optimizer's {} shard", what));
 }
 
 }  // namespace
@@ -51,13 +35,13 @@ Result<std::unique_ptr<ShardedAdam>> ShardedAdam::Create(Device& device,
   adam->param_shard_ = param_shard;
   adam->count_ = count;
   adam->num_threads_ = num_threads;
-  SLUICE_ASSIGN_OR_RETURN(adam->exp_avg_, AllocateZeroed(device, count, "exp_avg"));
-  SLUICE_ASSIGN_OR_RETURN(adam->exp_avg_sq_, AllocateZeroed(device, count, "exp_avg_sq"));
+  SLUICE_ASSIGN_OR_RETURN(adam->exp_avg_, AllocateState(device, count, "exp_avg"));
+  SLUICE_ASSIGN_OR_RETURN(adam->exp_avg_sq_, AllocateState(device, count, "exp_avg_sq"));
   if (param_dtype == DType::kF32) {
     adam->master_ = static_cast<float*>(param_shard);
   } else {
     SLUICE_ASSIGN_OR_RETURN(adam->master_buffer_,
-                            AllocateZeroed(device, count, "fp32 master weight"));
+                            AllocateState(device, count, "fp32 master weight"));
     adam->master_ = adam->master_buffer_.data_as<float>();
   }
   return adam;
@@ -76,7 +60,7 @@ Status ShardedAdam::Step(const float* grads, double lr, double grad_scale) {
   t.exp_avg_sq = exp_avg_sq_.data_as<float>();
   t.grads = grads;
   t.grad_type = kernels::AdamGradType::kF32;
-  t.copy_type = CopyTypeFor(param_dtype_);
+  t.copy_type = AdamCopyTypeFor(param_dtype_);
   t.param_copy = t.copy_type == kernels::AdamCopyType::kNone ? nullptr : param_shard_;
   t.count = static_cast<size_t>(count_);
   kernels::AdamThreading threading;

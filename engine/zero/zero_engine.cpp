@@ -16,20 +16,13 @@
 #include "engine/zero/reduce_scatter_reducer.h"
 #include "engine/zero/shard_grad_norm.h"
 #include "engine/zero/word_gather.h"
+#include "engine/zero/zeroed_buffer.h"
 #include "runtime/check.h"
 #include "runtime/logging.h"
 #include "runtime/trace.h"
 
 namespace sluice::zero {
 namespace {
-
-Result<DeviceBuffer> AllocateZeroed(Device& device, size_t bytes, MemoryCategory category,
-                                    const char* what) {
-  Result<DeviceBuffer> buffer = device.Allocate(bytes, category);
-  if (!buffer.ok()) return Status(buffer.status()).WithContext(fmt::format("allocating {}", what));
-  if (!buffer->empty()) std::memset(buffer->data(), 0, buffer->size());
-  return buffer;
-}
 
 // FNV-1a over every parameter's name, size and unit: ranks that built different models (same
 // size, other architecture) would gather and reduce mismatched pieces.
@@ -158,9 +151,9 @@ Status ZeroEngine::Build(Comm& world) {
                                            "the parameter shard"));
     param_shard_data_ = param_shard_.data();
   }
-  SLUICE_ASSIGN_OR_RETURN(adam_, CreateZeroOptimizer(*device_, options_, param_shard_data_,
-                                                     layout_.shard_elements(), world.rank(),
-                                                     host_params));
+  SLUICE_ASSIGN_OR_RETURN(
+      adam_, CreateZeroOptimizer(*device_, options_, param_shard_data_, layout_.shard_elements(),
+                                 world.rank(), host_params));
 
   if (stage == 3) {
     CoordinatorOptions coordinator;
@@ -176,9 +169,8 @@ Status ZeroEngine::Build(Comm& world) {
     reducer_ = std::make_unique<AllReduceReducer>(registry, *queue_, full_grads_.data_as<float>(),
                                                   options_.reduce_bucket_size);
   } else {
-    reducer_ = std::make_unique<ReduceScatterReducer>(registry, layout_, *queue_, binding_,
-                                                      grad_shard_data_,
-                                                      options_.reduce_bucket_size);
+    reducer_ = std::make_unique<ReduceScatterReducer>(
+        registry, layout_, *queue_, binding_, grad_shard_data_, options_.reduce_bucket_size);
   }
   hooks_ = std::make_unique<Hooks>(*this);
   if (world.rank() == 0) {

@@ -10,43 +10,38 @@
 #include "engine/checkpoint/comm_agreement.h"
 #include "runtime/comm/comm_factory.h"
 #include "tests/checkpoint/checkpoint_test_util.h"
+#include "tests/common/test_world.h"
 
 namespace sluice::checkpoint {
 namespace {
 
-Comm& World() {
-  static std::unique_ptr<Comm> world = [] {
-    auto comm = CreateWorldComm({.timeout_seconds = 20.0});
-    SLUICE_CHECK(comm.ok()) << comm.status().ToString();
-    return std::move(comm).value();
-  }();
-  return *world;
-}
+using ::sluice::testing::TestWorld;
 
 // One directory for all ranks: rank 0 creates it and broadcasts its tag.
 std::filesystem::path SharedDir() {
-  auto tag = AgreeOnAttemptTag(World());
+  auto tag = AgreeOnAttemptTag(TestWorld());
   SLUICE_CHECK(tag.ok()) << tag.status().ToString();
   const auto dir = std::filesystem::temp_directory_path() / ("sluice_ckpt_mpi_" + *tag);
-  if (World().rank() == 0) std::filesystem::create_directories(dir);
-  SLUICE_CHECK(World().Barrier().ok());
+  if (TestWorld().rank() == 0) std::filesystem::create_directories(dir);
+  SLUICE_CHECK(TestWorld().Barrier().ok());
   return dir;
 }
 
 Status SaveStep(const std::filesystem::path& dir, int64_t step, bool break_rank_1) {
   const auto model = testing::SmallModel();
   std::vector<std::vector<float>> storage;
-  auto tensors = testing::RankTensors(model, step, World().rank(), World().size(), &storage);
-  if (break_rank_1 && World().rank() == 1) tensors[2].end = tensors[2].shape.numel() + 5;
+  auto tensors =
+      testing::RankTensors(model, step, TestWorld().rank(), TestWorld().size(), &storage);
+  if (break_rank_1 && TestWorld().rank() == 1) tensors[2].end = tensors[2].shape.numel() + 5;
   SaveRequest request;
   request.checkpoints_dir = dir;
   request.step = step;
-  request.rank = World().rank();
-  request.world = World().size();
+  request.rank = TestWorld().rank();
+  request.world = TestWorld().size();
   request.zero_stage = 3;
-  SLUICE_ASSIGN_OR_RETURN(request.attempt_tag, AgreeOnAttemptTag(World()));
+  SLUICE_ASSIGN_OR_RETURN(request.attempt_tag, AgreeOnAttemptTag(TestWorld()));
   request.keep_last = 2;
-  return SaveCheckpoint(request, tensors, CommAgreeFn(World())).status();
+  return SaveCheckpoint(request, tensors, CommAgreeFn(TestWorld())).status();
 }
 
 TEST(CheckpointMpiTest, RanksSaveTogetherAndEveryRankReadsItAll) {
@@ -62,7 +57,7 @@ TEST(CheckpointMpiTest, RanksSaveTogetherAndEveryRankReadsItAll) {
   ASSERT_TRUE(resolved.ok()) << resolved.status().ToString();
   auto ckpt = CheckpointReader::Open(*resolved);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
-  EXPECT_EQ((*ckpt)->manifest().world_size, World().size());
+  EXPECT_EQ((*ckpt)->manifest().world_size, TestWorld().size());
   ASSERT_TRUE((*ckpt)->VerifyAll().ok());
   const auto model = testing::SmallModel();
   for (StateKind kind : kAllStateKinds) {
@@ -77,7 +72,7 @@ TEST(CheckpointMpiTest, RanksSaveTogetherAndEveryRankReadsItAll) {
   // Rank 1 hands a bad tensor: every rank fails, step 4 is never committed.
   Status broken = SaveStep(dir, 4, true);
   EXPECT_FALSE(broken.ok());
-  if (World().rank() == 1) {
+  if (TestWorld().rank() == 1) {
     EXPECT_EQ(broken.code(), StatusCode::kInvalidArgument) << broken.ToString();
   } else {
     EXPECT_EQ(broken.code(), StatusCode::kFailedPrecondition) << broken.ToString();
@@ -85,8 +80,8 @@ TEST(CheckpointMpiTest, RanksSaveTogetherAndEveryRankReadsItAll) {
   EXPECT_FALSE(std::filesystem::exists(dir / "step_4"));
   EXPECT_EQ(**ReadLatestStep(dir), 3);
 
-  ASSERT_TRUE(World().Barrier().ok());
-  if (World().rank() == 0) std::filesystem::remove_all(dir);
+  ASSERT_TRUE(TestWorld().Barrier().ok());
+  if (TestWorld().rank() == 0) std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 #include <functional>
 #include <thread>
 
-#include "comm_test_world.h"
+#include "tests/common/test_world.h"
 #include "typed_buffer.h"
 
 namespace sluice::testing {

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "comm_test_world.h"
+#include "tests/common/test_world.h"
 #include "typed_buffer.h"
 
 namespace sluice::testing {

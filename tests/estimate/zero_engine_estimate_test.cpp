@@ -20,18 +20,12 @@
 #include "runtime/comm/comm_factory.h"
 #include "runtime/device/device_factory.h"
 #include "runtime/memory_accounting.h"
+#include "tests/common/test_world.h"
 
 namespace sluice::estimate {
 namespace {
 
-Comm& World() {
-  static std::unique_ptr<Comm> world = [] {
-    Result<std::unique_ptr<Comm>> comm = CreateWorldComm({.timeout_seconds = 30.0});
-    SLUICE_CHECK(comm.ok()) << comm.status().ToString();
-    return std::move(comm).value();
-  }();
-  return *world;
-}
+using ::sluice::testing::TestWorld;
 
 std::string ConfigText(int stage, const std::string& precision, const std::string& zero_extra) {
   std::string text = fmt::format(R"(
@@ -58,7 +52,7 @@ class ZeroEngineEstimateTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ZeroEngineEstimateTest, DevicePeaksPerCategoryMatchTheEstimate) {
   const Case& c = GetParam();
-  Comm& world = World();
+  Comm& world = TestWorld();
   ConfigSources sources;
   sources.env.emplace();
   sources.world_size = world.size();

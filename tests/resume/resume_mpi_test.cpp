@@ -16,6 +16,7 @@
 #include "engine/train/trainer.h"
 #include "runtime/check.h"
 #include "runtime/comm/comm_factory.h"
+#include "tests/common/test_world.h"
 #include "tests/train/train_test_util.h"
 
 namespace sluice::train {
@@ -23,20 +24,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-Comm& World() {
-  static std::unique_ptr<Comm> world = [] {
-    Result<std::unique_ptr<Comm>> comm = CreateWorldComm({.timeout_seconds = 20.0});
-    SLUICE_CHECK(comm.ok()) << comm.status().ToString();
-    return std::move(comm).value();
-  }();
-  return *world;
-}
+using ::sluice::testing::TestWorld;
 
 // The tiny GPT (2 sequences per rank), its corpus in a file of this rank's own, evaluating every
 // 3 steps, saving every 3 steps and at the end.
 Config ResumeConfig(const std::string& run_dir, int stage, const std::vector<std::string>& more) {
   const std::string corpus =
-      test_util::WriteFile(test_util::TempPath("corpus_rank" + std::to_string(World().rank())),
+      test_util::WriteFile(test_util::TempPath("corpus_rank" + std::to_string(TestWorld().rank())),
                            test_util::SyntheticCorpus(64 * 1024));
   std::vector<std::string> overrides = {"train_micro_batch_size_per_gpu=2",
                                         "zero_optimization.stage=" + std::to_string(stage),
@@ -53,8 +47,8 @@ Config ResumeConfig(const std::string& run_dir, int stage, const std::vector<std
 // A fresh directory for this test on every rank.
 std::string FreshDir(const std::string& name) {
   const std::string dir = test_util::TempPath(name);
-  if (World().rank() == 0) fs::remove_all(dir);
-  SLUICE_CHECK(World().Barrier().ok());
+  if (TestWorld().rank() == 0) fs::remove_all(dir);
+  SLUICE_CHECK(TestWorld().Barrier().ok());
   return dir;
 }
 
@@ -65,7 +59,7 @@ struct RunOutcome {
 
 RunOutcome RunTrainer(const Config& config, std::optional<std::string> resume = std::nullopt) {
   TrainerOptions options;
-  options.world = &World();
+  options.world = &TestWorld();
   options.progress = ProgressMode::kOff;
   options.summary_stream = nullptr;
   options.resume = std::move(resume);
@@ -142,7 +136,7 @@ TEST_P(ResumeTest, ResumedRunMatchesTheStraightRunBitForBit) {
                         straight.params.size() * sizeof(float)),
             0)
       << "the final parameters differ";
-  if (World().rank() != 0) return;
+  if (TestWorld().rank() != 0) return;
   const std::vector<nlohmann::json> a = ReadMetrics(straight_dir);
   const std::vector<nlohmann::json> b = ReadMetrics(resumed_dir);
   ASSERT_EQ(a.size(), 6u);
@@ -182,11 +176,11 @@ void ExpectResumeRefused(const std::function<void(const fs::path&)>& damage,
   const std::string dir = FreshDir("run");
   RunTrainer(ResumeConfig(dir, 3, {"run.steps=3"}));
   const fs::path step_dir = fs::path(dir) / "checkpoints" / "step_3";
-  if (World().rank() == 0) damage(step_dir);
-  ASSERT_TRUE(World().Barrier().ok());
+  if (TestWorld().rank() == 0) damage(step_dir);
+  ASSERT_TRUE(TestWorld().Barrier().ok());
 
   TrainerOptions options;
-  options.world = &World();
+  options.world = &TestWorld();
   options.progress = ProgressMode::kOff;
   options.summary_stream = nullptr;
   options.write_files = false;
@@ -194,7 +188,7 @@ void ExpectResumeRefused(const std::function<void(const fs::path&)>& damage,
   Result<std::unique_ptr<Trainer>> trainer =
       Trainer::Create(ResumeConfig(dir, 3, {"run.steps=6"}), options);
   ASSERT_FALSE(trainer.ok()) << what << " was not detected";
-  if (World().rank() == 0) {
+  if (TestWorld().rank() == 0) {
     const std::string message = trainer.status().ToString();
     EXPECT_NE(message.find((step_dir / file).string()), std::string::npos) << message;
     EXPECT_EQ(trainer.status().code(), StatusCode::kDataLoss) << message;

@@ -19,6 +19,7 @@
 #include "engine/train/trainer.h"
 #include "runtime/check.h"
 #include "runtime/comm/comm_factory.h"
+#include "tests/common/test_world.h"
 #include "tests/train/train_test_util.h"
 
 namespace sluice::train {
@@ -27,15 +28,7 @@ namespace {
 constexpr double kTolerance = 1e-6;
 constexpr int kSteps = 5;
 
-Comm& World() {
-  static std::unique_ptr<Comm> world = [] {
-    // A failing rank leaves the others in a collective: fail within seconds, not at ctest's limit.
-    Result<std::unique_ptr<Comm>> comm = CreateWorldComm({.timeout_seconds = 20.0});
-    SLUICE_CHECK(comm.ok()) << comm.status().ToString();
-    return std::move(comm).value();
-  }();
-  return *world;
-}
+using ::sluice::testing::TestWorld;
 
 struct Curve {
   std::vector<double> losses;
@@ -47,7 +40,7 @@ struct Curve {
 // The tiny GPT with its corpus in a file of this rank's own (the ranks write at the same time).
 Config RankConfig(int micro_batch, int stage, const std::vector<std::string>& more = {}) {
   const std::string corpus =
-      test_util::WriteFile(test_util::TempPath("corpus_rank" + std::to_string(World().rank())),
+      test_util::WriteFile(test_util::TempPath("corpus_rank" + std::to_string(TestWorld().rank())),
                            test_util::SyntheticCorpus(64 * 1024));
   std::vector<std::string> overrides = {
       "train_micro_batch_size_per_gpu=" + std::to_string(micro_batch),
@@ -85,8 +78,8 @@ Curve Train(const Config& config, Comm& world) {
 
 // The single-rank run of the same global batches, on this rank alone.
 Curve Reference(const std::vector<std::string>& more = {}) {
-  const int n = World().size();
-  Result<std::unique_ptr<Comm>> self = World().Split(World().rank(), 0);
+  const int n = TestWorld().size();
+  Result<std::unique_ptr<Comm>> self = TestWorld().Split(TestWorld().rank(), 0);
   SLUICE_CHECK(self.ok()) << self.status().ToString();
   SLUICE_CHECK_EQ((*self)->size(), 1);
   return Train(RankConfig(2 * n, 0, more), **self);
@@ -100,7 +93,7 @@ void ExpectMatches(const Curve& run, const Curve& reference, const std::string& 
   ASSERT_EQ(run.losses.size(), reference.losses.size());
   EXPECT_EQ(run.tokens, reference.tokens) << what << ": tokens are the global batch's";
   for (size_t i = 0; i < run.losses.size(); ++i) {
-    if (World().size() == 1) {
+    if (TestWorld().size() == 1) {
       EXPECT_TRUE(SameBits(run.losses[i], reference.losses[i])) << what << ", step " << i + 1;
       EXPECT_TRUE(SameBits(run.grad_norms[i], reference.grad_norms[i]))
           << what << ", step " << i + 1;
@@ -109,7 +102,7 @@ void ExpectMatches(const Curve& run, const Curve& reference, const std::string& 
           << what << ", step " << i + 1 << ": " << run.losses[i] << " vs " << reference.losses[i];
     }
   }
-  if (World().size() == 1) {
+  if (TestWorld().size() == 1) {
     EXPECT_TRUE(SameBits(run.val_loss, reference.val_loss)) << what;
   } else {
     EXPECT_LE(RelativeDifference(run.val_loss, reference.val_loss), kTolerance) << what;
@@ -122,19 +115,19 @@ class TrainerRanksTest : public ::testing::TestWithParam<int> {};
 TEST_P(TrainerRanksTest, LossesMatchTheSingleRankRun) {
   const int stage = GetParam();
   const Curve reference = Reference();
-  const Curve run = Train(RankConfig(2, stage), World());
+  const Curve run = Train(RankConfig(2, stage), TestWorld());
   ExpectMatches(
       run, reference,
-      "stage " + std::to_string(stage) + " on " + std::to_string(World().size()) + " rank(s)");
+      "stage " + std::to_string(stage) + " on " + std::to_string(TestWorld().size()) + " rank(s)");
 }
 
 TEST_P(TrainerRanksTest, Bf16LossesMatchTheSingleRankRun) {
   const int stage = GetParam();
   const Curve reference = Reference({"bf16.enabled=true"});
-  const Curve run = Train(RankConfig(2, stage, {"bf16.enabled=true"}), World());
+  const Curve run = Train(RankConfig(2, stage, {"bf16.enabled=true"}), TestWorld());
   ExpectMatches(run, reference,
-                "bf16, stage " + std::to_string(stage) + " on " + std::to_string(World().size()) +
-                    " rank(s)");
+                "bf16, stage " + std::to_string(stage) + " on " +
+                    std::to_string(TestWorld().size()) + " rank(s)");
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, TrainerRanksTest, ::testing::Values(0, 1, 2, 3),
@@ -149,7 +142,7 @@ TEST(TrainerRanksFp16Test, OverflowSkipsTheSameStepsOnEveryRank) {
   options.progress = ProgressMode::kOff;
   options.summary_stream = nullptr;
   options.write_files = false;
-  options.world = &World();
+  options.world = &TestWorld();
   Result<std::unique_ptr<Trainer>> trainer = Trainer::Create(RankConfig(2, 2, fp16), options);
   ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
   std::vector<uint64_t> skipped_mask;
@@ -165,8 +158,8 @@ TEST(TrainerRanksFp16Test, OverflowSkipsTheSameStepsOnEveryRank) {
   EXPECT_EQ((*trainer)->optimizer().step(), 12 - skipped);
   // Every rank saw the same sequence.
   std::vector<float> mine(skipped_mask.begin(), skipped_mask.end());
-  std::vector<float> all(mine.size() * World().size());
-  ASSERT_TRUE(World().AllGather(mine.data(), all.data(), all.size(), DType::kF32).ok());
+  std::vector<float> all(mine.size() * TestWorld().size());
+  ASSERT_TRUE(TestWorld().AllGather(mine.data(), all.data(), all.size(), DType::kF32).ok());
   for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all[i], mine[i % mine.size()]) << i;
 }
 

@@ -19,6 +19,7 @@
 #include "runtime/check.h"
 #include "runtime/comm/comm_factory.h"
 #include "runtime/memory_accounting.h"
+#include "tests/common/test_world.h"
 #include "tests/train/train_test_util.h"
 
 namespace sluice::train {
@@ -26,15 +27,7 @@ namespace {
 
 constexpr int kSteps = 4;
 
-Comm& World() {
-  static std::unique_ptr<Comm> world = [] {
-    // A failing rank leaves the others in a collective: fail within seconds, not at ctest's limit.
-    Result<std::unique_ptr<Comm>> comm = CreateWorldComm({.timeout_seconds = 20.0});
-    SLUICE_CHECK(comm.ok()) << comm.status().ToString();
-    return std::move(comm).value();
-  }();
-  return *world;
-}
+using ::sluice::testing::TestWorld;
 
 struct Curve {
   std::vector<double> losses;
@@ -51,12 +44,12 @@ struct Placement {
 
 std::string Describe(int stage, const std::string& precision, const Placement& p) {
   return precision + ", stage " + std::to_string(stage) + ", optimizer " + p.optimizer +
-         ", param " + p.param + ", " + std::to_string(World().size()) + " rank(s)";
+         ", param " + p.param + ", " + std::to_string(TestWorld().size()) + " rank(s)";
 }
 
 // The tiny GPT with its corpus and swap directory of this rank's own.
 Config RankConfig(int stage, const std::string& precision, const Placement& placement) {
-  const std::string rank = std::to_string(World().rank());
+  const std::string rank = std::to_string(TestWorld().rank());
   const std::string corpus = test_util::WriteFile(test_util::TempPath("corpus_rank" + rank),
                                                   test_util::SyntheticCorpus(64 * 1024));
   const std::string swap = test_util::TempPath("swap_rank" + rank);
@@ -81,7 +74,7 @@ Config RankConfig(int stage, const std::string& precision, const Placement& plac
 
 Curve Train(const Config& config) {
   TrainerOptions options;
-  options.world = &World();
+  options.world = &TestWorld();
   options.progress = ProgressMode::kOff;
   options.summary_stream = nullptr;
   options.write_files = false;

@@ -29,15 +29,6 @@ double Now() {
 
 }  // namespace
 
-Comm& TestWorld() {
-  static std::unique_ptr<Comm> world = [] {
-    Result<std::unique_ptr<Comm>> comm = CreateWorldComm({.timeout_seconds = kTestTimeoutSeconds});
-    SLUICE_CHECK(comm.ok()) << comm.status().ToString();
-    return std::move(comm).value();
-  }();
-  return *world;
-}
-
 model::ModelOptions TinyGpt() {
   model::ModelOptions o;
   o.family = model::Family::kGpt2;

@@ -11,14 +11,12 @@
 #include "engine/zero/zero_engine.h"
 #include "runtime/comm.h"
 #include "runtime/device.h"
+#include "tests/common/test_world.h"
 
 namespace sluice::zero::testing {
 
-// A failing test on one rank leaves the others in a collective: the timeout turns that into
-// errors within seconds instead of a hang until ctest's limit.
-inline constexpr double kTestTimeoutSeconds = 20.0;
-
-Comm& TestWorld();
+using ::sluice::testing::kTestTimeoutSeconds;
+using ::sluice::testing::TestWorld;
 
 // 2 layers, d_model 32, 4 heads, d_ff 64, vocab 64, seq 16, tied embeddings, one thread.
 model::ModelOptions TinyGpt();

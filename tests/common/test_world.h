@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "runtime/check.h"
 #include "runtime/comm.h"
 #include "runtime/comm/comm_factory.h"
 
