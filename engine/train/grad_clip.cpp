@@ -6,13 +6,11 @@
 #include <cmath>
 #include <vector>
 
+#include "engine/zero/shard_grad_norm.h"
+
 namespace sluice::train {
-namespace {
 
-// Fixed, not derived from the team size: the summation order must not depend on threads.
-constexpr int64_t kNormBlock = 8192;
-
-}  // namespace
+using zero::kNormBlock;  // fixed, not derived from the team size: the order must not depend on it
 
 GradNorm GlobalGradNorm(const float* grads, int64_t count, double inv_scale, int num_threads) {
   const int64_t blocks = (count + kNormBlock - 1) / kNormBlock;
@@ -37,11 +35,6 @@ GradNorm GlobalGradNorm(const float* grads, int64_t count, double inv_scale, int
   result.finite = std::isfinite(total);
   result.norm = std::sqrt(total) * inv_scale;
   return result;
-}
-
-double ClipCoefficient(double norm, double max_norm) {
-  if (max_norm <= 0.0 || !std::isfinite(norm)) return 1.0;
-  return std::min(1.0, max_norm / (norm + 1e-6));
 }
 
 }  // namespace sluice::train

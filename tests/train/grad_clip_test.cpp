@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/train/precision.h"
+#include "engine/zero/shard_grad_norm.h"
 
 namespace sluice::train {
 namespace {
@@ -46,15 +47,15 @@ TEST(GradClipTest, NormIsBitIdenticalForAnyThreadCount) {
 }
 
 TEST(GradClipTest, ClipCoefficientMatchesPyTorch) {
-  EXPECT_DOUBLE_EQ(ClipCoefficient(5.0, 1.0), 1.0 / (5.0 + 1e-6));
-  EXPECT_DOUBLE_EQ(ClipCoefficient(0.5, 1.0), 1.0);
+  EXPECT_DOUBLE_EQ(zero::ClipCoefficient(5.0, 1.0), 1.0 / (5.0 + 1e-6));
+  EXPECT_DOUBLE_EQ(zero::ClipCoefficient(0.5, 1.0), 1.0);
   // At exactly max_norm the gradient is still scaled by 1 / (1 + 1e-6), as in PyTorch.
-  EXPECT_DOUBLE_EQ(ClipCoefficient(1.0, 1.0), 1.0 / (1.0 + 1e-6));
+  EXPECT_DOUBLE_EQ(zero::ClipCoefficient(1.0, 1.0), 1.0 / (1.0 + 1e-6));
 }
 
 TEST(GradClipTest, ClippingOffOrNonFiniteNormGivesOne) {
-  EXPECT_DOUBLE_EQ(ClipCoefficient(1e6, 0.0), 1.0);
-  EXPECT_DOUBLE_EQ(ClipCoefficient(std::numeric_limits<double>::infinity(), 1.0), 1.0);
+  EXPECT_DOUBLE_EQ(zero::ClipCoefficient(1e6, 0.0), 1.0);
+  EXPECT_DOUBLE_EQ(zero::ClipCoefficient(std::numeric_limits<double>::infinity(), 1.0), 1.0);
 }
 
 TEST(PrecisionTest, RoundToF16OverflowsPast65504) {

@@ -6,6 +6,7 @@
 
 #include "engine/train/grad_clip.h"
 #include "engine/train/precision.h"
+#include "engine/zero/shard_grad_norm.h"
 #include "kernels/cpu/ops_convert.h"
 #include "runtime/check.h"
 #include "runtime/comm/comm_factory.h"
@@ -125,7 +126,7 @@ RunResult RunReference(const model::ModelOptions& options, const TrainSettings& 
         train::GlobalGradNorm(net.grads_data(), net.ParameterCount(), 1.0, 1);
     result.grad_norms.push_back(norm.norm);
     SLUICE_CHECK(norm.finite);
-    const double clip = train::ClipCoefficient(norm.norm, settings.max_grad_norm);
+    const double clip = ClipCoefficient(norm.norm, settings.max_grad_norm);
     SLUICE_CHECK((*adam)->Step(net.grads_data(), settings.lr, clip).ok());
     if (!half.empty()) {
       kernels::cpu::ConvertF16ToF32(half.data(), static_cast<float*>(net.params_data()), count, 1);
