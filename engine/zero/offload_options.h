@@ -17,6 +17,8 @@ class SwapStore;
 
 namespace sluice::zero {
 
+class NvmeParamStore;
+
 enum class OptimizerStateTier { kHost, kNvme };
 std::string_view OptimizerStateTierName(OptimizerStateTier tier);  // "cpu", "nvme"
 
@@ -57,6 +59,9 @@ struct OffloadedAdamOptions {
   bool host_gradients = false;
   // The parameter shard is host memory (offload_param): updated tiles are copied host-to-host.
   bool host_params = false;
+  // offload_param nvme: updated parameter tiles are written back to this store (in shard order,
+  // each step), and the parameter shard pointer is unused (null). Borrowed.
+  NvmeParamStore* param_store = nullptr;
 };
 
 // The offloaded optimizer's tile for zero_optimization.sub_group_size: rounded down to a multiple

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -57,6 +58,10 @@ struct OffloadStepTimings {
   double nvme_write_s() const { return nvme_write_issue_s + nvme_write_wait_s; }
 };
 
+// One piece of a state stream: elements [begin, begin + n) of the shard, fp32.
+using OffloadStateSink = std::function<Status(int64_t begin, int64_t n, const float* master,
+                                              const float* exp_avg, const float* exp_avg_sq)>;
+
 class OffloadedAdam {
  public:
   // `param_shard` is device memory holding `count` values of `param_dtype`; it must outlive the
@@ -89,6 +94,11 @@ class OffloadedAdam {
   // tensor): for checkpoints and tests. On NVMe it reads (and verifies) the tiles involved.
   Status ReadState(int64_t begin, int64_t n, float* master, float* exp_avg,
                    float* exp_avg_sq) const;
+  // Hands elements [begin, begin + n) of the state to `sink` in increasing order, one tile (or
+  // the part of it inside the range) per call; the pointers are valid during the call only. On
+  // NVMe the reads of the next tiles are in flight (through the staging ring, at most
+  // buffer_count tiles in memory) while `sink` runs, and each is verified: for checkpoints.
+  Status StreamState(int64_t begin, int64_t n, const OffloadStateSink& sink) const;
   // Replaces the whole state (each pointer: `count` values) and the step counter, and sets the
   // parameter shard to the master weights in the parameter dtype: a checkpoint restore (also
   // after a failed step).

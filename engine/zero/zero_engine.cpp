@@ -122,7 +122,7 @@ Status ZeroEngine::Build(Comm& world) {
       binding_.SetGrad(p.param, full_grads_.data_as<float>() + p.full_offset);
     }
   }
-  if (stage >= 1 && options_.offload_optimizer.device != OffloadDevice::kNone) {
+  if (GradShardOnHost(options_)) {
     // The offloaded optimizer reads it in place: reduce-scattered buckets are accumulated
     // straight into host memory as they finish, and no device copy of the shard exists.
     SLUICE_ASSIGN_OR_RETURN(host_grad_shard_,
@@ -152,8 +152,9 @@ Status ZeroEngine::Build(Comm& world) {
     param_shard_data_ = param_shard_.data();
   }
   SLUICE_ASSIGN_OR_RETURN(
-      adam_, CreateZeroOptimizer(*device_, options_, param_shard_data_, layout_.shard_elements(),
-                                 world.rank(), host_params));
+      adam_,
+      CreateZeroOptimizer(*device_, options_, {.shard = param_shard_data_, .host = host_params},
+                          layout_.shard_elements(), world.rank()));
 
   if (stage == 3) {
     CoordinatorOptions coordinator;

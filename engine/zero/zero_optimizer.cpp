@@ -36,6 +36,15 @@ class DeviceOptimizer final : public ZeroOptimizer {
     }
     return OkStatus();
   }
+  Status StreamState(int64_t begin, int64_t n, const OffloadStateSink& sink) const override {
+    if (begin < 0 || n < 0 || begin + n > adam_->count()) {
+      return OutOfRangeError("optimizer state range [{}, {}) is outside the shard of {} elements",
+                             begin, begin + n, adam_->count());
+    }
+    if (n == 0) return OkStatus();
+    return sink(begin, n, adam_->master() + begin, adam_->exp_avg() + begin,
+                adam_->exp_avg_sq() + begin);
+  }
   Status RestoreState(const float* master, const float* exp_avg, const float* exp_avg_sq,
                       int64_t step) override {
     return adam_->RestoreState(master, exp_avg, exp_avg_sq, step);
@@ -59,6 +68,9 @@ class OffloadedOptimizer final : public ZeroOptimizer {
   Status ReadState(int64_t begin, int64_t n, float* master, float* exp_avg,
                    float* exp_avg_sq) const override {
     return adam_->ReadState(begin, n, master, exp_avg, exp_avg_sq);
+  }
+  Status StreamState(int64_t begin, int64_t n, const OffloadStateSink& sink) const override {
+    return adam_->StreamState(begin, n, sink);
   }
   Status RestoreState(const float* master, const float* exp_avg, const float* exp_avg_sq,
                       int64_t step) override {
@@ -97,12 +109,17 @@ offload::AioOptions AioOptionsOf(const AioConfig& aio) {
 
 Result<std::unique_ptr<ZeroOptimizer>> CreateZeroOptimizer(Device& device,
                                                            const ZeroOptions& options,
-                                                           void* param_shard, int64_t count,
-                                                           int rank, bool host_params) {
+                                                           const ParamShardTarget& params,
+                                                           int64_t count, int rank) {
   const OffloadOptimizerConfig& offload = options.offload_optimizer;
   if (offload.device == OffloadDevice::kNone) {
+    if (params.nvme != nullptr) {
+      return InvalidArgumentError(
+          "zero_optimization.offload_param.device = nvme needs offload_optimizer.device cpu or "
+          "nvme: an optimizer on the device keeps fp32 master weights of the whole shard there");
+    }
     SLUICE_ASSIGN_OR_RETURN(
-        auto adam, ShardedAdam::Create(device, options.optimizer, options.param_dtype, param_shard,
+        auto adam, ShardedAdam::Create(device, options.optimizer, options.param_dtype, params.shard,
                                        count, options.num_threads));
     return std::unique_ptr<ZeroOptimizer>(std::make_unique<DeviceOptimizer>(std::move(adam)));
   }
@@ -138,10 +155,11 @@ Result<std::unique_ptr<ZeroOptimizer>> CreateZeroOptimizer(Device& device,
       OffloadedAdamOptions adam_options,
       OffloadedAdamOptionsFromConfig(zero, optimizer->store.get(), optimizer->aio.get()));
   adam_options.host_gradients = true;
-  adam_options.host_params = host_params;
+  adam_options.host_params = params.host;
+  adam_options.param_store = params.nvme;
   SLUICE_ASSIGN_OR_RETURN(
       optimizer->adam_,
-      OffloadedAdam::Create(device, options.optimizer, options.param_dtype, param_shard,
+      OffloadedAdam::Create(device, options.optimizer, options.param_dtype, params.shard,
                             DType::kF32, count, options.num_threads, adam_options));
   return std::unique_ptr<ZeroOptimizer>(std::move(optimizer));
 }

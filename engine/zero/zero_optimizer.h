@@ -10,14 +10,26 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
+#include "engine/zero/nvme_param_store.h"
 #include "engine/zero/offloaded_adam.h"
 #include "engine/zero/zero_options.h"
 #include "runtime/device.h"
 #include "runtime/status.h"
 
 namespace sluice::zero {
+
+// Where the optimizer writes the updated parameters (in the parameter dtype).
+struct ParamShardTarget {
+  // Device memory, or host memory with `host` (offload_param cpu); null with `nvme`.
+  void* shard = nullptr;
+  bool host = false;
+  // offload_param nvme: updated tiles are written back to the store (needs the optimizer
+  // offloaded: with it on the device, its master weights would keep the shard there anyway).
+  NvmeParamStore* nvme = nullptr;
+};
 
 class ZeroOptimizer {
  public:
@@ -31,6 +43,9 @@ class ZeroOptimizer {
   // Copies elements [begin, begin + n) of the state to host memory (null skips a tensor).
   virtual Status ReadState(int64_t begin, int64_t n, float* master, float* exp_avg,
                            float* exp_avg_sq) const = 0;
+  // Hands elements [begin, begin + n) of the state to `sink` in increasing order, in pieces of
+  // at most one tile, each piece valid only during its call (checkpoint streaming).
+  virtual Status StreamState(int64_t begin, int64_t n, const OffloadStateSink& sink) const = 0;
   // Replaces the whole state and the step count; sets the parameter shard from the master.
   virtual Status RestoreState(const float* master, const float* exp_avg, const float* exp_avg_sq,
                               int64_t step) = 0;
@@ -53,11 +68,11 @@ class ZeroOptimizer {
 
 // ShardedAdam when options.offload_optimizer.device is none, else OffloadedAdam (for nvme with
 // an io_uring engine and a swap store in offload_optimizer.nvme_path, file
-// "sluice_optimizer.rank<rank>.swp"). `param_shard` holds `count` values of
-// options.param_dtype, in device memory or, with `host_params`, host memory.
+// "sluice_optimizer.rank<rank>.swp"). The parameter shard `params` holds `count` values of
+// options.param_dtype.
 Result<std::unique_ptr<ZeroOptimizer>> CreateZeroOptimizer(Device& device,
                                                            const ZeroOptions& options,
-                                                           void* param_shard, int64_t count,
-                                                           int rank, bool host_params);
+                                                           const ParamShardTarget& params,
+                                                           int64_t count, int rank);
 
 }  // namespace sluice::zero

@@ -44,6 +44,10 @@ Result<ZeroOptions> ZeroOptionsFromConfig(const Config& config) {
   return o;
 }
 
+bool GradShardOnHost(const ZeroOptions& o) {
+  return o.stage >= 1 && o.offload_optimizer.device != OffloadDevice::kNone;
+}
+
 Status ValidateZeroOptions(const ZeroOptions& o) {
   if (o.stage < 0 || o.stage > 3) {
     return InvalidArgumentError("zero_optimization.stage = {} must be 0, 1, 2 or 3", o.stage);
