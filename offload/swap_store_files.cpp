@@ -5,6 +5,7 @@
 
 #include <bit>
 #include <cerrno>
+#include <filesystem>
 #include <random>
 #include <utility>
 
@@ -114,6 +115,17 @@ Status SwapStore::OpenHeaderFiles(bool create) {
 Result<std::unique_ptr<SwapStore>> SwapStore::Create(AioEngine& engine,
                                                      const SwapStoreOptions& options) {
   SLUICE_RETURN_IF_ERROR(ValidateOptions(options));
+  // As DeepSpeed's swappers do: a missing nvme_path directory is made, not an error.
+  for (const std::string& path : options.paths) {
+    std::error_code error;
+    std::filesystem::create_directories(path, error);
+    if (error) {
+      return IoError(
+          "creating the swap directory {} failed: {}; set nvme_path to a writable "
+          "directory",
+          path, error.message());
+    }
+  }
   std::unique_ptr<SwapStore> store(new SwapStore(engine, options));
   SwapHeader& header = store->header_;
   header.rank = static_cast<uint32_t>(options.rank);

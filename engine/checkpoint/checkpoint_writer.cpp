@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "engine/checkpoint/checkpoint_dir.h"
-#include "runtime/durable_file.h"
 #include "engine/checkpoint/manifest.h"
 #include "engine/checkpoint/shard_reader.h"
 #include "engine/checkpoint/shard_writer.h"
 #include "engine/checkpoint/tensor_index.h"
+#include "runtime/durable_file.h"
 #include "runtime/foreign_call.h"
 #include "runtime/logging.h"
 
@@ -182,6 +182,17 @@ Status Commit(const SaveRequest& request, const std::filesystem::path& staging) 
 Result<std::filesystem::path> SaveCheckpoint(const SaveRequest& request,
                                              std::span<const ShardTensor> tensors,
                                              const AgreeFn& agree) {
+  return SaveCheckpointStreamed(
+      request,
+      [&request, tensors](const std::filesystem::path& staging) {
+        return WriteRankFiles(request, staging, tensors);
+      },
+      agree);
+}
+
+Result<std::filesystem::path> SaveCheckpointStreamed(const SaveRequest& request,
+                                                     const RankFilesWriter& write_files,
+                                                     const AgreeFn& agree) {
   SLUICE_CHECK(request.world >= 1 && request.rank >= 0 && request.rank < request.world)
       << "rank " << request.rank << " of world " << request.world;
   SLUICE_CHECK(request.world == 1 || agree) << "SaveCheckpoint with world > 1 needs `agree`";
@@ -205,7 +216,7 @@ Result<std::filesystem::path> SaveCheckpoint(const SaveRequest& request,
   Status prepared = request.rank == 0 ? Prepare(request, staging) : OkStatus();
   SLUICE_RETURN_IF_ERROR(Agree(agree, request.world, prepared, "preparing").WithContext(where));
 
-  Status written = WriteRankFiles(request, staging, tensors);
+  Status written = write_files(staging);
   Status all_written = Agree(agree, request.world, written, "writing shard files");
   if (!all_written.ok()) {
     if (request.rank == 0) (void)RemoveTree(staging);

@@ -13,6 +13,10 @@
 //   std::vector<checkpoint::ShardTensor> tensors = ...;  // master, exp_avg, exp_avg_sq ranges
 //   SLUICE_ASSIGN_OR_RETURN(auto dir, checkpoint::SaveCheckpoint(
 //                                         request, tensors, checkpoint::CommAgreeFn(comm)));
+//   // or, streaming the data from where it lives (shard_stream_writer.h):
+//   SLUICE_ASSIGN_OR_RETURN(auto dir, checkpoint::SaveCheckpointStreamed(
+//                                         request, write_rank_files,
+//                                         checkpoint::CommAgreeFn(comm)));
 //
 // Sequence: rank 0 removes leftovers of crashed saves and creates step_N.tmp-TAG/; every rank
 // writes and fsyncs its weights and optimizer files there; rank 0 checks all ranks' files (the
@@ -73,5 +77,17 @@ struct SaveRequest {
 Result<std::filesystem::path> SaveCheckpoint(const SaveRequest& request,
                                              std::span<const ShardTensor> tensors,
                                              const AgreeFn& agree);
+
+// Writes this rank's two shard files (ShardFileName(group, request.rank), both groups, with
+// request.checksum_block_bytes) into the staging directory and fsyncs them: a RankStreamWriter
+// (shard_stream_writer.h) fed from wherever the state lives.
+using RankFilesWriter = std::function<Status(const std::filesystem::path& staging_dir)>;
+
+// SaveCheckpoint with the files written by `write_files` instead of from tensors in memory (the
+// training checkpoint streams optimizer state from NVMe this way). The same sequence: a failure
+// of `write_files` on any rank abandons the save on all of them, and nothing is committed.
+Result<std::filesystem::path> SaveCheckpointStreamed(const SaveRequest& request,
+                                                     const RankFilesWriter& write_files,
+                                                     const AgreeFn& agree);
 
 }  // namespace sluice::checkpoint

@@ -1,4 +1,5 @@
-// Writes one rank's shard file of one group (weights or optimizer) and fsyncs it.
+// Writes one rank's shard file of one group (weights or optimizer) from tensors already in
+// memory, and fsyncs it: the whole-tensor use of ShardStreamWriter (shard_stream_writer.h).
 #pragma once
 
 #include <filesystem>

@@ -81,7 +81,20 @@ struct OffloadOptimizerConfig {
   std::string nvme_path;  // set iff device == kNvme
   bool pin_memory = true;
   int buffer_count = 4;
+  // The fraction of the optimizer state that is offloaded (DeepSpeed's Twin-Flow meaning): with
+  // the shard cut into N tiles, tiles from floor((1 - ratio) x N) on are offloaded and the first
+  // ones stay on the device, stepped there (engine/zero/split_optimizer.h). 1 = all offloaded;
+  // below 1 needs stage 3.
   double ratio = 1.0;
+  // ratio "auto" (`ratio` then reads 1): chosen when the engine is created, from the measured
+  // throughput of device Adam and offloaded Adam and capped by auto_state_budget
+  // (engine/zero/offload_ratio.h).
+  bool ratio_auto = false;
+  // ratio "auto": the device bytes the optimizer's device part may hold on each rank (what the
+  // device budget leaves once the memory estimate of the rest of the engine is counted,
+  // estimate::ResolveAutoRatioBudget); -1 = not known: half the device memory still free when
+  // the optimizer is created.
+  int64_t auto_state_budget = -1;
   // On by default, unlike DeepSpeed (docs/config.md: deliberate differences).
   bool pipeline_read = true;
   bool pipeline_write = true;

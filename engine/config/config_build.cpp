@@ -88,7 +88,9 @@ void BuildZero(const SettingValues& v, Config* c) {
   if (oo.device == OffloadDevice::kNvme) oo.nvme_path = oo_path.value_or("");
   oo.pin_memory = v.GetBool("zero_optimization.offload_optimizer.pin_memory");
   oo.buffer_count = ToInt(v.GetInt("zero_optimization.offload_optimizer.buffer_count"));
-  oo.ratio = v.GetFloat("zero_optimization.offload_optimizer.ratio");
+  // "auto" stays unresolved until the engine measures (config_resolve.cpp): no value yet.
+  oo.ratio_auto = v.IsAuto("zero_optimization.offload_optimizer.ratio");
+  oo.ratio = v.FindFloat("zero_optimization.offload_optimizer.ratio").value_or(1.0);
   oo.pipeline_read = v.GetBool("zero_optimization.offload_optimizer.pipeline_read");
   oo.pipeline_write = v.GetBool("zero_optimization.offload_optimizer.pipeline_write");
 

@@ -146,6 +146,35 @@ class Resolver {
     return OkStatus();
   }
 
+  // zero_optimization.offload_optimizer.ratio: a number in [0, 1] or "auto", which stays
+  // unresolved here (the engine measures it, engine/zero/offload_ratio.h) unless nothing is
+  // offloaded.
+  Status OffloadRatio(int64_t stage, const std::string& opt_device) {
+    constexpr const char* kRatio = "zero_optimization.offload_optimizer.ratio";
+    const bool is_auto = v_.IsAuto(kRatio);
+    if (is_auto && opt_device == "none") {
+      v_.Resolve(kRatio, 1.0, "offload_optimizer.device is none: nothing is offloaded");
+      return OkStatus();
+    }
+    const double ratio = is_auto ? 1.0 : v_.GetFloat(kRatio);
+    const std::string shown = is_auto ? std::string("\"auto\"") : fmt::format("{}", ratio);
+    if (!is_auto && ratio >= 1.0) return OkStatus();
+    if (stage != 3) {
+      return Error(
+          "{} {}{} needs zero_optimization.stage 3 (DeepSpeed: Partial offloading only supported "
+          "for ZeRO Stage 3.); stage is {}: set the stage to 3 or the ratio to 1",
+          kRatio, shown, At(kRatio), stage);
+    }
+    if (v_.GetString("zero_optimization.offload_param.device") == "nvme") {
+      return Error(
+          "{} {}{} cannot be combined with zero_optimization.offload_param.device nvme{}: the "
+          "parameter shard then lives in an NVMe store that only the fully offloaded optimizer "
+          "writes; set the ratio to 1 or offload_param.device to cpu or none",
+          kRatio, shown, At(kRatio), At("zero_optimization.offload_param.device"));
+    }
+    return OkStatus();
+  }
+
   Status Zero() {
     int64_t stage = v_.GetInt("zero_optimization.stage");
     Fill("zero_optimization.overlap_comm", stage == 3,
@@ -198,14 +227,8 @@ class Resolver {
           "most 1GiB, e.g. 1MiB",
           block_size, At("aio.block_size"));
     }
-    double ratio = v_.GetFloat("zero_optimization.offload_optimizer.ratio");
-    if (ratio < 1.0 && stage != 3) {
-      return Error(
-          "zero_optimization.offload_optimizer.ratio {}{} needs zero_optimization.stage 3 "
-          "(DeepSpeed: Partial offloading only supported for ZeRO Stage 3.)",
-          ratio, At("zero_optimization.offload_optimizer.ratio"));
-    }
     const std::string& opt_device = v_.GetString("zero_optimization.offload_optimizer.device");
+    SLUICE_RETURN_IF_ERROR(OffloadRatio(stage, opt_device));
     for (const char* key : {"pipeline_read", "pipeline_write"}) {
       std::string path = fmt::format("zero_optimization.offload_optimizer.{}", key);
       // On by default (a deliberate difference from DeepSpeed): only a value the user gave warns.
@@ -431,6 +454,8 @@ class Resolver {
   Status RemainingAutos() {
     for (const SettingSpec& spec : v_.registry().settings()) {
       if (!v_.IsAuto(spec.path)) continue;
+      // Measured when the engine is created (OffloadRatio above let it through).
+      if (spec.path == "zero_optimization.offload_optimizer.ratio") continue;
       if (spec.default_kind != DefaultKind::kValue) {
         return Error("{}: \"auto\"{} cannot be resolved: nothing in the config defines it; give {}",
                      spec.path, At(spec.path), DescribeAllowed(spec));

@@ -202,9 +202,13 @@ void AddZero(SettingsRegistry& r) {
       .Default(int64_t{4})
       .Min(1);
   r.Add("zero_optimization.offload_optimizer.ratio", T::kFloat,
-        "Fraction of sub-groups stepped on the CPU; below 1 needs stage 3")
+        "Fraction of the optimizer state offloaded (the last sub-groups; the first stay on the "
+        "device); below 1 needs stage 3")
       .Default(1.0)
-      .Range(0, 1);
+      .Range(0, 1)
+      .Auto(
+          "chosen when the engine is created: the device share that balances measured device "
+          "Adam and offloaded Adam throughput, capped by what the device budget leaves (stage 3)");
   r.Add("zero_optimization.offload_optimizer.pipeline_read", T::kBool,
         "Read the next sub-group's state while stepping the current one")
       .Default(true);

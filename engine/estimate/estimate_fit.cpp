@@ -239,6 +239,7 @@ Result<std::vector<Variant>> CompareStages(const Config& config, int world_size,
     c.zero.stage = row.stage;
     c.zero.offload_optimizer.device = row.optimizer;
     c.zero.offload_optimizer.ratio = 1.0;
+    c.zero.offload_optimizer.ratio_auto = false;
     c.zero.offload_param.device = row.param;
     std::string change = fmt::format("stage {}", row.stage);
     if (row.optimizer == kCpu) change += ", optimizer on cpu";

@@ -14,8 +14,10 @@
 #include "engine/train/precision.h"
 #include "engine/train/run_setup.h"
 #include "engine/zero/offload_options.h"
+#include "engine/zero/offload_ratio.h"
 #include "engine/zero/offload_staging_ring.h"
 #include "runtime/comm.h"
+#include "runtime/logging.h"
 
 namespace sluice::estimate {
 namespace {
@@ -77,10 +79,19 @@ Status CheckSupported(const Config& config, int world_size) {
         "zero_optimization.offload_param.device {} needs zero_optimization.stage 3 (stage is {})",
         OffloadDeviceName(z.offload_param.device), z.stage);
   }
-  if (z.offload_optimizer.ratio < 1.0 && z.stage != 3) {
+  const OffloadOptimizerConfig& oo = z.offload_optimizer;
+  const bool partial = oo.ratio < 1.0 || (oo.ratio_auto && oo.device != OffloadDevice::kNone);
+  const std::string ratio = oo.ratio_auto ? "\"auto\"" : fmt::format("{}", oo.ratio);
+  if (partial && z.stage != 3) {
     return InvalidArgumentError(
-        "zero_optimization.offload_optimizer.ratio {} needs zero_optimization.stage 3",
-        z.offload_optimizer.ratio);
+        "zero_optimization.offload_optimizer.ratio {} needs zero_optimization.stage 3", ratio);
+  }
+  if (partial && oo.device != OffloadDevice::kNone &&
+      z.offload_param.device == OffloadDevice::kNvme) {
+    return InvalidArgumentError(
+        "zero_optimization.offload_optimizer.ratio {} cannot be combined with "
+        "zero_optimization.offload_param.device nvme (set the ratio to 1)",
+        ratio);
   }
   return OkStatus();
 }
@@ -115,52 +126,94 @@ struct Context {
   std::string p_text;  // "2 B (bf16)"
   Count all;
   Count sharded;
+  // ratio "auto": the device part's elements (the budget cap; see EstimateMemory), or, when the
+  // budget cannot hold a split at all, everything offloaded as with ratio 1.
+  int64_t auto_device_elements = 0;
+  bool auto_offloads_all = false;
 };
 
+// Where the optimizer's elements keep their state: all on the device (offload none), all
+// offloaded (ratio 1), or split (ratio < 1 or "auto", engine/zero/split_optimizer.h), the first
+// `device` on the device and the rest offloaded. With "auto" each tier gets its worst case: the
+// device part at the budget cap, the offloaded part as if everything were offloaded.
+struct OptimizerPlacement {
+  bool split = false;
+  Count device;
+  Count offloaded;
+};
+
+OptimizerPlacement PlaceOptimizer(const Context& c, const Count& elements) {
+  const OffloadOptimizerConfig& oo = c.z->offload_optimizer;
+  OptimizerPlacement place;
+  if (oo.device == OffloadDevice::kNone) {
+    place.device = elements;
+    return place;
+  }
+  place.split = oo.ratio < 1.0 || (oo.ratio_auto && !c.auto_offloads_all);
+  if (!place.split) {
+    place.offloaded = elements;
+    return place;
+  }
+  const int64_t tile = zero::OffloadTileElements(c.z->sub_group_size);
+  if (oo.ratio_auto && !c.auto_offloads_all) {
+    place.device = Count{fmt::format("the ratio-auto device budget's whole tiles of {} of {}",
+                                     FormatCount(tile), elements.what),
+                         c.auto_device_elements};
+    place.offloaded = Count{fmt::format("{} (auto's worst case: all offloaded)", elements.what),
+                            elements.elements};
+    return place;
+  }
+  const int64_t device = zero::DeviceElementsForRatio(elements.elements, tile, oo.ratio);
+  place.device = Count{fmt::format("the first floor((1 - ratio {}) x N) tiles of {} of {}",
+                                   oo.ratio, FormatCount(tile), elements.what),
+                       device};
+  place.offloaded = Count{fmt::format("the rest of {}", elements.what), elements.elements - device};
+  return place;
+}
+
 // Optimizer state and the gradients it consumes, on the device or offloaded: the host (cpu) or
-// NVMe through pinned swap buffers; ratio < 1 keeps 1 - ratio of the shard on the device.
-// `elements` is what the optimizer steps (Ψ at stage 0, else the shard).
+// NVMe through pinned swap buffers; ratio < 1 keeps the first tiles of the shard on the device
+// (PlaceOptimizer). `elements` is what the optimizer steps (Ψ at stage 0, else the shard).
 void AddOptimizer(const Context& c, const Count& elements, bool master, ItemList& items) {
   const ZeroConfig& z = *c.z;
   const OffloadOptimizerConfig& oo = z.offload_optimizer;
-  int64_t off = 0;
-  if (oo.device != OffloadDevice::kNone) {
-    off = static_cast<int64_t>(std::llround(oo.ratio * static_cast<double>(elements.elements)));
-  }
-  const int64_t dev = elements.elements - off;
-  const Count dev_count =
-      off == 0 ? elements : Count{fmt::format("(1 - ratio {}) x {}", oo.ratio, elements.what), dev};
-  const Count off_count = oo.ratio == 1.0
-                              ? elements
-                              : Count{fmt::format("ratio {} x {}", oo.ratio, elements.what), off};
+  const OptimizerPlacement place = PlaceOptimizer(c, elements);
+  const int64_t dev = place.device.elements;
+  const int64_t off = place.offloaded.elements;
   items.Add("Adam exp_avg + exp_avg_sq (fp32)", MemoryTier::kDevice, MemoryCategory::kOptimizer,
-            2 * kF32 * dev, Times(2 * kF32, dev_count));
+            2 * kF32 * dev, Times(2 * kF32, place.device));
   if (master) {
     items.Add("fp32 master weights", MemoryTier::kDevice, MemoryCategory::kOptimizer, kF32 * dev,
-              Times(kF32, dev_count));
+              Times(kF32, place.device));
   }
-  if (c.stage >= 1) {
-    items.Add("fp32 gradient shard", MemoryTier::kDevice, MemoryCategory::kGrads, kF32 * dev,
-              Times(kF32, dev_count));
+  // The whole gradient shard stays on the device unless everything is offloaded: a split's
+  // device part reads it there, and its offloaded part copies its tiles off itself.
+  const bool device_grads = oo.device == OffloadDevice::kNone || place.split;
+  if (c.stage >= 1 && device_grads) {
+    items.Add("fp32 gradient shard", MemoryTier::kDevice, MemoryCategory::kGrads,
+              kF32 * elements.elements, Times(kF32, elements));
   }
-  if (oo.device == OffloadDevice::kNone) return;
+  if (off == 0) return;
   // As engine/zero/zero_optimizer.cpp places it: the fp32 gradient shard and (cpu) the state in
   // pageable host memory, only the staging ring pinned; (nvme) one swap extent per tile.
   const bool nvme = oo.device == OffloadDevice::kNvme;
   const int64_t tile =
       std::max<int64_t>(1, std::min(zero::OffloadTileElements(z.sub_group_size), off));
   const int64_t tiles = (off + tile - 1) / tile;
-  items.Add("fp32 gradient shard for the offloaded optimizer", MemoryTier::kHost,
-            MemoryCategory::kGrads, AlignUp(kF32 * off, kPage), Times(kF32, off_count) + ", pages");
+  if (!device_grads) {
+    items.Add("fp32 gradient shard for the offloaded optimizer", MemoryTier::kHost,
+              MemoryCategory::kGrads, AlignUp(kF32 * off, kPage),
+              Times(kF32, place.offloaded) + ", pages");
+  }
   if (nvme) {
     items.Add("fp32 master + exp_avg + exp_avg_sq on NVMe", MemoryTier::kNvme,
               MemoryCategory::kOptimizer, SwapBytes(off, tile, 3 * kF32),
               fmt::format("12 B x {} in {} tile(s) of <= {} (sub_group_size), 4 KiB blocks",
-                          off_count.what, tiles, FormatCount(tile)));
+                          place.offloaded.what, tiles, FormatCount(tile)));
   } else {
     items.Add("fp32 master + exp_avg + exp_avg_sq (offload_optimizer cpu)", MemoryTier::kHost,
               MemoryCategory::kOptimizer, 3 * AlignUp(kF32 * off, kPage),
-              Times(3 * kF32, off_count) + ", pages");
+              Times(3 * kF32, place.offloaded) + ", pages");
   }
   const zero::StagingSlotLayout slot =
       zero::ComputeStagingSlotLayout(tile, DType::kF32, c.param_dtype, nvme);
@@ -172,31 +225,62 @@ void AddOptimizer(const Context& c, const Count& elements, bool master, ItemList
                   oo.buffer_count, slot.slot_bytes, FormatCount(tile), nvme ? "state, " : ""));
 }
 
+// This rank's pieces of the NVMe parameter groups (engine/zero/nvme_param_store.h), in the order
+// they are first read: the persistent run (gathered after initialization), then each unit's
+// non-persistent run in trace order. Every piece is ceil(numel / N) a parameter.
+std::vector<int64_t> NvmeParamGroupElements(const Context& c) {
+  const int64_t threshold = c.z->stage3_param_persistence_threshold;
+  std::vector<int64_t> groups;
+  int64_t persistent = 0;
+  for (const ZeroUnit& unit : c.units) {
+    for (int64_t numel : unit.params) {
+      if (numel <= threshold) persistent += (numel + c.n - 1) / c.n;
+    }
+  }
+  if (persistent > 0) groups.push_back(persistent);
+  for (const ZeroUnit& unit : c.units) {
+    int64_t elements = 0;
+    for (int64_t numel : unit.gathered_params) elements += (numel + c.n - 1) / c.n;
+    if (elements > 0) groups.push_back(elements);
+  }
+  return groups;
+}
+
 // Stage 3 parameter offload: the shard on the host (cpu) or on NVMe behind pinned buffers.
 void AddOffloadedParameters(const Context& c, ItemList& items) {
   const OffloadParamConfig& op = c.z->offload_param;
-  const MemoryTier host = HostTier(op.pin_memory);
   if (op.device == OffloadDevice::kCpu) {  // pageable, as engine/zero/host_shard_buffer.h
     items.Add("parameter shard (offload_param cpu)", MemoryTier::kHost, MemoryCategory::kParams,
               AlignUp(c.p * c.shard, kPage), Times(c.p, c.sharded, c.p_text) + ", pages");
     return;
   }
-  const int64_t in_cpu = std::min(op.max_in_cpu, c.shard);
-  const int64_t on_nvme = c.shard - in_cpu;
-  items.Add(
-      "parameter shard kept in host memory (offload_param.max_in_cpu)", host,
-      MemoryCategory::kParams, c.p * in_cpu,
-      fmt::format("{} x min(max_in_cpu {}, shard {}) = {} x {}", c.p_text,
-                  FormatCount(op.max_in_cpu), FormatCount(c.shard), c.p, FormatCount(in_cpu)));
-  items.Add("parameter shard on NVMe", MemoryTier::kNvme, MemoryCategory::kParams,
-            AlignUp(c.p * on_nvme, kSwapAlignment),
-            fmt::format("{} x (shard - max_in_cpu) = {} x {}, 4 KiB blocks", c.p_text, c.p,
-                        FormatCount(on_nvme)));
-  if (on_nvme > 0) {
-    items.Add("parameter swap buffers", host, MemoryCategory::kBuffers,
-              op.buffer_count * AlignUp(c.p * op.buffer_size, kSwapAlignment),
-              fmt::format("offload_param.buffer_count {} x buffer_size {} x {} B", op.buffer_count,
-                          FormatCount(op.buffer_size), c.p));
+  // As the NVMe parameter store places it: one extent per group; staging slots of the largest
+  // group (pinned); groups cached in pageable host memory, in first-read order, while the cached
+  // elements stay within max_in_cpu.
+  int64_t nvme = 0;
+  int64_t largest = 0;
+  int64_t cached = 0;
+  int64_t cached_bytes = 0;
+  for (int64_t elements : NvmeParamGroupElements(c)) {
+    nvme += AlignUp(c.p * elements, kSwapAlignment);
+    largest = std::max(largest, elements);
+    if (cached + elements <= op.max_in_cpu) {
+      cached += elements;
+      cached_bytes += AlignUp(c.p * elements, kPage);
+    }
+  }
+  items.Add("parameter shard on NVMe", MemoryTier::kNvme, MemoryCategory::kParams, nvme,
+            fmt::format("{} x shard {}, one 4 KiB-aligned extent per unit", c.p_text,
+                        FormatCount(c.shard)));
+  items.Add("parameter swap buffers", MemoryTier::kHostPinned, MemoryCategory::kBuffers,
+            op.buffer_count * AlignUp(c.p * largest, kSwapAlignment),
+            fmt::format("offload_param.buffer_count {} x the largest unit's piece {} x {} B",
+                        op.buffer_count, FormatCount(largest), c.p));
+  if (cached > 0) {
+    items.Add("parameter groups cached in host memory (offload_param.max_in_cpu)",
+              MemoryTier::kHost, MemoryCategory::kParams, cached_bytes,
+              fmt::format("{} x {} elements of whole units within max_in_cpu {}", c.p_text,
+                          FormatCount(cached), FormatCount(op.max_in_cpu)));
   }
 }
 
@@ -385,6 +469,18 @@ Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
   c.p_text = fmt::format("{} B ({})", c.p, DTypeName(stored));
   c.all = Count{"Ψ", c.psi};
   c.sharded = Count{fmt::format("shard Σ ceil(numel/{})", shard_world), c.shard};
+  if (c.stage == 3 && c.z->offload_param.device == OffloadDevice::kNvme) {
+    // The engine refuses the same (engine/zero/nvme_param_store.h): a unit is read in one piece.
+    for (int64_t elements : NvmeParamGroupElements(c)) {
+      if (elements > c.z->offload_param.buffer_size) {
+        return InvalidArgumentError(
+            "zero_optimization.offload_param.buffer_size = {} elements is smaller than a unit's "
+            "parameters on one of {} ranks ({} elements, read from NVMe in one piece): raise "
+            "buffer_size to at least {}",
+            c.z->offload_param.buffer_size, c.n, elements, elements);
+      }
+    }
+  }
 
   MemoryEstimate e;
   e.world_size = c.n;
@@ -406,20 +502,57 @@ Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
   e.offload_optimizer = c.z->offload_optimizer.device;
   e.offload_param = c.z->offload_param.device;
 
-  ItemList items;
-  AddZeroEngine(c, items, e.notes);
   // The model's forward/backward on one micro-batch. Under the ZeRO engine the model reads the
   // fp32 parameters the engine binds: no bf16 widening.
   model::ModelOptions pass = c.model;
   pass.param_dtype = DType::kF32;
   const ActivationEstimate act = EstimateActivations(pass, e.micro_batch, c.model.seq_len);
-  items.Add(fmt::format("activations (micro-batch {} x seq {}{})", e.micro_batch, c.model.seq_len,
-                        options.activation_checkpointing ? ", checkpointed blocks" : ""),
-            MemoryTier::kDevice, MemoryCategory::kActivations, act.peak_bytes, act.peak_formula,
-            Lifetime::kPass);
-  items.Add("forward/backward scratch", MemoryTier::kDevice, MemoryCategory::kBuffers,
-            act.scratch_peak_bytes, act.scratch_formula, Lifetime::kCompute);
-  e.items = items.Take();
+  auto build = [&](std::vector<std::string>& notes) {
+    ItemList items;
+    AddZeroEngine(c, items, notes);
+    items.Add(fmt::format("activations (micro-batch {} x seq {}{})", e.micro_batch, c.model.seq_len,
+                          options.activation_checkpointing ? ", checkpointed blocks" : ""),
+              MemoryTier::kDevice, MemoryCategory::kActivations, act.peak_bytes, act.peak_formula,
+              Lifetime::kPass);
+    items.Add("forward/backward scratch", MemoryTier::kDevice, MemoryCategory::kBuffers,
+              act.scratch_peak_bytes, act.scratch_formula, Lifetime::kCompute);
+    return items.Take();
+  };
+  const OffloadOptimizerConfig& oo = c.z->offload_optimizer;
+  if (oo.ratio_auto && oo.device != OffloadDevice::kNone) {
+    // The device part may take what the device budget leaves once everything else (the split's
+    // device gradient shard included) is counted: the estimate without it, then with the cap.
+    std::vector<std::string> unused;
+    e.items = build(unused);
+    const int64_t tile = zero::OffloadTileElements(c.z->sub_group_size);
+    if (config.device.memory_limit.has_value()) {
+      e.auto_state_budget = *config.device.memory_limit - e.tier_bytes(MemoryTier::kDevice);
+      c.auto_device_elements =
+          zero::DeviceElementsWithinBudget(*e.auto_state_budget, stored, c.shard, tile);
+    } else {
+      c.auto_device_elements = c.shard;  // no limit known before the GPU opens
+    }
+    // A split keeps the whole fp32 gradient shard on the device: when that leaves no room for a
+    // single tile of state, offloading everything (the gradients in host memory) is better.
+    c.auto_offloads_all = c.shard > 0 && c.auto_device_elements == 0;
+    e.auto_offloads_all = c.auto_offloads_all;
+    if (c.auto_offloads_all) {
+      e.notes.push_back(fmt::format(
+          "offload_optimizer.ratio auto: device.memory_limit cannot hold a split's fp32 gradient "
+          "shard and one tile of optimizer state ({} bytes left): everything is offloaded, as "
+          "with ratio 1",
+          *e.auto_state_budget));
+    } else {
+      e.notes.push_back(fmt::format(
+          "offload_optimizer.ratio auto: the engine measures the split when it starts; each tier "
+          "shows its worst case: {} of {} elements on the device ({}), all of them offloaded",
+          FormatCount(c.auto_device_elements), FormatCount(c.shard),
+          e.auto_state_budget.has_value()
+              ? fmt::format("what device.memory_limit leaves: {} bytes", *e.auto_state_budget)
+              : std::string("no device.memory_limit: the whole shard")));
+    }
+  }
+  e.items = build(e.notes);
 
   if (e.last_shard_elements != e.shard_elements) {
     e.notes.push_back(fmt::format(
@@ -433,6 +566,34 @@ Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
         "checkpointing shows checkpointing every block)");
   }
   return e;
+}
+
+Status ResolveAutoRatioBudget(Config* config, int world_size) {
+  OffloadOptimizerConfig& oo = config->zero.offload_optimizer;
+  if (!oo.ratio_auto || oo.device == OffloadDevice::kNone) return OkStatus();
+  Result<MemoryEstimate> estimate = EstimateMemory(*config, world_size);
+  if (!estimate.ok()) {
+    return Status(estimate.status())
+        .WithContext(
+            "estimating the device budget of zero_optimization.offload_optimizer.ratio "
+            "\"auto\"");
+  }
+  if (estimate->auto_offloads_all) {
+    // No room for a split (its gradient shard stays on the device): the plain offloaded
+    // optimizer, with the gradient shard in host memory.
+    oo.ratio_auto = false;
+    oo.ratio = 1.0;
+    SLUICE_LOG(kInfo, "offload",
+               "zero_optimization.offload_optimizer.ratio auto: device.memory_limit leaves no room "
+               "for a split's gradient shard and one tile of state on the device ({} bytes "
+               "left); offloading everything (ratio 1)",
+               *estimate->auto_state_budget);
+    return OkStatus();
+  }
+  if (estimate->auto_state_budget.has_value()) {
+    oo.auto_state_budget = std::max<int64_t>(0, *estimate->auto_state_budget);
+  }
+  return OkStatus();
 }
 
 }  // namespace sluice::estimate

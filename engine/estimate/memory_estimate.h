@@ -11,12 +11,13 @@
 // train` runs through it on any number of ranks), whose shards are per-parameter partitions of
 // ceil(numel / N) elements (padding included, the same length on every rank) and whose stage-3
 // coordinator and gradient reducer are replayed (zero_simulation.h). Parameters are stored in their
-// dtype, gradients and Adam's state in fp32. Device offload is not in the ZeRO engine yet: host and
-// NVMe items follow DeepSpeed's placement. docs/memory_estimator.md has every formula and
-// assumption.
+// dtype, gradients and Adam's state in fp32. Offloaded items follow the engine's placement
+// (zero_optimizer.h; a partial offload ratio: split_optimizer.h). docs/memory_estimator.md has
+// every formula and assumption.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,12 @@ struct MemoryEstimate {
   OffloadDevice offload_param = OffloadDevice::kNone;
   std::vector<LineItem> items;
   std::vector<std::string> notes;  // assumptions that matter for this configuration
+  // offload_optimizer.ratio "auto" with device.memory_limit: the device bytes left for the
+  // optimizer's device part, the limit minus the peak of everything else (may be negative).
+  std::optional<int64_t> auto_state_budget;
+  // ratio "auto" whose budget cannot hold a split (its fp32 gradient shard on the device and one
+  // tile of state): estimated, and run (ResolveAutoRatioBudget), as ratio 1.
+  bool auto_offloads_all = false;
 
   // The category's peak (see Lifetime).
   int64_t bytes(MemoryTier tier, MemoryCategory category) const;
@@ -84,8 +91,15 @@ struct MemoryEstimate {
 
 // InvalidArgument when the config has no model section (naming the two ways to give one), for a
 // world size below 1, and for offload combinations the engine cannot run (offload with stage 0,
-// parameter offload below stage 3, a partial offload ratio below stage 3).
+// parameter offload below stage 3, a partial offload ratio below stage 3 or with offload_param
+// nvme).
 Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
                                       const EstimateOptions& options = {});
+
+// offload_optimizer.ratio "auto": sets config->zero.offload_optimizer.auto_state_budget to the
+// estimate's auto_state_budget, the cap the engine's measured split must respect, or, when that
+// budget cannot hold a split (auto_offloads_all), turns the config into ratio 1 (logged). A no-op
+// for any other ratio or without device.memory_limit. Call before creating the engine.
+Status ResolveAutoRatioBudget(Config* config, int world_size);
 
 }  // namespace sluice::estimate

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
+#include <span>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "engine/checkpoint/manifest.h"
 #include "engine/checkpoint/safetensors_file.h"
 #include "engine/checkpoint/safetensors_loader.h"
+#include "engine/checkpoint/shard_stream_writer.h"
 #include "runtime/logging.h"
 
 namespace sluice::train {
@@ -91,6 +94,60 @@ Result<nlohmann::json> GetObject(const nlohmann::ordered_json& states, const cha
   return nlohmann::json::parse(it->dump());
 }
 
+// This rank's tensors in file order: the master weights of every saved range, then exp_avg of
+// each, then exp_avg_sq (the order the manifest lists them in). Tensor k x ranges.size() + r of
+// the list is kind k of range r.
+std::vector<checkpoint::ShardTensorInfo> StateTensors(std::span<const zero::ZeroStateRange> ranges,
+                                                      const model::ParameterRegistry& registry) {
+  std::vector<checkpoint::ShardTensorInfo> tensors;
+  tensors.reserve(3 * ranges.size());
+  for (StateKind kind : checkpoint::kAllStateKinds) {
+    for (const zero::ZeroStateRange& r : ranges) {
+      const model::ParameterInfo& p = registry.parameter(r.param);
+      tensors.push_back({.kind = kind,
+                         .name = p.name,
+                         .dtype = DType::kF32,
+                         .shape = p.shape,
+                         .begin = r.begin,
+                         .end = r.end});
+    }
+  }
+  return tensors;
+}
+
+// Hands every range's state to `out` in one pass of the optimizer over the part of the shard the
+// ranges span (in shard order; the padding between them is read and skipped): on NVMe, tile by
+// tile through the staging ring, so the memory is a few tiles, whatever the shard's size.
+Status StreamRankState(const zero::ZeroOptimizer& optimizer,
+                       std::span<const zero::ZeroStateRange> ranges,
+                       checkpoint::RankStreamWriter& out) {
+  if (ranges.empty()) return OkStatus();
+  auto shard_end = [](const zero::ZeroStateRange& r) { return r.shard_offset + (r.end - r.begin); };
+  for (size_t r = 1; r < ranges.size(); ++r) {
+    SLUICE_CHECK_LE(shard_end(ranges[r - 1]), ranges[r].shard_offset) << "ranges out of order";
+  }
+  const size_t count = ranges.size();
+  size_t next = 0;  // ranges before it are complete
+  auto sink = [&](int64_t at, int64_t n, const float* master, const float* exp_avg,
+                  const float* exp_avg_sq) -> Status {
+    const int64_t piece_end = at + n;
+    for (size_t r = next; r < count && ranges[r].shard_offset < piece_end; ++r) {
+      const int64_t from = std::max(at, ranges[r].shard_offset);
+      const int64_t to = std::min(piece_end, shard_end(ranges[r]));
+      if (from < to) {
+        const int64_t skip = from - at;
+        SLUICE_RETURN_IF_ERROR(out.Append(r, master + skip, to - from));
+        SLUICE_RETURN_IF_ERROR(out.Append(count + r, exp_avg + skip, to - from));
+        SLUICE_RETURN_IF_ERROR(out.Append(2 * count + r, exp_avg_sq + skip, to - from));
+      }
+      if (shard_end(ranges[r]) <= piece_end) next = r + 1;
+    }
+    return OkStatus();
+  };
+  const int64_t begin = ranges.front().shard_offset;
+  return optimizer.StreamState(begin, shard_end(ranges.back()) - begin, sink);
+}
+
 // A Sluice checkpoint (a step, checkpoints or run directory) rather than safetensors.
 bool LooksLikeSluiceCheckpoint(const fs::path& path) {
   std::error_code error;
@@ -110,33 +167,9 @@ fs::path CheckpointsDirOf(const Config& config) {
 Result<fs::path> SaveTrainingCheckpoint(const Config& config, const zero::ZeroEngine& engine,
                                         const model::ParameterRegistry& registry, Comm& world,
                                         const TrainingProgress& progress) {
-  std::vector<float> master;
-  std::vector<float> exp_avg;
-  std::vector<float> exp_avg_sq;
-  int64_t optimizer_step = 0;
-  // Every rank reaches the collectives below whatever happened here: SaveCheckpoint's agreement
-  // tells all of them about a local failure.
-  Status exported = engine.ExportState(&master, &exp_avg, &exp_avg_sq, &optimizer_step);
-  std::vector<checkpoint::ShardTensor> tensors;
-  if (exported.ok()) {
-    const std::vector<zero::ZeroStateRange> ranges = engine.SavedStateRanges();
-    const std::pair<StateKind, const std::vector<float>*> kinds[] = {
-        {StateKind::kMasterWeights, &master},
-        {StateKind::kExpAvg, &exp_avg},
-        {StateKind::kExpAvgSq, &exp_avg_sq}};
-    for (const auto& [kind, values] : kinds) {
-      for (const zero::ZeroStateRange& r : ranges) {
-        const model::ParameterInfo& p = registry.parameter(r.param);
-        tensors.push_back({.kind = kind,
-                           .name = p.name,
-                           .dtype = DType::kF32,
-                           .shape = p.shape,
-                           .begin = r.begin,
-                           .end = r.end,
-                           .data = values->data() + r.shard_offset});
-      }
-    }
-  }
+  const std::vector<zero::ZeroStateRange> ranges = engine.SavedStateRanges();
+  const std::vector<checkpoint::ShardTensorInfo> tensors = StateTensors(ranges, registry);
+  const int64_t optimizer_step = engine.optimizer().step();
 
   checkpoint::SaveRequest request;
   request.checkpoints_dir = CheckpointsDirOf(config);
@@ -156,14 +189,19 @@ Result<fs::path> SaveTrainingCheckpoint(const Config& config, const zero::ZeroEn
       {"loss_scaler", progress.loss_scaler},
       {"data_loader", progress.data_loader},
   };
-  const checkpoint::AgreeFn agree = checkpoint::CommAgreeFn(world);
-  if (!exported.ok()) {
-    // Abandon the save on every rank: SaveCheckpoint's first agreement comes after rank 0 made
-    // the staging directory, so say no there.
-    (void)agree(false);
-    return std::move(exported).WithContext(fmt::format("saving checkpoint step {}", progress.step));
-  }
-  Result<fs::path> saved = checkpoint::SaveCheckpoint(request, tensors, agree);
+  // A failure here (a broken engine, a corrupt NVMe tile, a full disk) abandons the save on
+  // every rank.
+  auto write_files = [&](const fs::path& staging) -> Status {
+    SLUICE_RETURN_IF_ERROR(engine.CheckUsable());
+    SLUICE_ASSIGN_OR_RETURN(
+        checkpoint::RankStreamWriter out,
+        checkpoint::RankStreamWriter::Create(staging, request.rank, request.world, tensors,
+                                             request.checksum_block_bytes));
+    SLUICE_RETURN_IF_ERROR(StreamRankState(engine.optimizer(), ranges, out));
+    return out.Finish();
+  };
+  Result<fs::path> saved =
+      checkpoint::SaveCheckpointStreamed(request, write_files, checkpoint::CommAgreeFn(world));
   if (!saved.ok()) {
     return Status(saved.status())
         .WithContext(fmt::format("saving checkpoint step {} into {}", progress.step,

@@ -1,9 +1,10 @@
 // Training checkpoints (docs/checkpoint_format.md, "Training"): what a run saves every
 // checkpoint.save_interval steps, what `sluice train --resume` restores, and the weights
-// model.init_from starts from. The ZeRO state goes through the engine's state calls
-// (ZeroEngine::SavedStateRanges / ExportState / ImportState), so each rank saves the partitions it
-// owns and, on load, reads the ranges its own layout needs: a checkpoint written by any world
-// size and ZeRO stage loads into any other.
+// model.init_from starts from. Each rank saves the partitions it owns (ZeroEngine::
+// SavedStateRanges), streamed from the optimizer tile by tile into the shard files
+// (ZeroOptimizer::StreamState, checkpoint::RankStreamWriter: on NVMe the memory is a few tiles,
+// not the shard), and on load reads the ranges its own layout needs (ZeroEngine::ImportState): a
+// checkpoint written by any world size and ZeRO stage loads into any other.
 //
 //   TrainingProgress progress{.step = steps_done, ...};
 //   SLUICE_ASSIGN_OR_RETURN(auto dir, SaveTrainingCheckpoint(config, engine, registry, world,

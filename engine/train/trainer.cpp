@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "engine/estimate/budget_guard.h"
+#include "engine/estimate/memory_estimate.h"
 #include "engine/train/checkpointing.h"
 #include "engine/train/memory_report.h"
 #include "engine/train/metrics_writer.h"
@@ -18,6 +19,7 @@
 #include "engine/train/run_files.h"
 #include "engine/train/run_setup.h"
 #include "engine/train/train_world.h"
+#include "engine/zero/split_optimizer.h"
 #include "engine/zero/zero_options.h"
 #include "runtime/device/device_factory.h"
 #include "runtime/logging.h"
@@ -80,18 +82,22 @@ Status DeviceTypeSupported(const Config& config) {
 
 // Where this rank's training state lives, e.g. "per rank: cpu:0 12.5 MiB (parameters 4.0 MiB,
 // gradients 8.5 MiB, optimizer 0 B), host 2.1 GiB, NVMe 1.2 GiB, pinned staging 17.2 MiB".
-std::string DescribeStatePlacement(const zero::ZeroMemory& m, std::string_view device) {
+std::string DescribeStatePlacement(const zero::ZeroMemory& m, double offloaded_fraction,
+                                   std::string_view device) {
   const uint64_t device_params = m.param_shard + m.full_params;
   const uint64_t device_grads = m.grad_shard + m.full_grads;
   std::string text = fmt::format(
       "per rank: {} {} (parameters {}, gradients {}, optimizer {})", device,
       FormatBytes(device_params + device_grads + m.optimizer_state), FormatBytes(device_params),
       FormatBytes(device_grads), FormatBytes(m.optimizer_state));
-  const uint64_t host = m.host_param_shard + m.host_grad_shard + m.optimizer_host;
+  const uint64_t host = m.host_param_shard + m.param_cache + m.host_grad_shard + m.optimizer_host;
   if (host > 0) text += fmt::format(", host {}", FormatBytes(host));
-  if (m.optimizer_nvme > 0) text += fmt::format(", NVMe {}", FormatBytes(m.optimizer_nvme));
-  if (m.optimizer_pinned > 0) {
-    text += fmt::format(", pinned staging {}", FormatBytes(m.optimizer_pinned));
+  const uint64_t nvme = m.param_nvme + m.optimizer_nvme;
+  if (nvme > 0) text += fmt::format(", NVMe {}", FormatBytes(nvme));
+  const uint64_t pinned = m.param_pinned + m.optimizer_pinned;
+  if (pinned > 0) text += fmt::format(", pinned staging {}", FormatBytes(pinned));
+  if (offloaded_fraction > 0 && offloaded_fraction < 1) {
+    text += fmt::format(", optimizer offload ratio {:.3f}", offloaded_fraction);
   }
   return text;
 }
@@ -159,6 +165,8 @@ Status Trainer::Build() {
   SLUICE_RETURN_IF_ERROR(FitBatchToWorld(config_, world_->size()));
   // Budgets are hard: refuse a config that cannot fit before anything is allocated.
   SLUICE_RETURN_IF_ERROR(estimate::CheckBudgetsBeforeAllocating(config_, world_->size()));
+  // offload_optimizer.ratio "auto": what the device budget leaves for optimizer state.
+  SLUICE_RETURN_IF_ERROR(estimate::ResolveAutoRatioBudget(&config_, world_->size()));
   ApplyThreadCount(num_threads_);
   // Each phase ends with every rank agreeing that it succeeded: a rank that failed alone would
   // otherwise leave the others waiting in the next collective until run.comm_timeout.
@@ -169,10 +177,12 @@ Status Trainer::Build() {
   SLUICE_RETURN_IF_ERROR(LoadStartingState());
   TakePeaks(nullptr);
   if (world_->rank() == 0) {
-    SLUICE_LOG(kInfo, "train", "model {}: {} parameters, {}; ZeRO stage {} on {} rank(s); {}",
-               DescribeModel(model_->options()), model_->ParameterCount(),
-               PrecisionName(precision_), config_.zero.stage, world_->size(),
-               DescribeStatePlacement(engine_->memory(), device_->name()));
+    SLUICE_LOG(
+        kInfo, "train", "model {}: {} parameters, {}; ZeRO stage {} on {} rank(s); {}",
+        DescribeModel(model_->options()), model_->ParameterCount(), PrecisionName(precision_),
+        config_.zero.stage, world_->size(),
+        DescribeStatePlacement(engine_->memory(), zero::OffloadedFraction(engine_->optimizer()),
+                               device_->name()));
   }
   return OkStatus();
 }

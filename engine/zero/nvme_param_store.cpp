@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/zero/offload_options.h"
 #include "offload/aligned_buffer.h"
 #include "runtime/check.h"
 #include "runtime/trace.h"
@@ -29,6 +30,19 @@ std::vector<NvmeParamGroup> NvmeParamGroupsOf(const ShardLayout& layout,
                       .elements = layout.persistent_elements()});
   }
   return groups;
+}
+
+NvmeParamStoreOptions NvmeParamStoreOptionsOf(const OffloadParamConfig& config, DType dtype,
+                                              const AioConfig& aio, int rank) {
+  NvmeParamStoreOptions options;
+  options.nvme_path = config.nvme_path;
+  options.rank = rank;
+  options.dtype = dtype;
+  options.buffer_count = config.buffer_count;
+  options.buffer_size = config.buffer_size;
+  options.max_in_cpu = config.max_in_cpu;
+  options.aio = AioOptionsOf(aio);
+  return options;
 }
 
 NvmeParamStore::NvmeParamStore(const NvmeParamStoreOptions& options,
@@ -93,6 +107,7 @@ Result<std::unique_ptr<NvmeParamStore>> NvmeParamStore::Create(Device& device,
             options.nvme_path));
   }
   s->store_ = std::move(created).value();
+  uint64_t reserved = 0;
   for (const NvmeParamGroup& g : s->groups_) {
     Result<offload::SwapExtent> extent =
         s->store_->Allocate(g.extent, static_cast<uint64_t>(g.elements) * s->element_size_);
@@ -100,10 +115,12 @@ Result<std::unique_ptr<NvmeParamStore>> NvmeParamStore::Create(Device& device,
       return Status(extent.status())
           .WithContext(fmt::format("reserving NVMe space for {}", g.what));
     }
+    reserved += extent->capacity;
   }
+  s->nvme_charge_ = MemoryCharge(MemoryTier::kNvme, MemoryCategory::kParams, reserved);
   if (s->slot_bytes_ > 0) {
     Result<PinnedBuffer> staging = device.AllocatePinnedHost(
-        s->slot_bytes_ * static_cast<uint64_t>(options.buffer_count), MemoryCategory::kParams);
+        s->slot_bytes_ * static_cast<uint64_t>(options.buffer_count), MemoryCategory::kBuffers);
     if (!staging.ok()) {
       return Status(staging.status())
           .WithContext(fmt::format(
@@ -279,6 +296,28 @@ Status NvmeParamStore::FinishWriteBack() {
   }
   if (!status.ok()) return std::move(status).WithContext("writing the parameter shard to NVMe");
   return store_->Flush();
+}
+
+Status NvmeParamStore::ReadRange(int64_t shard_offset, int64_t n, void* dst) {
+  auto* out = static_cast<std::byte*>(dst);
+  const int64_t end = shard_offset + n;
+  for (size_t group = 0; group < groups_.size(); ++group) {
+    const NvmeParamGroup& g = groups_[group];
+    const int64_t begin = std::max(shard_offset, g.shard_offset);
+    const int64_t stop = std::min(end, g.shard_offset + g.elements);
+    if (begin >= stop) continue;
+    NvmeParamRead read = BeginRead(static_cast<int>(group));
+    Result<const void*> values = AwaitRead(read);
+    if (values.ok()) {
+      std::memcpy(out + static_cast<size_t>(begin - shard_offset) * element_size_,
+                  static_cast<const std::byte*>(*values) +
+                      static_cast<size_t>(begin - g.shard_offset) * element_size_,
+                  static_cast<size_t>(stop - begin) * element_size_);
+    }
+    EndRead(read);
+    SLUICE_RETURN_IF_ERROR(values.status());
+  }
+  return OkStatus();
 }
 
 NvmeParamRead NvmeParamStore::BeginRead(int group) {

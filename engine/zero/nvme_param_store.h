@@ -1,6 +1,7 @@
-// The stage-3 parameter shard of one rank on NVMe (zero_optimization.offload_param.device nvme),
-// the storage half of the NVMe parameter path. Not wired into the engine yet: the optimizer
-// still writes whole shards, so ValidateZeroOptions refuses offload_param nvme.
+// The stage-3 parameter shard of one rank on NVMe (zero_optimization.offload_param.device nvme).
+// No full copy of the shard exists anywhere else: the offloaded optimizer writes each step's
+// updated tiles back here (WriteBack, in shard order) and the parameter coordinator reads each
+// unit's piece ahead of its all-gather (BeginRead / AwaitRead / EndRead).
 //
 // Layout: a swap store of its own ("sluice_params.rank<R>.swp" in offload_param.nvme_path) with
 // one extent per gather group, in shard order: "params.<i>" for each unit's non-persistent run
@@ -30,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/config/config.h"
 #include "engine/model/parameter_registry.h"
 #include "engine/zero/host_shard_buffer.h"
 #include "engine/zero/shard_layout.h"
@@ -38,6 +40,7 @@
 #include "offload/swap_store.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
+#include "runtime/memory_accounting.h"
 #include "runtime/status.h"
 
 namespace sluice::zero {
@@ -62,6 +65,11 @@ struct NvmeParamStoreOptions {
   int64_t max_in_cpu = 1000000000;  // offload_param.max_in_cpu (elements)
   offload::AioOptions aio;
 };
+
+// From zero_optimization.offload_param.* (nvme_path, buffer_count, buffer_size, max_in_cpu),
+// the parameter dtype and aio.*.
+NvmeParamStoreOptions NvmeParamStoreOptionsOf(const OffloadParamConfig& config, DType dtype,
+                                              const AioConfig& aio, int rank);
 
 struct NvmeParamStoreStats {
   int64_t nvme_reads = 0;    // group reads issued to NVMe
@@ -102,6 +110,11 @@ class NvmeParamStore {
   // Waits for the writes; FailedPrecondition when a group was left incomplete.
   Status FinishWriteBack();
 
+  // Copies shard elements [shard_offset, shard_offset + n) into `dst` (host memory), group by
+  // group through the staging (or the cache), verifying each read: the serial path for
+  // initialization, restores and consolidation. Outside WriteBack / FinishWriteBack.
+  Status ReadRange(int64_t shard_offset, int64_t n, void* dst);
+
   // Issues the read of `group` into a free slot (waiting for one while all are busy), unless it
   // is cached. Outside WriteBack / FinishWriteBack.
   NvmeParamRead BeginRead(int group);
@@ -141,6 +154,7 @@ class NvmeParamStore {
   std::unique_ptr<offload::SwapStore> store_;
   PinnedBuffer staging_;
   std::vector<HostShardBuffer> cache_;  // per group; empty when not cached
+  MemoryCharge nvme_charge_;            // the extents, on the ledger's NVMe tier
   int64_t cached_elements_ = 0;
 
   mutable std::mutex mu_;

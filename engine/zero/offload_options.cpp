@@ -80,4 +80,14 @@ Status ValidateOffloadedAdamOptions(const OffloadedAdamOptions& options) {
   return OkStatus();
 }
 
+offload::AioOptions AioOptionsOf(const AioConfig& aio) {
+  offload::AioOptions options;
+  options.block_size = static_cast<uint64_t>(aio.block_size);
+  options.queue_depth = aio.queue_depth;
+  options.intra_op_parallelism = aio.intra_op_parallelism;
+  options.single_submit = aio.single_submit;
+  options.overlap_events = aio.overlap_events;
+  return options;
+}
+
 }  // namespace sluice::zero

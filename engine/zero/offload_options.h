@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/config/config.h"
+#include "offload/aio_engine.h"
 #include "runtime/status.h"
 
 namespace sluice::offload {
@@ -76,6 +77,9 @@ int64_t OffloadTileElements(int64_t sub_group_size);
 Result<OffloadedAdamOptions> OffloadedAdamOptionsFromConfig(
     const ZeroConfig& zero, offload::SwapStore* swap_store,
     offload::AioEngine* aio_engine = nullptr);
+
+// The I/O engine options of the aio.* section (both NVMe tiers use one each).
+offload::AioOptions AioOptionsOf(const AioConfig& aio);
 
 // OK, or InvalidArgument naming the config key at fault and what to change.
 Status ValidateOffloadedAdamOptions(const OffloadedAdamOptions& options);

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "engine/zero/adam_hyperparams.h"
+#include "engine/zero/nvme_param_store.h"
 #include "engine/zero/partition_copy.h"
 #include "offload/aio_engine.h"
 #include "runtime/logging.h"
@@ -50,8 +51,9 @@ Result<std::unique_ptr<OffloadedAdam>> OffloadedAdam::Create(
     DType grad_dtype, int64_t count, int num_threads, const OffloadedAdamOptions& offload) {
   SLUICE_RETURN_IF_ERROR(ValidateOffloadedAdamOptions(offload));
   if (count < 0) return InvalidArgumentError("optimizer shard of {} elements", count);
-  if (count > 0 && param_shard == nullptr) {
-    return InvalidArgumentError("the offloaded optimizer needs a parameter shard");
+  if (count > 0 && (param_shard == nullptr) == (offload.param_store == nullptr)) {
+    return InvalidArgumentError(
+        "the offloaded optimizer needs a parameter shard or an NVMe parameter store (one only)");
   }
   std::unique_ptr<OffloadedAdam> adam(new OffloadedAdam());
   adam->device_ = &device;
@@ -143,16 +145,40 @@ OffloadedAdam::TileState OffloadedAdam::StateOf(int64_t tile, int slot) const {
   return {host_->master() + begin, host_->exp_avg() + begin, host_->exp_avg_sq() + begin};
 }
 
-Status OffloadedAdam::CopyParamsToDevice(int64_t tile, int slot) {
+Status OffloadedAdam::StoreParams(int64_t tile, int slot) {
   const size_t size = DTypeSize(param_dtype_);
   const void* source = ring_.layout().params_bytes == 0
                            ? static_cast<const void*>(ring_.state(slot))
                            : ring_.params(slot);
+  if (options_.param_store != nullptr) {
+    // Copied into the store's own staging before this returns: no event to record.
+    return options_.param_store->WriteBack(grid_.begin(tile), grid_.length(tile), source);
+  }
   SLUICE_RETURN_IF_ERROR(device_->CopyAsync(Offset(param_shard_, grid_.begin(tile), size), source,
                                             static_cast<size_t>(grid_.length(tile)) * size,
                                             options_.host_params ? CopyKind::kH2H : CopyKind::kH2D,
                                             *h2d_stream_));
   return h2d_done_[slot]->Record(*h2d_stream_);
+}
+
+Status OffloadedAdam::FinishStoringParams(Status status) {
+  if (options_.param_store == nullptr) return status;
+  // Also after a failure: it releases the store's staging of the group left incomplete.
+  Status finished = options_.param_store->FinishWriteBack();
+  return status.ok() ? finished : status;
+}
+
+Status OffloadedAdam::LoadParams(int64_t tile, void* landing) {
+  const size_t size = DTypeSize(param_dtype_);
+  const int64_t n = grid_.length(tile);
+  if (options_.param_store != nullptr) {
+    return options_.param_store->ReadRange(grid_.begin(tile), n, landing);
+  }
+  Status copied = device_->CopyAsync(
+      landing, Offset(param_shard_, grid_.begin(tile), size), static_cast<size_t>(n) * size,
+      options_.host_params ? CopyKind::kH2H : CopyKind::kD2H, *d2h_stream_);
+  if (copied.ok()) copied = d2h_stream_->Synchronize();
+  return copied;
 }
 
 TilePipelineHooks OffloadedAdam::StepHooks(const void* grads, const kernels::AdamHyperparams& hyper,
@@ -209,8 +235,7 @@ TilePipelineHooks OffloadedAdam::StepHooks(const void* grads, const kernels::Ada
     return OkStatus();
   };
   hooks.begin_store = [this](int64_t tile, int slot) -> Status {
-    SLUICE_RETURN_IF_ERROR(
-        TileError(tile, CopyParamsToDevice(tile, slot), "copying the parameters of"));
+    SLUICE_RETURN_IF_ERROR(TileError(tile, StoreParams(tile, slot), "storing the parameters of"));
     if (on_nvme()) {
       const Clock::time_point start = Clock::now();
       writes_[slot] = nvme_->WriteAsync(tile, ring_.state(slot));
@@ -253,7 +278,7 @@ Status OffloadedAdam::Step(const void* grads, double lr, double grad_scale) {
   pipeline.buffer_count = options_.buffer_count;
   pipeline.pipeline_read = options_.pipeline_read;
   pipeline.pipeline_write = options_.pipeline_write;
-  Status status = RunTilePipeline(grid_.num_tiles(), pipeline, hooks);
+  Status status = FinishStoringParams(RunTilePipeline(grid_.num_tiles(), pipeline, hooks));
   timings_.wall_s = SecondsSince(start);
   if (!status.ok()) {
     broken_ = status;
@@ -275,7 +300,6 @@ Status OffloadedAdam::StoreStateSerial(int64_t tile) {
 
 Status OffloadedAdam::LoadMasterFromParams() {
   SLUICE_RETURN_IF_ERROR(CheckUsable());
-  const size_t size = DTypeSize(param_dtype_);
   // Before the first store of an NVMe tile there are no moments to keep: they start at zero.
   const bool keep_moments = on_nvme() && master_loaded_;
   for (int64_t tile = 0; tile < grid_.num_tiles(); ++tile) {
@@ -288,11 +312,7 @@ Status OffloadedAdam::LoadMasterFromParams() {
     // fp32 on NVMe has no parameter region: the copy lands in p directly.
     void* landing = ring_.layout().params_bytes == 0 ? static_cast<void*>(state.master)
                                                      : static_cast<void*>(ring_.params(0));
-    Status copied = device_->CopyAsync(
-        landing, Offset(param_shard_, grid_.begin(tile), size), static_cast<size_t>(n) * size,
-        options_.host_params ? CopyKind::kH2H : CopyKind::kD2H, *d2h_stream_);
-    if (copied.ok()) copied = d2h_stream_->Synchronize();
-    SLUICE_RETURN_IF_ERROR(TileError(tile, std::move(copied), "copying the parameters of"));
+    SLUICE_RETURN_IF_ERROR(TileError(tile, LoadParams(tile, landing), "loading the parameters of"));
     if (landing != state.master) {
       ConvertToF32(landing, param_dtype_, state.master, n, threading_.num_threads);
     }
@@ -342,11 +362,14 @@ Status OffloadedAdam::RestoreState(const float* master, const float* exp_avg,
     if (ring_.layout().params_bytes != 0) {
       ConvertFromF32(state.master, ring_.params(0), param_dtype_, n, threading_.num_threads);
     }
-    SLUICE_RETURN_IF_ERROR(StoreStateSerial(tile));
-    Status copied = CopyParamsToDevice(tile, 0);
-    if (copied.ok()) copied = h2d_stream_->Synchronize();
-    SLUICE_RETURN_IF_ERROR(TileError(tile, std::move(copied), "copying the parameters of"));
+    Status stored = StoreStateSerial(tile);
+    if (stored.ok()) stored = StoreParams(tile, 0);
+    if (stored.ok()) stored = h2d_stream_->Synchronize();
+    if (!stored.ok()) {
+      return FinishStoringParams(TileError(tile, std::move(stored), "restoring"));
+    }
   }
+  SLUICE_RETURN_IF_ERROR(FinishStoringParams(OkStatus()));
   step_ = step;
   master_loaded_ = true;
   broken_ = OkStatus();

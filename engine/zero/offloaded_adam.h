@@ -64,10 +64,11 @@ using OffloadStateSink = std::function<Status(int64_t begin, int64_t n, const fl
 
 class OffloadedAdam {
  public:
-  // `param_shard` is device memory holding `count` values of `param_dtype`; it must outlive the
-  // optimizer. Step's gradients are device memory of `grad_dtype`. ResourceExhausted when the
-  // staging ring, the host state or the NVMe extents do not fit (naming the tier and, on NVMe,
-  // the tile); nothing is allocated on the device.
+  // `param_shard` is device memory holding `count` values of `param_dtype` (host memory with
+  // offload.host_params; null with offload.param_store); it must outlive the optimizer. Step's
+  // gradients are device memory of `grad_dtype`. ResourceExhausted when the staging ring, the host
+  // state or the NVMe extents do not fit (naming the tier and, on NVMe, the tile); nothing is
+  // allocated on the device.
   static Result<std::unique_ptr<OffloadedAdam>> Create(
       Device& device, const OptimizerConfig& config, DType param_dtype, void* param_shard,
       DType grad_dtype, int64_t count, int num_threads, const OffloadedAdamOptions& offload);
@@ -129,7 +130,14 @@ class OffloadedAdam {
   // Serial, outside Step: brings tile `tile`'s state into slot 0 (NVMe) or points at it (host).
   Status FetchStateSerial(int64_t tile) const;
   Status StoreStateSerial(int64_t tile);
-  Status CopyParamsToDevice(int64_t tile, int slot);
+  // The updated parameters of `tile` (in `slot`) to the parameter shard: an async copy to the
+  // device or host shard, or a write-back to the NVMe parameter store.
+  Status StoreParams(int64_t tile, int slot);
+  // With the NVMe parameter store: completes the write-back StoreParams began (after `status`,
+  // the outcome of the stores, whatever it was). Returns the first error.
+  Status FinishStoringParams(Status status);
+  // The parameters of `tile` from the parameter shard into `landing` (host memory), synchronously.
+  Status LoadParams(int64_t tile, void* landing);
   Status CheckUsable() const;
 
   Device* device_ = nullptr;

@@ -138,6 +138,16 @@ Status ZeroEngine::Build(Comm& world) {
   const bool host_params = options_.offload_param.device == OffloadDevice::kCpu;
   if (stage == 0 && options_.param_dtype == DType::kF32) {
     param_shard_data_ = full_params_.data();  // the master weights are the compute copy
+  } else if (options_.offload_param.device == OffloadDevice::kNvme) {
+    // Stage 3 only: no copy of the shard anywhere but NVMe (and the store's bounded cache). The
+    // optimizer writes each step's updated tiles back to the store and the coordinator reads
+    // each unit's piece from it ahead of the all-gather.
+    SLUICE_ASSIGN_OR_RETURN(
+        param_store_,
+        NvmeParamStore::Create(*device_,
+                               NvmeParamStoreOptionsOf(options_.offload_param, options_.param_dtype,
+                                                       options_.aio, world.rank()),
+                               NvmeParamGroupsOf(layout_, registry)));
   } else if (host_params) {
     // Stage 3 only (ValidateZeroOptions): the coordinator copies each gathered unit's piece from
     // here into the device all-gather buffer, and the optimizer writes the updates back here.
@@ -152,9 +162,10 @@ Status ZeroEngine::Build(Comm& world) {
     param_shard_data_ = param_shard_.data();
   }
   SLUICE_ASSIGN_OR_RETURN(
-      adam_,
-      CreateZeroOptimizer(*device_, options_, {.shard = param_shard_data_, .host = host_params},
-                          layout_.shard_elements(), world.rank()));
+      adam_, CreateZeroOptimizer(
+                 *device_, options_,
+                 {.shard = param_shard_data_, .host = host_params, .nvme = param_store_.get()},
+                 layout_.shard_elements(), world.rank()));
 
   if (stage == 3) {
     CoordinatorOptions coordinator;
@@ -162,9 +173,9 @@ Status ZeroEngine::Build(Comm& world) {
     coordinator.max_live_parameters = options_.stage3_max_live_parameters;
     coordinator.max_reuse_distance = options_.stage3_max_reuse_distance;
     coordinator.param_dtype = options_.param_dtype;
-    SLUICE_ASSIGN_OR_RETURN(coordinator_,
-                            ParameterCoordinator::Create(coordinator, registry, layout_, *queue_,
-                                                         binding_, param_shard_data_));
+    SLUICE_ASSIGN_OR_RETURN(coordinator_, ParameterCoordinator::Create(
+                                              coordinator, registry, layout_, *queue_, binding_,
+                                              param_shard_data_, param_store_.get()));
   }
   if (stage <= 1) {
     reducer_ = std::make_unique<AllReduceReducer>(registry, *queue_, full_grads_.data_as<float>(),
@@ -202,6 +213,10 @@ Status ZeroEngine::InitializeParameters(uint64_t seed) {
   const model::ModelOptions& o = model_->options();
   const size_t param_size = DTypeSize(options_.param_dtype);
   std::vector<float> values;
+  // With the shard on NVMe each partition (padding included) goes through a scratch buffer into
+  // the store's write-back, in shard order.
+  std::vector<uint8_t> scratch;
+  Status status;
   for (const PartitionInfo& p : layout_.partitions()) {
     const ShardSpan owned = layout_.Owned(p);
     values.resize(owned.count);
@@ -209,12 +224,26 @@ Status ZeroEngine::InitializeParameters(uint64_t seed) {
     model::InitializeRange<float>(model_->registry().parameter(p.param), seed, o.init_std,
                                   o.n_layer, begin, begin + static_cast<int64_t>(owned.count),
                                   values.data());
-    ConvertFromF32(
-        values.data(),
-        static_cast<uint8_t*>(param_shard_data_) + static_cast<size_t>(p.shard_offset) * param_size,
-        options_.param_dtype, static_cast<int64_t>(owned.count), options_.num_threads);
+    uint8_t* dst = nullptr;
+    if (param_store_ != nullptr) {
+      scratch.assign(static_cast<size_t>(p.partition) * param_size, 0);
+      dst = scratch.data();
+    } else {
+      dst = static_cast<uint8_t*>(param_shard_data_) +
+            static_cast<size_t>(p.shard_offset) * param_size;
+    }
+    ConvertFromF32(values.data(), dst, options_.param_dtype, static_cast<int64_t>(owned.count),
+                   options_.num_threads);
+    if (param_store_ != nullptr) {
+      status = param_store_->WriteBack(p.shard_offset, p.partition, dst);
+      if (!status.ok()) break;
+    }
   }
-  Status status = adam_->LoadMasterFromParams();
+  if (param_store_ != nullptr) {
+    Status finished = param_store_->FinishWriteBack();
+    if (status.ok()) status = std::move(finished);
+  }
+  if (status.ok()) status = adam_->LoadMasterFromParams();
   if (status.ok()) status = Publish();
   return status.ok() ? status : Fail(std::move(status));
 }
@@ -459,6 +488,14 @@ Status ZeroEngine::GatherFullParameters(std::span<float> out) {
   std::vector<int> run(layout_.partitions().size());
   for (size_t i = 0; i < run.size(); ++i) run[i] = static_cast<int>(i);
   const void* shard = param_shard_data_;
+  std::unique_ptr<uint8_t[]> from_nvme;
+  if (param_store_ != nullptr) {
+    from_nvme =
+        std::make_unique<uint8_t[]>(static_cast<size_t>(layout_.shard_elements()) * element_size);
+    Status read = param_store_->ReadRange(0, layout_.shard_elements(), from_nvme.get());
+    if (!read.ok()) return Fail(std::move(read));
+    shard = from_nvme.get();
+  }
   float* full = out.data();
   Status status = queue_->Run("all_gather full parameters", [&](Comm& comm) -> Status {
     Status gathered = comm.AllGather(shard, staging.get(), total, dtype);
@@ -483,6 +520,11 @@ ZeroMemory ZeroEngine::memory() const {
   m.grad_shard = grad_shard_.size();
   m.optimizer_state = adam_->state_bytes();
   m.host_param_shard = host_param_shard_.size();
+  if (param_store_ != nullptr) {
+    m.param_nvme = param_store_->nvme_bytes();
+    m.param_pinned = param_store_->pinned_bytes();
+    m.param_cache = param_store_->cache_bytes();
+  }
   m.host_grad_shard = host_grad_shard_.size();
   m.optimizer_host = adam_->host_bytes();
   m.optimizer_pinned = adam_->pinned_bytes();

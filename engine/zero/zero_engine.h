@@ -112,6 +112,9 @@ struct ZeroMemory {
   uint64_t optimizer_state = 0;  // master weights (when kept apart), exp_avg, exp_avg_sq
   // What offload keeps off the device instead (host memory, pinned staging, NVMe).
   uint64_t host_param_shard = 0;  // offload_param cpu
+  uint64_t param_nvme = 0;        // offload_param nvme: the parameter swap extents
+  uint64_t param_pinned = 0;      // offload_param nvme: the store's staging slots
+  uint64_t param_cache = 0;       // offload_param nvme: groups cached in host memory (max_in_cpu)
   uint64_t host_grad_shard = 0;   // offload_optimizer cpu | nvme
   uint64_t optimizer_host = 0;    // offload_optimizer cpu: master, exp_avg, exp_avg_sq
   uint64_t optimizer_pinned = 0;  // the optimizer's staging ring
@@ -163,10 +166,15 @@ class ZeroEngine {
   ParameterCoordinator* coordinator() const { return coordinator_.get(); }
   const ReducerStats& reducer_stats() const { return reducer_->stats(); }
   const ZeroOptimizer& optimizer() const { return *adam_; }
+  // offload_param nvme only (null otherwise).
+  const NvmeParamStore* param_store() const { return param_store_.get(); }
   ZeroMemory memory() const;
   // The fp32 gradients this rank steps with: its shard (stages 1-3) or the full buffer (stage 0).
   // Valid between the last micro-batch and Step().
   std::span<const float> step_gradients() const;
+
+  // OK, or FailedPrecondition after an earlier failed pass or step (the state may be partial).
+  Status CheckUsable() const;
 
   // ---- Checkpoint state ---------------------------------------------------------------------
   // The optimizer state is routed through these four calls only, whatever optimizer holds it.
@@ -194,7 +202,6 @@ class ZeroEngine {
 
   ZeroEngine(const ZeroOptions& options, model::Model<float>& model, Device& device);
   Status Build(Comm& world);
-  Status CheckUsable() const;
   Status Fail(Status status);
   Result<double> RunPass(PassKind kind, const int32_t* inputs, const int32_t* targets,
                          int64_t batch, int64_t seq, double loss_grad);
@@ -221,6 +228,8 @@ class ZeroEngine {
   float* grad_shard_data_ = nullptr;  // grad_shard_ or host_grad_shard_ (stages 1-3)
   // With offload_param cpu: the parameter shard in host memory instead of param_shard_.
   HostShardBuffer host_param_shard_;
+  // With offload_param nvme: the parameter shard's only home (param_shard_data_ is null).
+  std::unique_ptr<NvmeParamStore> param_store_;
   void* param_shard_data_ = nullptr;  // param_shard_, or full_params_ in stage 0 / f32
   std::unique_ptr<ZeroOptimizer> adam_;
   std::unique_ptr<CommQueue> queue_;

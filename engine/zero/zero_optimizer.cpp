@@ -1,12 +1,12 @@
 #include "engine/zero/zero_optimizer.h"
 
-#include <fmt/format.h>
 
 #include <cstring>
 
+#include "engine/zero/offloaded_part.h"
 #include "engine/zero/sharded_adam.h"
-#include "offload/aio_engine.h"
-#include "offload/swap_store.h"
+#include "engine/zero/split_optimizer.h"
+#include "runtime/check.h"
 
 namespace sluice::zero {
 namespace {
@@ -61,49 +61,38 @@ class DeviceOptimizer final : public ZeroOptimizer {
 
 class OffloadedOptimizer final : public ZeroOptimizer {
  public:
-  Status LoadMasterFromParams() override { return adam_->LoadMasterFromParams(); }
+  explicit OffloadedOptimizer(OffloadedPart part) : part_(std::move(part)) {}
+
+  Status LoadMasterFromParams() override { return part_.adam->LoadMasterFromParams(); }
   Status Step(const float* grads, double lr, double grad_scale) override {
-    return adam_->Step(grads, lr, grad_scale);
+    return part_.adam->Step(grads, lr, grad_scale);
   }
   Status ReadState(int64_t begin, int64_t n, float* master, float* exp_avg,
                    float* exp_avg_sq) const override {
-    return adam_->ReadState(begin, n, master, exp_avg, exp_avg_sq);
+    return part_.adam->ReadState(begin, n, master, exp_avg, exp_avg_sq);
   }
   Status StreamState(int64_t begin, int64_t n, const OffloadStateSink& sink) const override {
-    return adam_->StreamState(begin, n, sink);
+    return part_.adam->StreamState(begin, n, sink);
   }
   Status RestoreState(const float* master, const float* exp_avg, const float* exp_avg_sq,
                       int64_t step) override {
-    return adam_->RestoreState(master, exp_avg, exp_avg_sq, step);
+    return part_.adam->RestoreState(master, exp_avg, exp_avg_sq, step);
   }
-  int64_t step() const override { return adam_->step(); }
-  int64_t count() const override { return adam_->count(); }
+  int64_t step() const override { return part_.adam->step(); }
+  int64_t count() const override { return part_.adam->count(); }
   const float* master() const override { return nullptr; }
   bool grads_in_host_memory() const override { return true; }
   uint64_t state_bytes() const override { return 0; }
-  uint64_t host_bytes() const override { return adam_->host_bytes(); }
-  uint64_t pinned_bytes() const override { return adam_->pinned_bytes(); }
-  uint64_t nvme_bytes() const override { return adam_->nvme_bytes(); }
+  uint64_t host_bytes() const override { return part_.adam->host_bytes(); }
+  uint64_t pinned_bytes() const override { return part_.adam->pinned_bytes(); }
+  uint64_t nvme_bytes() const override { return part_.adam->nvme_bytes(); }
   const OffloadStepTimings* last_step_timings() const override {
-    return &adam_->last_step_timings();
+    return &part_.adam->last_step_timings();
   }
 
-  // Declaration order is destruction order in reverse: the optimizer goes before its store,
-  // the store before its I/O engine.
-  std::unique_ptr<offload::AioEngine> aio;
-  std::unique_ptr<offload::SwapStore> store;
-  std::unique_ptr<OffloadedAdam> adam_;
+ private:
+  OffloadedPart part_;
 };
-
-offload::AioOptions AioOptionsOf(const AioConfig& aio) {
-  offload::AioOptions options;
-  options.block_size = static_cast<uint64_t>(aio.block_size);
-  options.queue_depth = aio.queue_depth;
-  options.intra_op_parallelism = aio.intra_op_parallelism;
-  options.single_submit = aio.single_submit;
-  options.overlap_events = aio.overlap_events;
-  return options;
-}
 
 }  // namespace
 
@@ -111,57 +100,25 @@ Result<std::unique_ptr<ZeroOptimizer>> CreateZeroOptimizer(Device& device,
                                                            const ZeroOptions& options,
                                                            const ParamShardTarget& params,
                                                            int64_t count, int rank) {
+  // Partial offload (ratio < 1 or "auto"): split_optimizer.h.
+  if (UsesSplitOptimizer(options)) {
+    return CreateSplitOptimizer(device, options, params, count, rank);
+  }
   const OffloadOptimizerConfig& offload = options.offload_optimizer;
   if (offload.device == OffloadDevice::kNone) {
-    if (params.nvme != nullptr) {
-      return InvalidArgumentError(
-          "zero_optimization.offload_param.device = nvme needs offload_optimizer.device cpu or "
-          "nvme: an optimizer on the device keeps fp32 master weights of the whole shard there");
-    }
+    SLUICE_CHECK(params.nvme == nullptr)
+        << "ValidateZeroOptions refuses offload_param nvme with the optimizer on the device";
     SLUICE_ASSIGN_OR_RETURN(
         auto adam, ShardedAdam::Create(device, options.optimizer, options.param_dtype, params.shard,
                                        count, options.num_threads));
     return std::unique_ptr<ZeroOptimizer>(std::make_unique<DeviceOptimizer>(std::move(adam)));
   }
-  auto optimizer = std::make_unique<OffloadedOptimizer>();
-  if (offload.device == OffloadDevice::kNvme) {
-    Result<std::unique_ptr<offload::AioEngine>> aio =
-        offload::AioEngine::Create(AioOptionsOf(options.aio));
-    if (!aio.ok()) {
-      return Status(aio.status())
-          .WithContext("creating the I/O engine of zero_optimization.offload_optimizer (aio.*)");
-    }
-    optimizer->aio = std::move(aio).value();
-    offload::SwapStoreOptions store;
-    store.paths = {offload.nvme_path};
-    store.rank = rank;
-    store.file_name = fmt::format("sluice_optimizer.rank{}.swp", rank);
-    store.remove_on_close = true;  // scratch: the state that matters goes into checkpoints
-    Result<std::unique_ptr<offload::SwapStore>> created =
-        offload::SwapStore::Create(*optimizer->aio, store);
-    if (!created.ok()) {
-      return Status(created.status())
-          .WithContext(fmt::format(
-              "creating the optimizer swap store in zero_optimization.offload_optimizer.nvme_path "
-              "= {}",
-              offload.nvme_path));
-    }
-    optimizer->store = std::move(created).value();
-  }
-  ZeroConfig zero;
-  zero.offload_optimizer = offload;
-  zero.sub_group_size = options.sub_group_size;
-  SLUICE_ASSIGN_OR_RETURN(
-      OffloadedAdamOptions adam_options,
-      OffloadedAdamOptionsFromConfig(zero, optimizer->store.get(), optimizer->aio.get()));
-  adam_options.host_gradients = true;
-  adam_options.host_params = params.host;
-  adam_options.param_store = params.nvme;
-  SLUICE_ASSIGN_OR_RETURN(
-      optimizer->adam_,
-      OffloadedAdam::Create(device, options.optimizer, options.param_dtype, params.shard,
-                            DType::kF32, count, options.num_threads, adam_options));
-  return std::unique_ptr<ZeroOptimizer>(std::move(optimizer));
+  // The whole shard offloaded: the engine keeps the fp32 gradient shard in host memory, where
+  // the optimizer reads it in place.
+  SLUICE_ASSIGN_OR_RETURN(OffloadedPart part,
+                          CreateOffloadedPart(device, options, params, /*host_gradients=*/true,
+                                              count, rank, "sluice_optimizer"));
+  return std::unique_ptr<ZeroOptimizer>(std::make_unique<OffloadedOptimizer>(std::move(part)));
 }
 
 }  // namespace sluice::zero

@@ -1,5 +1,7 @@
 #include "engine/zero/zero_options.h"
 
+#include <fmt/format.h>
+
 #include <bit>
 #include <string_view>
 
@@ -45,7 +47,11 @@ Result<ZeroOptions> ZeroOptionsFromConfig(const Config& config) {
 }
 
 bool GradShardOnHost(const ZeroOptions& o) {
-  return o.stage >= 1 && o.offload_optimizer.device != OffloadDevice::kNone;
+  const OffloadOptimizerConfig& oo = o.offload_optimizer;
+  // A partial offload (ratio < 1 or "auto", split_optimizer.h) steps its first part on the
+  // device, which reads its gradients there; its offloaded part copies its own tiles off.
+  const bool split = oo.ratio < 1.0 || oo.ratio_auto;
+  return o.stage >= 1 && oo.device != OffloadDevice::kNone && !split;
 }
 
 Status ValidateZeroOptions(const ZeroOptions& o) {
@@ -85,16 +91,35 @@ Status ValidateZeroOptions(const ZeroOptions& o) {
         "zero_optimization.offload_optimizer.device = nvme needs "
         "zero_optimization.offload_optimizer.nvme_path");
   }
-  if (o.offload_optimizer.device != OffloadDevice::kNone && o.offload_optimizer.ratio < 1.0) {
-    return UnimplementedError(
-        "zero_optimization.offload_optimizer.ratio = {} is not implemented by the ZeRO engine yet: "
-        "it offloads the whole optimizer state; set ratio 1 (or offload_optimizer.device none)",
-        o.offload_optimizer.ratio);
+  if (const OffloadOptimizerConfig& oo = o.offload_optimizer;
+      !(oo.ratio >= 0.0 && oo.ratio <= 1.0)) {
+    return InvalidArgumentError(
+        "zero_optimization.offload_optimizer.ratio = {} must be in [0, 1] (the fraction of the "
+        "optimizer state offloaded) or \"auto\"",
+        oo.ratio);
+  } else if (oo.device != OffloadDevice::kNone && (oo.ratio < 1.0 || oo.ratio_auto)) {
+    const std::string ratio = oo.ratio_auto ? "\"auto\"" : fmt::format("{}", oo.ratio);
+    if (o.stage != 3) {
+      return InvalidArgumentError(
+          "zero_optimization.offload_optimizer.ratio = {} needs zero_optimization.stage 3 (as in "
+          "DeepSpeed: partial offload only at stage 3), got stage {}; set the ratio to 1",
+          ratio, o.stage);
+    }
+    if (o.offload_param.device == OffloadDevice::kNvme) {
+      return InvalidArgumentError(
+          "zero_optimization.offload_optimizer.ratio = {} cannot be combined with "
+          "zero_optimization.offload_param.device = nvme: the parameter shard then lives in an "
+          "NVMe store that only the fully offloaded optimizer writes; set the ratio to 1 or "
+          "offload_param.device to cpu or none",
+          ratio);
+    }
   }
-  if (o.offload_param.device == OffloadDevice::kNvme) {
-    return UnimplementedError(
-        "zero_optimization.offload_param.device = nvme is not implemented by the ZeRO engine yet: "
-        "use cpu (the parameter shard in host memory), or none");
+  if (o.offload_param.device == OffloadDevice::kNvme &&
+      o.offload_optimizer.device == OffloadDevice::kNone) {
+    return InvalidArgumentError(
+        "zero_optimization.offload_param.device = nvme needs offload_optimizer.device cpu or nvme: "
+        "an optimizer on the device keeps fp32 master weights of the whole shard there, so the "
+        "parameters would not leave the device");
   }
   if (o.offload_param.device == OffloadDevice::kNvme && o.offload_param.nvme_path.empty()) {
     return InvalidArgumentError(

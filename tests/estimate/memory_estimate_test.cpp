@@ -236,7 +236,7 @@ TEST(MemoryEstimateTest, NvmeOffloadSwapsThroughPinnedBuffers) {
   const Config config = LoadYaml(
       BaseYaml("stage: 3, sub_group_size: 100000, offload_optimizer: {device: nvme, nvme_path: "
                "/tmp, buffer_count: 4}, offload_param: {device: nvme, nvme_path: /tmp, "
-               "buffer_count: 3, buffer_size: 50000, max_in_cpu: 200000}"),
+               "buffer_count: 3, buffer_size: 100000, max_in_cpu: 200000}"),
       2);
   const MemoryEstimate e = Estimate(config, 2);
   const int64_t shard = kPsi / 2;  // 468,864: every parameter has an even element count
@@ -250,26 +250,50 @@ TEST(MemoryEstimateTest, NvmeOffloadSwapsThroughPinnedBuffers) {
   EXPECT_EQ(e.bytes(kDevice, kOptimizer), 0);
   // Each of the 4 staging slots: the tile's state (288 pages), fp32 gradients (96), bf16 (48).
   EXPECT_EQ(FindItem(e, "optimizer staging ring")->bytes, 4 * (288 + 96 + 48) * 4096);
-  // Parameters: max_in_cpu elements in pinned memory, the rest of the shard on NVMe.
-  EXPECT_EQ(e.bytes(kPinned, kParams), 2 * 200000);
-  EXPECT_EQ(e.bytes(kNvme, kParams), (2 * (shard - 200000) + 4095) / 4096 * 4096);
-  EXPECT_EQ(FindItem(e, "parameter swap buffers")->bytes, 3 * 25 * 4096);  // 100,000 B each
+  // Parameters, as the NVMe parameter store places them: one extent per group of this rank's
+  // pieces (2 B each, whole 4 KiB blocks): the persistent run (threshold 1000: per block 1,664
+  // elements of biases and norms, ln_f 256; halved: 3,456 -> 2 blocks), the embeddings
+  // (144,384 / 2 = 72,192 -> 36 blocks) and 4 blocks of 196,608 / 2 = 98,304 (48 blocks each).
+  EXPECT_EQ(e.bytes(kNvme, kParams), (2 + 36 + 4 * 48) * 4096);
+  // Staging: buffer_count slots of the largest group, pinned.
+  EXPECT_EQ(FindItem(e, "parameter swap buffers")->bytes, 3 * 48 * 4096);
+  EXPECT_EQ(FindItem(e, "parameter swap buffers")->tier, kPinned);
+  // Cached in pageable host memory in first-read order while within max_in_cpu 200,000: the
+  // persistent run, the embeddings and the first block (173,952 elements).
+  EXPECT_EQ(e.bytes(kHost, kParams), (2 + 36 + 48) * 4096);
+  EXPECT_EQ(e.bytes(kPinned, kParams), 0);
   // The device holds only the gathered and the persistent parameters.
   EXPECT_EQ(e.bytes(kDevice, kParams),
             ItemBytes(e, "gathered parameters") + ItemBytes(e, "persistent parameters"));
 }
 
-TEST(MemoryEstimateTest, PartialOffloadKeepsPartOfTheShardOnTheDevice) {
+TEST(MemoryEstimateTest, NvmeParameterBufferSmallerThanAUnitIsRefused) {
   const Config config =
-      LoadYaml(BaseYaml("stage: 3, offload_optimizer: {device: cpu, ratio: 0.25}"), 2);
+      LoadYaml(BaseYaml("stage: 3, offload_optimizer: {device: cpu}, offload_param: {device: nvme, "
+                        "nvme_path: /tmp, buffer_size: 50000}"),
+               2);
+  Result<MemoryEstimate> e = EstimateMemory(config, 2, {});
+  EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find("offload_param.buffer_size"), std::string::npos)
+      << e.status().ToString();
+}
+
+TEST(MemoryEstimateTest, PartialOffloadKeepsPartOfTheShardOnTheDevice) {
+  // The split is in whole optimizer tiles (DeepSpeed's sub-groups): 15 tiles of 32,768 elements,
+  // the first floor(0.75 x 15) = 11 on the device. The device part reads the whole fp32
+  // gradient shard on the device; the offloaded part copies its tiles off itself.
+  const Config config = LoadYaml(
+      BaseYaml("stage: 3, sub_group_size: 32768, offload_optimizer: {device: cpu, ratio: 0.25}"),
+      2);
   const MemoryEstimate e = Estimate(config, 2);
   const int64_t shard = Shard(2);
-  const int64_t on_cpu = std::llround(0.25 * shard);
+  const int64_t on_device = 11 * 32768;
+  const int64_t on_cpu = shard - on_device;
   const auto pages = [](int64_t bytes) { return (bytes + 4095) / 4096 * 4096; };
   EXPECT_EQ(e.bytes(kHost, kOptimizer), 3 * pages(4 * on_cpu));
-  EXPECT_EQ(e.bytes(kDevice, kOptimizer), 12 * (shard - on_cpu));
-  EXPECT_EQ(e.bytes(kDevice, kGrads), 4 * (shard - on_cpu) + ItemBytes(e, "unit gradient buffers"));
-  EXPECT_EQ(e.bytes(kHost, kGrads), pages(4 * on_cpu));
+  EXPECT_EQ(e.bytes(kDevice, kOptimizer), 12 * on_device);
+  EXPECT_EQ(e.bytes(kDevice, kGrads), 4 * shard + ItemBytes(e, "unit gradient buffers"));
+  EXPECT_EQ(e.bytes(kHost, kGrads), 0);
 }
 
 TEST(MemoryEstimateTest, ActivationCheckpointingAndMicroBatchScaleTheActivations) {

@@ -173,7 +173,7 @@ TEST_P(NvmeParamDtype, WriteBackInTilesThenReadEveryGroupBitwise) {
   MemoryLedger::Global().ResetPeaks();
   const uint64_t pinned_before = MemoryLedger::Global()
                                      .Snapshot()
-                                     .at(MemoryTier::kHostPinned, MemoryCategory::kParams)
+                                     .at(MemoryTier::kHostPinned, MemoryCategory::kBuffers)
                                      .current;
   const int64_t buffer_size = 16384;
   NvmeParamRig rig(GetParam(), /*buffer_count=*/2, buffer_size, /*max_in_cpu=*/0);
@@ -201,7 +201,7 @@ TEST_P(NvmeParamDtype, WriteBackInTilesThenReadEveryGroupBitwise) {
   // The pinned staging is buffer_count slots of at most buffer_size elements (page-rounded).
   const uint64_t bound = 2 * offload::AlignUp(buffer_size * size, offload::kIoAlignment);
   const MemoryUsage pinned =
-      MemoryLedger::Global().Snapshot().at(MemoryTier::kHostPinned, MemoryCategory::kParams);
+      MemoryLedger::Global().Snapshot().at(MemoryTier::kHostPinned, MemoryCategory::kBuffers);
   EXPECT_GT(pinned.peak, pinned_before);
   EXPECT_LE(pinned.peak - pinned_before, bound);
   EXPECT_EQ(rig.store().pinned_bytes(),

@@ -42,7 +42,12 @@ ZeroOptions OffloadTestOptions(int stage, DType dtype, OffloadDevice optimizer_t
   o.offload_optimizer.pipeline_write = true;
   if (optimizer_tier == OffloadDevice::kNvme) o.offload_optimizer.nvme_path = nvme_dir;
   o.offload_param.device = param_tier;
-  if (param_tier == OffloadDevice::kNvme) o.offload_param.nvme_path = nvme_dir;
+  if (param_tier == OffloadDevice::kNvme) {
+    o.offload_param.nvme_path = nvme_dir;
+    // Every gather reads NVMe (no host cache), through few staging slots.
+    o.offload_param.buffer_count = 3;
+    o.offload_param.max_in_cpu = 0;
+  }
   return o;
 }
 

@@ -21,7 +21,7 @@ TEST(OffloadScaleTest, ShrunkenConfigTrains32xTheDevice) {
   ExpectTrainsAtRatio(TrainScaleRun(config), 32.0);
 }
 
-TEST(OffloadScaleTest, ShrunkenConfigTrains32xTheDeviceWithNvmeAdam) {
+TEST(OffloadScaleTest, ShrunkenConfigTrains32xTheDeviceWithAdamAndParametersOnNvme) {
   const Config config =
       ShippedConfig("zero3_offload_100x.yaml",
                     {"model.d_model=128", "model.n_layer=40", "device.memory_limit=4MiB",

@@ -50,6 +50,9 @@ inline Config ShippedConfig(const std::string& name, std::vector<std::string> ov
   if (config->zero.offload_optimizer.device == OffloadDevice::kNvme) {
     config->zero.offload_optimizer.nvme_path = swap;
   }
+  if (config->zero.offload_param.device == OffloadDevice::kNvme) {
+    config->zero.offload_param.nvme_path = swap;
+  }
   return std::move(config).value();
 }
 
@@ -72,8 +75,8 @@ inline ScaleRun TrainScaleRun(const Config& config) {
 
 // Parameters, gradients, master weights and Adam moments, on every tier.
 inline uint64_t TrainingStateBytes(const zero::ZeroMemory& m) {
-  return m.param_shard + m.host_param_shard + m.grad_shard + m.host_grad_shard + m.optimizer_state +
-         m.optimizer_host + m.optimizer_nvme;
+  return m.param_shard + m.host_param_shard + m.param_nvme + m.grad_shard + m.host_grad_shard +
+         m.optimizer_state + m.optimizer_host + m.optimizer_nvme;
 }
 
 inline void ExpectTrainsAtRatio(const ScaleRun& run, double min_ratio) {

@@ -140,9 +140,19 @@ TEST(ZeroOptions, FromConfig) {
   sources.set_overrides.push_back("zero_optimization.offload_param.nvme_path=/tmp");
   Result<Config> nvme_params = LoadConfig(sources);
   ASSERT_TRUE(nvme_params.ok()) << nvme_params.status().ToString();
-  Result<ZeroOptions> refused = ZeroOptionsFromConfig(*nvme_params);
-  EXPECT_EQ(refused.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(refused.status().message().find("offload_param"), std::string::npos);
+  Result<ZeroOptions> nvme = ZeroOptionsFromConfig(*nvme_params);
+  ASSERT_TRUE(nvme.ok()) << nvme.status().ToString();
+  EXPECT_EQ(nvme->offload_param.device, OffloadDevice::kNvme);
+
+  // Parameters on NVMe with the optimizer on the device: its master weights would keep the
+  // shard there.
+  sources.set_overrides.push_back("zero_optimization.offload_optimizer.device=none");
+  Result<Config> device_optimizer = LoadConfig(sources);
+  ASSERT_TRUE(device_optimizer.ok()) << device_optimizer.status().ToString();
+  Result<ZeroOptions> refused = ZeroOptionsFromConfig(*device_optimizer);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("offload_optimizer.device"), std::string::npos)
+      << refused.status().ToString();
 }
 
 }  // namespace

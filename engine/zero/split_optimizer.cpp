@@ -1,0 +1,272 @@
+#include "engine/zero/split_optimizer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "runtime/logging.h"
+#include "runtime/trace.h"
+
+namespace sluice::zero {
+namespace {
+
+void* Offset(void* base, int64_t elements, DType dtype) {
+  if (base == nullptr) return nullptr;
+  return static_cast<std::byte*>(base) + static_cast<size_t>(elements) * DTypeSize(dtype);
+}
+
+Result<int64_t> TileOf(const ZeroOptions& options) {
+  const int64_t tile = OffloadTileElements(options.sub_group_size);
+  if (tile < kOffloadTileQuantum) {
+    return InvalidArgumentError(
+        "zero_optimization.sub_group_size is {} elements; the offloaded optimizer's tiles, the "
+        "unit of zero_optimization.offload_optimizer.ratio, need at least {}",
+        options.sub_group_size, kOffloadTileQuantum);
+  }
+  return tile;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SplitOptimizer>> SplitOptimizer::Create(Device& device,
+                                                               const ZeroOptions& options,
+                                                               const ParamShardTarget& params,
+                                                               int64_t count,
+                                                               int64_t device_elements, int rank) {
+  if (params.nvme != nullptr) {
+    return InvalidArgumentError(
+        "zero_optimization.offload_optimizer.ratio < 1 cannot be combined with "
+        "zero_optimization.offload_param.device = nvme; set the ratio to 1");
+  }
+  if (options.offload_optimizer.device == OffloadDevice::kNone) {
+    return InvalidArgumentError(
+        "a partial optimizer offload needs zero_optimization.offload_optimizer.device cpu or nvme");
+  }
+  if (count < 0 || device_elements < 0 || device_elements > count) {
+    return InvalidArgumentError("split of {} device elements in a shard of {}", device_elements,
+                                count);
+  }
+  SLUICE_ASSIGN_OR_RETURN(const int64_t tile, TileOf(options));
+  if (device_elements != count && device_elements % tile != 0) {
+    return InvalidArgumentError(
+        "the split of the optimizer state at element {} is not on a tile boundary (tiles of {})",
+        device_elements, tile);
+  }
+  std::unique_ptr<SplitOptimizer> split(new SplitOptimizer());
+  split->device_ = &device;
+  split->count_ = count;
+  split->device_elements_ = device_elements;
+  split->tile_elements_ = tile;
+  if (device_elements > 0) {
+    SLUICE_ASSIGN_OR_RETURN(
+        split->device_part_,
+        ShardedAdam::Create(device, options.optimizer, options.param_dtype, params.shard,
+                            device_elements, options.num_threads));
+    SLUICE_ASSIGN_OR_RETURN(split->stream_, device.CreateStream());
+  }
+  if (device_elements < count) {
+    SLUICE_ASSIGN_OR_RETURN(
+        split->offloaded_part_,
+        CreateOffloadedPart(device, options,
+                            {.shard = Offset(params.shard, device_elements, options.param_dtype),
+                             .host = params.host},
+                            /*host_gradients=*/false, count - device_elements, rank,
+                            "sluice_optimizer"));
+  }
+  return split;
+}
+
+SplitOptimizer::~SplitOptimizer() {
+  if (stream_ != nullptr) (void)stream_->Synchronize();
+}
+
+Status SplitOptimizer::CheckUsable() const {
+  if (broken_.ok()) return OkStatus();
+  return FailedPreconditionError(
+      "the partially offloaded optimizer is unusable since a step failed (its two parts may be "
+      "at different steps); restore it from a checkpoint (RestoreState). The failure: {}",
+      broken_.ToString());
+}
+
+Status SplitOptimizer::CheckRange(int64_t begin, int64_t n) const {
+  if (begin >= 0 && n >= 0 && begin + n <= count_) return OkStatus();
+  return OutOfRangeError("optimizer state range [{}, {}) is outside the shard of {} elements",
+                         begin, begin + n, count_);
+}
+
+Status SplitOptimizer::LoadMasterFromParams() {
+  SLUICE_RETURN_IF_ERROR(CheckUsable());
+  if (device_part_ != nullptr) device_part_->LoadMasterFromParams();
+  if (offloaded_part_.adam != nullptr) {
+    SLUICE_RETURN_IF_ERROR(offloaded_part_.adam->LoadMasterFromParams());
+  }
+  return OkStatus();
+}
+
+Status SplitOptimizer::Step(const float* grads, double lr, double grad_scale) {
+  SLUICE_RETURN_IF_ERROR(CheckUsable());
+  if (count_ > 0 && grads == nullptr) {
+    return InvalidArgumentError("partially offloaded optimizer step without gradients");
+  }
+  Status launched;
+  if (device_part_ != nullptr) {
+    // On its own stream, as device work: it runs while this thread steps the offloaded part.
+    launched = device_->LaunchHostFunc(
+        *stream_,
+        [this, grads, lr, grad_scale]() -> Status {
+          const int64_t start = TraceClockNs();
+          Status status = device_part_->Step(grads, lr, grad_scale);
+          const int64_t end = TraceClockNs();
+          device_step_s_ = static_cast<double>(end - start) * 1e-9;
+          TraceRecorder& trace = TraceRecorder::Global();
+          if (trace.enabled()) trace.Record(kTraceLaneCompute, "device adam", start, end);
+          return status;
+        },
+        "device part of the partially offloaded optimizer");
+  }
+  Status offloaded;
+  if (launched.ok() && offloaded_part_.adam != nullptr) {
+    offloaded = offloaded_part_.adam->Step(grads + device_elements_, lr, grad_scale);
+  }
+  Status device = launched.ok() && stream_ != nullptr ? stream_->Synchronize() : launched;
+  Status status = !device.ok() ? std::move(device) : std::move(offloaded);
+  if (!status.ok()) {
+    broken_ = status;
+    return std::move(status).WithContext(fmt::format(
+        "partially offloaded optimizer step {} (elements [0, {}) on the device, [{}, {}) "
+        "offloaded)",
+        step_ + 1, device_elements_, device_elements_, count_));
+  }
+  ++step_;
+  return OkStatus();
+}
+
+Status SplitOptimizer::ReadState(int64_t begin, int64_t n, float* master, float* exp_avg,
+                                 float* exp_avg_sq) const {
+  SLUICE_RETURN_IF_ERROR(CheckRange(begin, n));
+  const int64_t end = begin + n;
+  const int64_t device_end = std::min(end, device_elements_);
+  if (begin < device_end) {
+    const size_t bytes = static_cast<size_t>(device_end - begin) * sizeof(float);
+    if (master != nullptr) std::memcpy(master, device_part_->master() + begin, bytes);
+    if (exp_avg != nullptr) std::memcpy(exp_avg, device_part_->exp_avg() + begin, bytes);
+    if (exp_avg_sq != nullptr) {
+      std::memcpy(exp_avg_sq, device_part_->exp_avg_sq() + begin, bytes);
+    }
+  }
+  const int64_t off_begin = std::max(begin, device_elements_);
+  if (off_begin >= end) return OkStatus();
+  const int64_t out = off_begin - begin;
+  auto at = [out](float* p) { return p == nullptr ? nullptr : p + out; };
+  return offloaded_part_.adam->ReadState(off_begin - device_elements_, end - off_begin, at(master),
+                                         at(exp_avg), at(exp_avg_sq));
+}
+
+Status SplitOptimizer::StreamState(int64_t begin, int64_t n, const OffloadStateSink& sink) const {
+  SLUICE_RETURN_IF_ERROR(CheckRange(begin, n));
+  const int64_t end = begin + n;
+  // The device part in pieces of at most one tile, as the offloaded part hands them out.
+  for (int64_t at = begin; at < std::min(end, device_elements_);) {
+    const int64_t take =
+        std::min({end, device_elements_, (at / tile_elements_ + 1) * tile_elements_}) - at;
+    SLUICE_RETURN_IF_ERROR(sink(at, take, device_part_->master() + at, device_part_->exp_avg() + at,
+                                device_part_->exp_avg_sq() + at));
+    at += take;
+  }
+  const int64_t off_begin = std::max(begin, device_elements_);
+  if (off_begin >= end) return OkStatus();
+  const int64_t shift = device_elements_;
+  return offloaded_part_.adam->StreamState(
+      off_begin - shift, end - off_begin,
+      [&sink, shift](int64_t piece, int64_t count, const float* master, const float* exp_avg,
+                     const float* exp_avg_sq) {
+        return sink(piece + shift, count, master, exp_avg, exp_avg_sq);
+      });
+}
+
+Status SplitOptimizer::RestoreState(const float* master, const float* exp_avg,
+                                    const float* exp_avg_sq, int64_t step) {
+  // No CheckUsable(): replacing the whole state is how a failed step is recovered from.
+  if (step < 0) return InvalidArgumentError("restoring the optimizer at step {}", step);
+  if (stream_ != nullptr && !stream_->Synchronize().ok()) {
+    // A failed step left its error on the stream for good: start a fresh one.
+    SLUICE_ASSIGN_OR_RETURN(stream_, device_->CreateStream());
+  }
+  if (device_part_ != nullptr) {
+    SLUICE_RETURN_IF_ERROR(device_part_->RestoreState(master, exp_avg, exp_avg_sq, step));
+  }
+  if (offloaded_part_.adam != nullptr) {
+    const int64_t d = device_elements_;
+    SLUICE_RETURN_IF_ERROR(
+        offloaded_part_.adam->RestoreState(master + d, exp_avg + d, exp_avg_sq + d, step));
+  }
+  step_ = step;
+  broken_ = OkStatus();
+  return OkStatus();
+}
+
+const float* SplitOptimizer::master() const {
+  return offloaded_part_.adam == nullptr && device_part_ != nullptr ? device_part_->master()
+                                                                    : nullptr;
+}
+
+uint64_t SplitOptimizer::state_bytes() const {
+  return device_part_ != nullptr ? device_part_->state_bytes() : 0;
+}
+
+uint64_t SplitOptimizer::host_bytes() const {
+  return offloaded_part_.adam != nullptr ? offloaded_part_.adam->host_bytes() : 0;
+}
+
+uint64_t SplitOptimizer::pinned_bytes() const {
+  return offloaded_part_.adam != nullptr ? offloaded_part_.adam->pinned_bytes() : 0;
+}
+
+uint64_t SplitOptimizer::nvme_bytes() const {
+  return offloaded_part_.adam != nullptr ? offloaded_part_.adam->nvme_bytes() : 0;
+}
+
+const OffloadStepTimings* SplitOptimizer::last_step_timings() const {
+  return offloaded_part_.adam != nullptr ? &offloaded_part_.adam->last_step_timings() : nullptr;
+}
+
+bool UsesSplitOptimizer(const ZeroOptions& options) {
+  const OffloadOptimizerConfig& offload = options.offload_optimizer;
+  return offload.device != OffloadDevice::kNone && (offload.ratio < 1.0 || offload.ratio_auto);
+}
+
+Result<std::unique_ptr<ZeroOptimizer>> CreateSplitOptimizer(Device& device,
+                                                            const ZeroOptions& options,
+                                                            const ParamShardTarget& params,
+                                                            int64_t count, int rank) {
+  SLUICE_ASSIGN_OR_RETURN(const int64_t tile, TileOf(options));
+  std::optional<OffloadRatioChoice> choice;
+  int64_t device_elements = 0;
+  if (options.offload_optimizer.ratio_auto) {
+    SLUICE_ASSIGN_OR_RETURN(choice, ResolveAutoOffloadRatio(device, options, count, rank));
+    device_elements = choice->device_elements;
+  } else {
+    device_elements = DeviceElementsForRatio(count, tile, options.offload_optimizer.ratio);
+  }
+  SLUICE_ASSIGN_OR_RETURN(
+      std::unique_ptr<SplitOptimizer> split,
+      SplitOptimizer::Create(device, options, params, count, device_elements, rank));
+  if (choice.has_value()) split->set_auto_choice(*std::move(choice));
+  SLUICE_LOG(kDebug, "offload",
+             "partial optimizer offload{}: elements [0, {}) of {} on the device, the rest on {} "
+             "(ratio {:.4f}, tiles of {})",
+             options.offload_optimizer.ratio_auto ? " (auto)" : "", device_elements, count,
+             OffloadDeviceName(options.offload_optimizer.device), split->offload_ratio(), tile);
+  return std::unique_ptr<ZeroOptimizer>(std::move(split));
+}
+
+double OffloadedFraction(const ZeroOptimizer& optimizer) {
+  if (const auto* split = dynamic_cast<const SplitOptimizer*>(&optimizer)) {
+    return split->offload_ratio();
+  }
+  return optimizer.grads_in_host_memory() ? 1.0 : 0.0;
+}
+
+}  // namespace sluice::zero

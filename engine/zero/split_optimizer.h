@@ -1,0 +1,108 @@
+// Partial optimizer offload (zero_optimization.offload_optimizer.ratio < 1 or "auto", stage 3;
+// offload_ratio.h has the rule): one ZeroOptimizer over the rank's shard made of two optimizers,
+//
+//   shard  [0, split)      ShardedAdam on the device: fp32 master (bf16 / f16), exp_avg,
+//                          exp_avg_sq in device memory, gradients read from the device shard
+//          [split, count)  OffloadedAdam (offload_optimizer.device cpu | nvme): gradient tiles
+//                          copied device-to-host by it, parameters copied back
+//
+// Step runs the device part on its own device stream while the calling thread steps the offloaded
+// part, so the two overlap (as DeepSpeed's GPU sub-groups run while CPU Adam works), and waits for
+// both. Adam is elementwise and both parts run the same kernel arithmetic, and the split is on a
+// tile boundary, so a step is bit-identical to everything on the device or everything offloaded.
+// The gradient shard stays on the device (GradShardOnHost is false for a split). The state calls
+// (ReadState, StreamState, RestoreState) dispatch each range to the part(s) holding it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include "engine/zero/offload_ratio.h"
+#include "engine/zero/offloaded_adam.h"
+#include "engine/zero/offloaded_part.h"
+#include "engine/zero/sharded_adam.h"
+#include "engine/zero/zero_optimizer.h"
+#include "offload/aio_engine.h"
+#include "offload/swap_store.h"
+
+namespace sluice::zero {
+
+class SplitOptimizer final : public ZeroOptimizer {
+ public:
+  // `device_elements` (the first ones) on the device, the rest offloaded; either part may be
+  // empty. InvalidArgument with offload_param nvme (ValidateZeroOptions refuses it first).
+  static Result<std::unique_ptr<SplitOptimizer>> Create(Device& device, const ZeroOptions& options,
+                                                        const ParamShardTarget& params,
+                                                        int64_t count, int64_t device_elements,
+                                                        int rank);
+  ~SplitOptimizer() override;
+
+  Status LoadMasterFromParams() override;
+  // `grads`: the device fp32 gradient shard. After a failure of either part the optimizer
+  // refuses further steps until RestoreState.
+  Status Step(const float* grads, double lr, double grad_scale) override;
+  Status ReadState(int64_t begin, int64_t n, float* master, float* exp_avg,
+                   float* exp_avg_sq) const override;
+  Status StreamState(int64_t begin, int64_t n, const OffloadStateSink& sink) const override;
+  Status RestoreState(const float* master, const float* exp_avg, const float* exp_avg_sq,
+                      int64_t step) override;
+
+  int64_t step() const override { return step_; }
+  int64_t count() const override { return count_; }
+  // The device part's master weights when nothing is offloaded; null otherwise (use ReadState).
+  const float* master() const override;
+  bool grads_in_host_memory() const override { return false; }
+  uint64_t state_bytes() const override;
+  uint64_t host_bytes() const override;
+  uint64_t pinned_bytes() const override;
+  uint64_t nvme_bytes() const override;
+  // The offloaded part's last step (null when it is empty).
+  const OffloadStepTimings* last_step_timings() const override;
+
+  // The split: elements [0, device_elements()) on the device.
+  int64_t device_elements() const { return device_elements_; }
+  int64_t tile_elements() const { return tile_elements_; }
+  // The offloaded fraction, whole tiles.
+  double offload_ratio() const { return OffloadedFractionOf(count_, device_elements_); }
+  // What ratio "auto" measured and chose (absent for a configured ratio).
+  const std::optional<OffloadRatioChoice>& auto_choice() const { return auto_choice_; }
+  void set_auto_choice(OffloadRatioChoice choice) { auto_choice_ = std::move(choice); }
+  // Seconds of the device part's last step, on its stream (overlapping the offloaded part's).
+  double last_device_step_s() const { return device_step_s_; }
+
+ private:
+  SplitOptimizer() = default;
+  Status CheckRange(int64_t begin, int64_t n) const;
+  Status CheckUsable() const;
+
+  Device* device_ = nullptr;
+  int64_t count_ = 0;
+  int64_t device_elements_ = 0;
+  int64_t tile_elements_ = 0;
+  int64_t step_ = 0;
+  Status broken_;
+  std::optional<OffloadRatioChoice> auto_choice_;
+  double device_step_s_ = 0;
+  std::unique_ptr<ShardedAdam> device_part_;  // null when empty
+  OffloadedPart offloaded_part_;              // adam null when empty
+  std::unique_ptr<Stream> stream_;            // the device part's steps
+};
+
+// True when options ask for a partial offload: offload_optimizer.device cpu | nvme with ratio < 1
+// or "auto". CreateZeroOptimizer then builds a SplitOptimizer.
+bool UsesSplitOptimizer(const ZeroOptions& options);
+
+// The SplitOptimizer for options.offload_optimizer.ratio, or for "auto" the ratio
+// ResolveAutoOffloadRatio chooses (measured here, on this rank).
+Result<std::unique_ptr<ZeroOptimizer>> CreateSplitOptimizer(Device& device,
+                                                            const ZeroOptions& options,
+                                                            const ParamShardTarget& params,
+                                                            int64_t count, int rank);
+
+// The fraction of `optimizer`'s state that is offloaded: a split's ratio, 1 for the offloaded
+// optimizer, 0 for the device one (for logs and summaries).
+double OffloadedFraction(const ZeroOptimizer& optimizer);
+
+}  // namespace sluice::zero

@@ -1,0 +1,49 @@
+#include "tests/offload_engine/offload_outcome.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/zero/split_optimizer.h"
+#include "runtime/check.h"
+
+namespace sluice::zero::testing {
+
+TrainSettings OffloadTrainSettings(DType dtype, int64_t steps) {
+  TrainSettings s;
+  s.steps = steps;
+  s.world = TestWorld().size();
+  s.param_dtype = dtype;
+  s.max_grad_norm = 1.0;
+  return s;
+}
+
+OffloadOutcome FinishOffloadRun(ZeroRig& rig, const TrainSettings& settings) {
+  Result<RunResult> run = RunZero(rig, settings);
+  SLUICE_CHECK(run.ok()) << run.status().ToString();
+  OffloadOutcome out;
+  out.run = std::move(run).value();
+  out.memory = rig.engine->memory();
+  if (rig.engine->param_store() != nullptr) out.param_store = rig.engine->param_store()->stats();
+  out.offloaded = OffloadedFraction(rig.engine->optimizer());
+  Status exported = rig.engine->ExportState(&out.master, &out.exp_avg, &out.exp_avg_sq, &out.step);
+  SLUICE_CHECK(exported.ok()) << exported.ToString();
+  return out;
+}
+
+OffloadOutcome TrainOffload(const ZeroOptions& options, DType dtype) {
+  const TrainSettings settings = OffloadTrainSettings(dtype);
+  Result<ZeroRig> rig = MakeZeroRig(options, TinyGpt(), TestWorld(), settings.seed);
+  SLUICE_CHECK(rig.ok()) << rig.status().ToString();
+  return FinishOffloadRun(*rig, settings);
+}
+
+void ExpectSameTraining(const OffloadOutcome& a, const OffloadOutcome& b, const std::string& what) {
+  EXPECT_TRUE(Bitwise(a.run.losses, b.run.losses)) << what;
+  EXPECT_TRUE(Bitwise(a.run.grad_norms, b.run.grad_norms)) << what;
+  EXPECT_TRUE(Bitwise(a.run.params, b.run.params)) << what;
+  EXPECT_EQ(a.step, b.step) << what;
+  EXPECT_TRUE(Bitwise(a.master, b.master)) << what;
+  EXPECT_TRUE(Bitwise(a.exp_avg, b.exp_avg)) << what;
+  EXPECT_TRUE(Bitwise(a.exp_avg_sq, b.exp_avg_sq)) << what;
+}
+
+}  // namespace sluice::zero::testing

@@ -1,0 +1,44 @@
+// What the offload engine tests compare: a short training run of the ZeRO engine (losses,
+// gradient norms, final parameters), where its state ended up (memory by tier, the NVMe
+// parameter store's counters, the offloaded fraction of the optimizer) and the exported optimizer
+// state. Two runs that must be bitwise equal are checked with ExpectSameTraining.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/zero/nvme_param_store.h"
+#include "engine/zero/zero_engine.h"
+#include "tests/zero/zero_test_util.h"
+
+namespace sluice::zero::testing {
+
+template <typename T>
+bool Bitwise(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+struct OffloadOutcome {
+  RunResult run;
+  ZeroMemory memory;
+  NvmeParamStoreStats param_store;  // offload_param nvme
+  double offloaded = 0;             // OffloadedFraction of the engine's optimizer
+  std::vector<float> master, exp_avg, exp_avg_sq;
+  int64_t step = 0;
+};
+
+// `steps` steps on this world, gradient clipping at 1.
+TrainSettings OffloadTrainSettings(DType dtype, int64_t steps = 4);
+
+// Runs `settings` on `rig` and records the outcome (CHECK-fails on an error).
+OffloadOutcome FinishOffloadRun(ZeroRig& rig, const TrainSettings& settings);
+
+// A fresh engine of `options` on TinyGpt, trained with OffloadTrainSettings(dtype).
+OffloadOutcome TrainOffload(const ZeroOptions& options, DType dtype);
+
+// Losses, gradient norms, parameters and the whole optimizer state, to the bit.
+void ExpectSameTraining(const OffloadOutcome& a, const OffloadOutcome& b, const std::string& what);
+
+}  // namespace sluice::zero::testing
