@@ -1,7 +1,8 @@
-// The trainer with ZeRO-Offload / ZeRO-Infinity (mpirun -np 1, 2): the same model, seed and
+// The trainer with ZeRO-Offload / ZeRO-Infinity (mpirun -np 1, 2, 3): the same model, seed and
 // global batches give bit-identical per-step losses, gradient norms and validation loss whether
 // the optimizer state stays on the device, in host memory (cpu) or in the NVMe swap store (nvme),
-// and whether the stage-3 parameter shard stays on the device or in host memory, in f32 and bf16.
+// and whether the stage-3 parameter shard stays on the device, in host memory or on NVMe, in f32
+// and bf16.
 // Each offloaded run is compared with the run without offload on the same ranks and stage:
 // Adam is elementwise and the offloaded optimizer only moves the bytes (docs/offload.md,
 // "Exactness"), so nothing may differ, on one rank or several.
@@ -66,6 +67,11 @@ Config RankConfig(int stage, const std::string& precision, const Placement& plac
       "zero_optimization.offload_param.device=" + placement.param};
   if (placement.optimizer == "nvme") {
     overrides.push_back("zero_optimization.offload_optimizer.nvme_path=" + swap);
+  }
+  if (placement.param == "nvme") {
+    // No host cache: every gather reads its unit from NVMe.
+    overrides.insert(overrides.end(), {"zero_optimization.offload_param.nvme_path=" + swap,
+                                       "zero_optimization.offload_param.max_in_cpu=0"});
   }
   if (precision == "bf16") overrides.push_back("bf16.enabled=true");
   return test_util::LoadTestConfig(test_util::TinyGptYaml(corpus, test_util::TempPath("run")),
@@ -136,6 +142,15 @@ void ExpectPlaced(const Curve& run, const Placement& p, const std::string& what)
   } else {
     EXPECT_EQ(m.host_param_shard, 0u) << what;
   }
+  if (p.param == "nvme") {
+    EXPECT_GT(m.param_nvme, 0u) << what;
+    EXPECT_EQ(m.param_cache, 0u) << what;
+  } else {
+    EXPECT_EQ(m.param_nvme, 0u) << what;
+  }
+  if (p.param != "none") {
+    EXPECT_EQ(m.param_shard, 0u) << what << ": the parameter shard left the device";
+  }
 }
 
 struct Case {
@@ -149,7 +164,9 @@ TEST_P(TrainerOffloadTest, LossesAreBitIdenticalOnEveryTier) {
   const auto& [stage, precision] = GetParam();
   std::vector<Placement> placements = {{"cpu", "none"}, {"nvme", "none"}};
   if (stage == 3) {
-    placements.insert(placements.end(), {{"none", "cpu"}, {"cpu", "cpu"}, {"nvme", "cpu"}});
+    placements.insert(
+        placements.end(),
+        {{"none", "cpu"}, {"cpu", "cpu"}, {"nvme", "cpu"}, {"cpu", "nvme"}, {"nvme", "nvme"}});
   }
   const Placement on_device;
   const Curve reference = Train(RankConfig(stage, precision, on_device));
