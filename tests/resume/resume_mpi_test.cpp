@@ -87,7 +87,7 @@ constexpr const char* kExactKeys[] = {"step",      "loss",         "lr",
                                       "tokens",    "total_tokens", "val_loss"};
 
 // stage, and a variant: the precision ("f32", "bf16"), then optionally where the optimizer state
-// ("_adam_cpu", "_adam_nvme") and the parameter shard ("_params_cpu") live.
+// ("_adam_cpu", "_adam_nvme") and the parameter shard ("_params_cpu", "_params_nvme") live.
 using Case = std::tuple<int, std::string>;
 
 class ResumeTest : public ::testing::TestWithParam<Case> {
@@ -99,15 +99,19 @@ class ResumeTest : public ::testing::TestWithParam<Case> {
     if (v.find("_adam_cpu") != std::string::npos) {
       overrides.push_back("zero_optimization.offload_optimizer.device=cpu");
     }
+    // Each rank's swap files are its own (rank in the name): the ranks may share the folder.
+    const std::string swap = test_util::TempPath("swap");
     if (v.find("_adam_nvme") != std::string::npos) {
-      // Each rank's swap file is its own (rank in the name): the ranks may share the folder.
-      const std::string swap = test_util::TempPath("swap");
-      fs::create_directories(swap);
       overrides.push_back("zero_optimization.offload_optimizer.device=nvme");
       overrides.push_back("zero_optimization.offload_optimizer.nvme_path=" + swap);
     }
     if (v.find("_params_cpu") != std::string::npos) {
       overrides.push_back("zero_optimization.offload_param.device=cpu");
+    }
+    if (v.find("_params_nvme") != std::string::npos) {
+      overrides.push_back("zero_optimization.offload_param.device=nvme");
+      overrides.push_back("zero_optimization.offload_param.nvme_path=" + swap);
+      overrides.push_back("zero_optimization.offload_param.max_in_cpu=0");
     }
     return overrides;
   }
@@ -162,11 +166,14 @@ INSTANTIATE_TEST_SUITE_P(StagesAndPrecisions, ResumeTest,
                                             ::testing::Values("f32", "bf16")),
                          CaseName);
 
-// With the optimizer state in host memory or on NVMe, and the parameter shard in host memory:
-// the checkpoint holds the same state, so the resumed run matches bit for bit too.
+// With the optimizer state in host memory or on NVMe, and the parameter shard in host memory or
+// on NVMe: the checkpoint holds the same state (streamed from the swap store on save), so the
+// resumed run matches bit for bit too.
 INSTANTIATE_TEST_SUITE_P(Offload, ResumeTest,
                          ::testing::Values(Case{2, "bf16_adam_cpu"}, Case{3, "f32_adam_nvme"},
-                                           Case{3, "bf16_adam_nvme_params_cpu"}),
+                                           Case{3, "bf16_adam_nvme_params_cpu"},
+                                           Case{3, "bf16_adam_cpu_params_nvme"},
+                                           Case{3, "f32_adam_nvme_params_nvme"}),
                          CaseName);
 
 // Saves a 3-step stage-3 checkpoint and damages it with `damage` (rank 0, on the checkpoint
