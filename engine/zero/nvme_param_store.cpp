@@ -294,8 +294,10 @@ Status NvmeParamStore::FinishWriteBack() {
     if (status.ok()) status = std::move(waited);
     ReleaseSlot(index);
   }
+  // No Flush: the store is scratch (removed on close, never reopened), its extent checksums
+  // live in memory, and an fdatasync per step would cost more than the writes.
   if (!status.ok()) return std::move(status).WithContext("writing the parameter shard to NVMe");
-  return store_->Flush();
+  return OkStatus();
 }
 
 Status NvmeParamStore::ReadRange(int64_t shard_offset, int64_t n, void* dst) {
