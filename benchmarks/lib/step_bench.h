@@ -52,8 +52,12 @@ struct StepSample {
   // The engine's whole Step: the gradient norm, clipping and publishing the parameters too.
   double engine_step_s = 0;
   double loss = 0;
+  // offload_param nvme: the parameter reads of the passes' gathers (part of nvme_read, not of
+  // the optimizer step).
+  double param_nvme_read_s = 0;
   double overlap_efficiency() const;  // sum(phase_s) / wall_s
-  double optimizer_nvme_s() const;    // nvme_read + nvme_write
+  // The optimizer step's NVMe time: nvme_read (less the gathers' parameter reads) + nvme_write.
+  double optimizer_nvme_s() const;
   double optimizer_adam_s() const;
   double optimizer_ratio() const;  // optimizer_wall_s / max(nvme, adam); 0 when both are 0
 };

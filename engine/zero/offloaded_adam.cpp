@@ -152,7 +152,10 @@ Status OffloadedAdam::StoreParams(int64_t tile, int slot) {
                            : ring_.params(slot);
   if (options_.param_store != nullptr) {
     // Copied into the store's own staging before this returns: no event to record.
-    return options_.param_store->WriteBack(grid_.begin(tile), grid_.length(tile), source);
+    const Clock::time_point start = Clock::now();
+    Status written = options_.param_store->WriteBack(grid_.begin(tile), grid_.length(tile), source);
+    timings_.param_write_s += TracedSecondsSince(start, kTraceLaneNvme, "param write-back", tile);
+    return written;
   }
   SLUICE_RETURN_IF_ERROR(device_->CopyAsync(Offset(param_shard_, grid_.begin(tile), size), source,
                                             static_cast<size_t>(grid_.length(tile)) * size,
@@ -164,7 +167,10 @@ Status OffloadedAdam::StoreParams(int64_t tile, int slot) {
 Status OffloadedAdam::FinishStoringParams(Status status) {
   if (options_.param_store == nullptr) return status;
   // Also after a failure: it releases the store's staging of the group left incomplete.
+  const Clock::time_point start = Clock::now();
   Status finished = options_.param_store->FinishWriteBack();
+  timings_.param_write_s +=
+      TracedSecondsSince(start, kTraceLaneNvme, "param write-back wait", grid_.num_tiles() - 1);
   return status.ok() ? finished : status;
 }
 

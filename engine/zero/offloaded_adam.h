@@ -48,14 +48,17 @@ struct OffloadStepTimings {
   double nvme_read_wait_s = 0;    // waiting for tile reads, checksum verification included
   double nvme_write_issue_s = 0;  // checksumming and submitting tile writes
   double nvme_write_wait_s = 0;   // waiting for tile writes
-  double d2h_wait_s = 0;          // waiting for gradient tiles
-  double h2d_wait_s = 0;          // waiting for parameter tiles to reach the device
+  // offload_param nvme: handing the updated parameters to the parameter store's write-back and
+  // waiting for its last writes.
+  double param_write_s = 0;
+  double d2h_wait_s = 0;  // waiting for gradient tiles
+  double h2d_wait_s = 0;  // waiting for parameter tiles to reach the device
   int64_t tiles = 0;
   uint64_t nvme_bytes_read = 0;
   uint64_t nvme_bytes_written = 0;
 
   double nvme_read_s() const { return nvme_read_issue_s + nvme_read_wait_s; }
-  double nvme_write_s() const { return nvme_write_issue_s + nvme_write_wait_s; }
+  double nvme_write_s() const { return nvme_write_issue_s + nvme_write_wait_s + param_write_s; }
 };
 
 // One piece of a state stream: elements [begin, begin + n) of the shard, fp32.
