@@ -43,10 +43,6 @@ std::string Times(int64_t per, const Count& count, std::string_view per_text = "
 
 constexpr int64_t kPage = 4096;  // host shards are whole pages
 
-MemoryTier HostTier(bool pin_memory) {
-  return pin_memory ? MemoryTier::kHostPinned : MemoryTier::kHost;
-}
-
 // NVMe bytes of `elements` fp32 values stored as extents of at most `group` elements each, every
 // extent rounded up to the swap block.
 int64_t SwapBytes(int64_t elements, int64_t group, int64_t element_bytes) {

@@ -147,8 +147,9 @@ TEST_F(DataLoaderTest, SplitHoldsOutEvenlySpacedBlocks) {
   for (size_t k = 0; k < val.size(); ++k) {
     EXPECT_EQ(val[k].count, block);
     EXPECT_EQ(val[k].begin % block, 0);
-    if (k > 0)
+    if (k > 0) {
       EXPECT_THAT(val[k].begin - val[k - 1].begin, ::testing::AnyOf(9 * block, 10 * block));
+    }
     for (int64_t i = val[k].begin; i < val[k].begin + val[k].count; ++i)
       is_val[static_cast<size_t>(i)] = true;
   }

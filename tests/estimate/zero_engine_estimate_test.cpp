@@ -116,7 +116,9 @@ TEST_P(ZeroEngineEstimateTest, DevicePeaksPerCategoryMatchTheEstimate) {
     const double predicted = static_cast<double>(row.predicted);
     if (!row.category.has_value()) {
       EXPECT_LE(measured, 1.10 * predicted) << "device total";
-      if (!overlap) EXPECT_GE(measured, 0.80 * predicted) << "device total";
+      if (!overlap) {
+        EXPECT_GE(measured, 0.80 * predicted) << "device total";
+      }
     } else if (*row.category == MemoryCategory::kBuffers && overlap) {
       EXPECT_LE(measured, 1.10 * predicted) << "buffers";
     } else {
@@ -130,7 +132,9 @@ TEST_P(ZeroEngineEstimateTest, DevicePeaksPerCategoryMatchTheEstimate) {
   const int64_t optimizer_bytes = c.precision == "f32" ? 8 : 12;
   EXPECT_EQ(estimate->bytes(MemoryTier::kDevice, MemoryCategory::kOptimizer),
             optimizer_bytes * (c.stage >= 1 ? shard : psi));
-  if (c.stage >= 1) EXPECT_LE(shard, psi / world.size() + 64);
+  if (c.stage >= 1) {
+    EXPECT_LE(shard, psi / world.size() + 64);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

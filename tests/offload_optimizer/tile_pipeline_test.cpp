@@ -149,7 +149,7 @@ TEST(TilePipelineTest, AnUpdateErrorStopsTheStepAndDrainsEveryTransfer) {
   EXPECT_THAT(status.message(), HasSubstr("injected at C3"));
   EXPECT_EQ(r.Position("C4"), -1);  // nothing updated after the failure
   EXPECT_EQ(r.Position("S3"), -1);
-  for (const std::string& begun : {"F4", "F5"}) {
+  for (const std::string begun : {"F4", "F5"}) {
     ASSERT_NE(r.Position(begun), -1) << begun;
     EXPECT_NE(r.Position("f" + begun.substr(1)), -1) << "fetch not settled: " << begun;
   }
