@@ -6,8 +6,8 @@
 #include <charconv>
 #include <system_error>
 
-#include "runtime/durable_file.h"
 #include "engine/checkpoint/manifest.h"
+#include "runtime/durable_file.h"
 
 namespace sluice::checkpoint {
 

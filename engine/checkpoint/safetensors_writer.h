@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/durable_file.h"
 #include "engine/checkpoint/safetensors_format.h"
+#include "runtime/durable_file.h"
 #include "runtime/status.h"
 
 namespace sluice::checkpoint {

@@ -41,15 +41,22 @@ inline constexpr uint32_t kShardHeaderBytes = 96;
 inline constexpr uint64_t kDefaultChecksumBlockBytes = uint64_t{1} << 20;
 inline constexpr uint64_t kShardDataAlignment = 64;
 
-// What a rank hands the writer: elements [begin, end) of the flattened tensor `name` of full
-// shape `shape`, `end - begin` contiguous elements of `dtype` at `data`.
-struct ShardTensor {
+// A tensor of a shard file without its data: elements [begin, end) of the flattened tensor
+// `name` of full shape `shape`.
+struct ShardTensorInfo {
   StateKind kind = StateKind::kMasterWeights;
   std::string name;
   DType dtype = DType::kF32;
   Shape shape;
   int64_t begin = 0;
   int64_t end = 0;
+
+  int64_t elements() const { return end - begin; }
+};
+
+// What a rank hands the writer in one piece: the tensor and its `end - begin` contiguous
+// elements of `dtype` at `data`.
+struct ShardTensor : ShardTensorInfo {
   const void* data = nullptr;
 };
 

@@ -28,15 +28,6 @@ struct ShardStreamWriter::Pending {
   std::unique_ptr<offload::StreamingChecksum> block;
 };
 
-ShardTensorInfo InfoOf(const ShardTensor& t) {
-  return {.kind = t.kind,
-          .name = t.name,
-          .dtype = t.dtype,
-          .shape = t.shape,
-          .begin = t.begin,
-          .end = t.end};
-}
-
 Status ValidateShardTensorInfo(const ShardTensorInfo& t) {
   const std::string label = LabelOf(t.kind, t.name);
   if (t.name.empty() || t.name.size() > 4096) {

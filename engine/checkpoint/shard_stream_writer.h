@@ -28,20 +28,6 @@
 
 namespace sluice::checkpoint {
 
-// A tensor of a shard file without its data: elements [begin, end) of the flattened tensor
-// `name` of full shape `shape`.
-struct ShardTensorInfo {
-  StateKind kind = StateKind::kMasterWeights;
-  std::string name;
-  DType dtype = DType::kF32;
-  Shape shape;
-  int64_t begin = 0;
-  int64_t end = 0;
-
-  int64_t elements() const { return end - begin; }
-};
-
-ShardTensorInfo InfoOf(const ShardTensor& tensor);
 // InvalidArgument naming the tensor when its name, range or shape are inconsistent.
 Status ValidateShardTensorInfo(const ShardTensorInfo& tensor);
 

@@ -7,7 +7,7 @@
 namespace sluice::checkpoint {
 
 Status ValidateShardTensor(const ShardTensor& t) {
-  SLUICE_RETURN_IF_ERROR(ValidateShardTensorInfo(InfoOf(t)));
+  SLUICE_RETURN_IF_ERROR(ValidateShardTensorInfo(t));
   if (t.end > t.begin && t.data == nullptr) {
     return InvalidArgumentError("checkpoint tensor '{}/{}': {} elements with no data pointer",
                                 StateKindName(t.kind), t.name, t.end - t.begin);
@@ -21,7 +21,7 @@ Status WriteShardFile(const std::filesystem::path& path, ShardGroup group, int r
   infos.reserve(tensors.size());
   for (const ShardTensor* t : tensors) {
     SLUICE_RETURN_IF_ERROR(ValidateShardTensor(*t));
-    infos.push_back(InfoOf(*t));
+    infos.push_back(*t);
   }
   SLUICE_ASSIGN_OR_RETURN(auto writer, ShardStreamWriter::Create(path, group, rank, world,
                                                                  std::move(infos), block_bytes));

@@ -7,8 +7,8 @@
 
 #include "engine/checkpoint/checkpoint_dir.h"
 #include "engine/checkpoint/checkpoint_reader.h"
-#include "runtime/durable_file.h"
 #include "engine/checkpoint/shard_reader.h"
+#include "runtime/durable_file.h"
 #include "tests/checkpoint/checkpoint_test_util.h"
 
 namespace sluice::checkpoint {

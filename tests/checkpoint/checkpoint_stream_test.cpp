@@ -199,13 +199,13 @@ Result<fs::path> SaveFromMemory(const Rig& rig, const ShardState& state, const f
   for (const auto& [kind, values] : kinds) {
     for (const ZeroStateRange& r : engine.SavedStateRanges()) {
       const model::ParameterInfo& p = registry.parameter(r.param);
-      tensors.push_back({.kind = kind,
-                         .name = p.name,
-                         .dtype = DType::kF32,
-                         .shape = p.shape,
-                         .begin = r.begin,
-                         .end = r.end,
-                         .data = values->data() + r.shard_offset});
+      tensors.push_back({{.kind = kind,
+                          .name = p.name,
+                          .dtype = DType::kF32,
+                          .shape = p.shape,
+                          .begin = r.begin,
+                          .end = r.end},
+                         values->data() + r.shard_offset});
     }
   }
   checkpoint::SaveRequest request;

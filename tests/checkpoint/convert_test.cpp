@@ -77,13 +77,10 @@ void SaveModelCheckpoint(const model::Model<float>& net, const std::filesystem::
       for (const model::ParameterInfo& p : net.registry().parameters()) {
         if (p.is_alias()) continue;
         ShardSpan span = ShardRange(static_cast<size_t>(p.numel), world, rank);
-        ShardTensor t{StateKind::kMasterWeights,
-                      p.name,
-                      DType::kF32,
-                      p.shape,
-                      static_cast<int64_t>(span.offset),
-                      static_cast<int64_t>(span.offset + span.count),
-                      ParamPtr(net, p) + span.offset};
+        ShardTensor t{
+            {StateKind::kMasterWeights, p.name, DType::kF32, p.shape,
+             static_cast<int64_t>(span.offset), static_cast<int64_t>(span.offset + span.count)},
+            ParamPtr(net, p) + span.offset};
         tensors.push_back(t);
         for (size_t i = 0; i < span.count; ++i) moments.push_back(0.25f);
         t.kind = StateKind::kExpAvg;

@@ -61,13 +61,7 @@ Status WriteWhole(const std::filesystem::path& dir, const Tensors& t) {
   std::vector<ShardTensor> tensors;
   for (size_t i = 0; i < t.infos.size(); ++i) {
     const ShardTensorInfo& info = t.infos[i];
-    tensors.push_back({.kind = info.kind,
-                       .name = info.name,
-                       .dtype = info.dtype,
-                       .shape = info.shape,
-                       .begin = info.begin,
-                       .end = info.end,
-                       .data = t.values[i].data()});
+    tensors.push_back({info, t.values[i].data()});
   }
   for (ShardGroup group : kAllShardGroups) {
     std::vector<const ShardTensor*> mine;
