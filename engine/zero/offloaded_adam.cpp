@@ -353,22 +353,17 @@ Status OffloadedAdam::ReadState(int64_t begin, int64_t n, float* master, float* 
   return OkStatus();
 }
 
-Status OffloadedAdam::RestoreState(const float* master, const float* exp_avg,
-                                   const float* exp_avg_sq, int64_t step) {
+Status OffloadedAdam::RestoreState(const OptimizerStateSource& source, int64_t step) {
   // No CheckUsable(): replacing the whole state is how a failed step is recovered from.
   if (step < 0) return InvalidArgumentError("restoring the optimizer at step {}", step);
   for (int64_t tile = 0; tile < grid_.num_tiles(); ++tile) {
-    const int64_t begin = grid_.begin(tile);
     const int64_t n = grid_.length(tile);
-    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
     const TileState state = StateOf(tile, 0);
-    std::memcpy(state.master, master + begin, bytes);
-    std::memcpy(state.exp_avg, exp_avg + begin, bytes);
-    std::memcpy(state.exp_avg_sq, exp_avg_sq + begin, bytes);
-    if (ring_.layout().params_bytes != 0) {
+    Status stored = source(grid_.begin(tile), n, state.master, state.exp_avg, state.exp_avg_sq);
+    if (stored.ok() && ring_.layout().params_bytes != 0) {
       ConvertFromF32(state.master, ring_.params(0), param_dtype_, n, threading_.num_threads);
     }
-    Status stored = StoreStateSerial(tile);
+    if (stored.ok()) stored = StoreStateSerial(tile);
     if (stored.ok()) stored = StoreParams(tile, 0);
     if (stored.ok()) stored = h2d_stream_->Synchronize();
     if (!stored.ok()) {

@@ -31,6 +31,7 @@
 #include "engine/zero/offload_options.h"
 #include "engine/zero/offload_staging_ring.h"
 #include "engine/zero/offload_tile_pipeline.h"
+#include "engine/zero/optimizer_state_stream.h"
 #include "kernels/cpu/adam.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
@@ -60,10 +61,6 @@ struct OffloadStepTimings {
   double nvme_read_s() const { return nvme_read_issue_s + nvme_read_wait_s; }
   double nvme_write_s() const { return nvme_write_issue_s + nvme_write_wait_s + param_write_s; }
 };
-
-// One piece of a state stream: elements [begin, begin + n) of the shard, fp32.
-using OffloadStateSink = std::function<Status(int64_t begin, int64_t n, const float* master,
-                                              const float* exp_avg, const float* exp_avg_sq)>;
 
 class OffloadedAdam {
  public:
@@ -102,12 +99,11 @@ class OffloadedAdam {
   // the part of it inside the range) per call; the pointers are valid during the call only. On
   // NVMe the reads of the next tiles are in flight (through the staging ring, at most
   // buffer_count tiles in memory) while `sink` runs, and each is verified: for checkpoints.
-  Status StreamState(int64_t begin, int64_t n, const OffloadStateSink& sink) const;
-  // Replaces the whole state (each pointer: `count` values) and the step counter, and sets the
-  // parameter shard to the master weights in the parameter dtype: a checkpoint restore (also
-  // after a failed step).
-  Status RestoreState(const float* master, const float* exp_avg, const float* exp_avg_sq,
-                      int64_t step);
+  Status StreamState(int64_t begin, int64_t n, const OptimizerStateSink& sink) const;
+  // Replaces the whole state, tile by tile from `source` (so a restore holds one tile at a time,
+  // whatever the tier), and the step counter, and sets the parameter shard to the master weights
+  // in the parameter dtype: a checkpoint restore (also after a failed step).
+  Status RestoreState(const OptimizerStateSource& source, int64_t step);
 
   // Optimizer state on the device: always 0 (ShardedAdam::state_bytes's counterpart).
   uint64_t state_bytes() const { return 0; }

@@ -52,7 +52,7 @@ class RingReads {
 
 }  // namespace
 
-Status OffloadedAdam::StreamState(int64_t begin, int64_t n, const OffloadStateSink& sink) const {
+Status OffloadedAdam::StreamState(int64_t begin, int64_t n, const OptimizerStateSink& sink) const {
   if (begin < 0 || n < 0 || begin + n > count_) {
     return OutOfRangeError("optimizer state range [{}, {}) is outside the shard of {} elements",
                            begin, begin + n, count_);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <vector>
 
 #include "engine/zero/adam_hyperparams.h"
 #include "engine/zero/partition_copy.h"
@@ -89,6 +90,16 @@ Status ShardedAdam::RestoreState(const float* master, const float* exp_avg, cons
 
 uint64_t ShardedAdam::state_bytes() const {
   return exp_avg_.size() + exp_avg_sq_.size() + master_buffer_.size();
+}
+
+Status RestoreShardedAdam(ShardedAdam& adam, const OptimizerStateSource& source, int64_t step) {
+  const size_t count = static_cast<size_t>(adam.count());
+  std::vector<float> master(count), exp_avg(count), exp_avg_sq(count);
+  if (count > 0) {
+    SLUICE_RETURN_IF_ERROR(
+        source(0, adam.count(), master.data(), exp_avg.data(), exp_avg_sq.data()));
+  }
+  return adam.RestoreState(master.data(), exp_avg.data(), exp_avg_sq.data(), step);
 }
 
 }  // namespace sluice::zero

@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "engine/config/config.h"
+#include "engine/zero/optimizer_state_stream.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
 #include "runtime/status.h"
@@ -59,5 +60,9 @@ class ShardedAdam {
   DeviceBuffer exp_avg_;
   DeviceBuffer exp_avg_sq_;
 };
+
+// RestoreState from a source (offloaded_adam.h) through host copies of the whole state: the
+// device holds all of it anyway, so they are no larger than what the device already holds.
+Status RestoreShardedAdam(ShardedAdam& adam, const OptimizerStateSource& source, int64_t step);
 
 }  // namespace sluice::zero

@@ -164,7 +164,7 @@ Status SplitOptimizer::ReadState(int64_t begin, int64_t n, float* master, float*
                                          at(exp_avg), at(exp_avg_sq));
 }
 
-Status SplitOptimizer::StreamState(int64_t begin, int64_t n, const OffloadStateSink& sink) const {
+Status SplitOptimizer::StreamState(int64_t begin, int64_t n, const OptimizerStateSink& sink) const {
   SLUICE_RETURN_IF_ERROR(CheckRange(begin, n));
   const int64_t end = begin + n;
   // The device part in pieces of at most one tile, as the offloaded part hands them out.
@@ -186,8 +186,7 @@ Status SplitOptimizer::StreamState(int64_t begin, int64_t n, const OffloadStateS
       });
 }
 
-Status SplitOptimizer::RestoreState(const float* master, const float* exp_avg,
-                                    const float* exp_avg_sq, int64_t step) {
+Status SplitOptimizer::RestoreState(const OptimizerStateSource& source, int64_t step) {
   // No CheckUsable(): replacing the whole state is how a failed step is recovered from.
   if (step < 0) return InvalidArgumentError("restoring the optimizer at step {}", step);
   if (stream_ != nullptr && !stream_->Synchronize().ok()) {
@@ -195,12 +194,16 @@ Status SplitOptimizer::RestoreState(const float* master, const float* exp_avg,
     SLUICE_ASSIGN_OR_RETURN(stream_, device_->CreateStream());
   }
   if (device_part_ != nullptr) {
-    SLUICE_RETURN_IF_ERROR(device_part_->RestoreState(master, exp_avg, exp_avg_sq, step));
+    SLUICE_RETURN_IF_ERROR(RestoreShardedAdam(*device_part_, source, step));
   }
   if (offloaded_part_.adam != nullptr) {
-    const int64_t d = device_elements_;
-    SLUICE_RETURN_IF_ERROR(
-        offloaded_part_.adam->RestoreState(master + d, exp_avg + d, exp_avg_sq + d, step));
+    const int64_t shift = device_elements_;
+    SLUICE_RETURN_IF_ERROR(offloaded_part_.adam->RestoreState(
+        [&source, shift](int64_t begin, int64_t n, float* master, float* exp_avg,
+                         float* exp_avg_sq) {
+          return source(begin + shift, n, master, exp_avg, exp_avg_sq);
+        },
+        step));
   }
   step_ = step;
   broken_ = OkStatus();

@@ -45,9 +45,8 @@ class SplitOptimizer final : public ZeroOptimizer {
   Status Step(const float* grads, double lr, double grad_scale) override;
   Status ReadState(int64_t begin, int64_t n, float* master, float* exp_avg,
                    float* exp_avg_sq) const override;
-  Status StreamState(int64_t begin, int64_t n, const OffloadStateSink& sink) const override;
-  Status RestoreState(const float* master, const float* exp_avg, const float* exp_avg_sq,
-                      int64_t step) override;
+  Status StreamState(int64_t begin, int64_t n, const OptimizerStateSink& sink) const override;
+  Status RestoreState(const OptimizerStateSource& source, int64_t step) override;
 
   int64_t step() const override { return step_; }
   int64_t count() const override { return count_; }

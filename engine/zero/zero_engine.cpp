@@ -573,34 +573,44 @@ Status ZeroEngine::ImportState(const ZeroStateReaders& readers) {
         "the optimizer step count must be 0, not {})",
         readers.optimizer_step);
   }
-  // Padding stays zero, as a fresh shard's.
-  const size_t count = static_cast<size_t>(layout_.shard_elements());
-  std::vector<float> master(count, 0.0f);
-  std::vector<float> exp_avg(count, 0.0f);
-  std::vector<float> exp_avg_sq(count, 0.0f);
+  // Tile by tile, as the optimizer asks: each piece of the shard is filled from the readers of
+  // the partitions it overlaps; padding stays zero, as a fresh shard's.
+  const std::vector<PartitionInfo>& partitions = layout_.partitions();
   const model::ParameterRegistry& registry = model_->registry();
-  for (const PartitionInfo& p : layout_.partitions()) {
-    const ShardSpan owned = layout_.Owned(p);
-    if (owned.count == 0) continue;
-    const int64_t begin = static_cast<int64_t>(owned.offset);
-    const int64_t end = begin + static_cast<int64_t>(owned.count);
-    const size_t at = static_cast<size_t>(p.shard_offset);
-    auto read = [&](const ZeroRangeReader& reader, std::vector<float>& dst,
-                    const char* what) -> Status {
-      Status status = reader(p.param, begin, end, dst.data() + at);
-      if (status.ok()) return status;
-      return std::move(status).WithContext(fmt::format("loading {} of {} elements [{}, {})", what,
-                                                       registry.parameter(p.param).name, begin,
-                                                       end));
-    };
-    SLUICE_RETURN_IF_ERROR(read(readers.master, master, "the master weights"));
-    if (moments) {
-      SLUICE_RETURN_IF_ERROR(read(readers.exp_avg, exp_avg, "exp_avg"));
-      SLUICE_RETURN_IF_ERROR(read(readers.exp_avg_sq, exp_avg_sq, "exp_avg_sq"));
+  const OptimizerStateSource source = [&](int64_t begin, int64_t n, float* master, float* exp_avg,
+                                          float* exp_avg_sq) -> Status {
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    std::memset(master, 0, bytes);
+    std::memset(exp_avg, 0, bytes);
+    std::memset(exp_avg_sq, 0, bytes);
+    // The first partition ending after `begin` (partitions are in shard order).
+    auto it = std::upper_bound(
+        partitions.begin(), partitions.end(), begin,
+        [](int64_t at, const PartitionInfo& p) { return at < p.shard_offset + p.partition; });
+    for (; it != partitions.end() && it->shard_offset < begin + n; ++it) {
+      const PartitionInfo& p = *it;
+      const ShardSpan owned = layout_.Owned(p);
+      const int64_t lo = std::max(begin, p.shard_offset);
+      const int64_t hi = std::min(begin + n, p.shard_offset + static_cast<int64_t>(owned.count));
+      if (lo >= hi) continue;  // only padding of this partition in the piece
+      const int64_t first = static_cast<int64_t>(owned.offset) + (lo - p.shard_offset);
+      const int64_t last = first + (hi - lo);
+      auto read = [&](const ZeroRangeReader& reader, float* dst, const char* what) -> Status {
+        Status status = reader(p.param, first, last, dst + (lo - begin));
+        if (status.ok()) return status;
+        return std::move(status).WithContext(fmt::format("loading {} of {} elements [{}, {})", what,
+                                                         registry.parameter(p.param).name, first,
+                                                         last));
+      };
+      SLUICE_RETURN_IF_ERROR(read(readers.master, master, "the master weights"));
+      if (moments) {
+        SLUICE_RETURN_IF_ERROR(read(readers.exp_avg, exp_avg, "exp_avg"));
+        SLUICE_RETURN_IF_ERROR(read(readers.exp_avg_sq, exp_avg_sq, "exp_avg_sq"));
+      }
     }
-  }
-  return adam_->RestoreState(master.data(), exp_avg.data(), exp_avg_sq.data(),
-                             readers.optimizer_step);
+    return OkStatus();
+  };
+  return adam_->RestoreState(source, readers.optimizer_step);
 }
 
 Status ZeroEngine::PublishParameters() {

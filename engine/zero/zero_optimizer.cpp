@@ -1,6 +1,5 @@
 #include "engine/zero/zero_optimizer.h"
 
-
 #include <cstring>
 
 #include "engine/zero/offloaded_part.h"
@@ -36,7 +35,7 @@ class DeviceOptimizer final : public ZeroOptimizer {
     }
     return OkStatus();
   }
-  Status StreamState(int64_t begin, int64_t n, const OffloadStateSink& sink) const override {
+  Status StreamState(int64_t begin, int64_t n, const OptimizerStateSink& sink) const override {
     if (begin < 0 || n < 0 || begin + n > adam_->count()) {
       return OutOfRangeError("optimizer state range [{}, {}) is outside the shard of {} elements",
                              begin, begin + n, adam_->count());
@@ -45,9 +44,8 @@ class DeviceOptimizer final : public ZeroOptimizer {
     return sink(begin, n, adam_->master() + begin, adam_->exp_avg() + begin,
                 adam_->exp_avg_sq() + begin);
   }
-  Status RestoreState(const float* master, const float* exp_avg, const float* exp_avg_sq,
-                      int64_t step) override {
-    return adam_->RestoreState(master, exp_avg, exp_avg_sq, step);
+  Status RestoreState(const OptimizerStateSource& source, int64_t step) override {
+    return RestoreShardedAdam(*adam_, source, step);
   }
   int64_t step() const override { return adam_->step(); }
   int64_t count() const override { return adam_->count(); }
@@ -71,12 +69,11 @@ class OffloadedOptimizer final : public ZeroOptimizer {
                    float* exp_avg_sq) const override {
     return part_.adam->ReadState(begin, n, master, exp_avg, exp_avg_sq);
   }
-  Status StreamState(int64_t begin, int64_t n, const OffloadStateSink& sink) const override {
+  Status StreamState(int64_t begin, int64_t n, const OptimizerStateSink& sink) const override {
     return part_.adam->StreamState(begin, n, sink);
   }
-  Status RestoreState(const float* master, const float* exp_avg, const float* exp_avg_sq,
-                      int64_t step) override {
-    return part_.adam->RestoreState(master, exp_avg, exp_avg_sq, step);
+  Status RestoreState(const OptimizerStateSource& source, int64_t step) override {
+    return part_.adam->RestoreState(source, step);
   }
   int64_t step() const override { return part_.adam->step(); }
   int64_t count() const override { return part_.adam->count(); }

@@ -45,10 +45,11 @@ class ZeroOptimizer {
                            float* exp_avg_sq) const = 0;
   // Hands elements [begin, begin + n) of the state to `sink` in increasing order, in pieces of
   // at most one tile, each piece valid only during its call (checkpoint streaming).
-  virtual Status StreamState(int64_t begin, int64_t n, const OffloadStateSink& sink) const = 0;
-  // Replaces the whole state and the step count; sets the parameter shard from the master.
-  virtual Status RestoreState(const float* master, const float* exp_avg, const float* exp_avg_sq,
-                              int64_t step) = 0;
+  virtual Status StreamState(int64_t begin, int64_t n, const OptimizerStateSink& sink) const = 0;
+  // Replaces the whole state, asking `source` for it in increasing pieces of at most one tile
+  // (offloaded state: a restore holds one tile in memory), and the step count; sets the parameter
+  // shard from the master weights.
+  virtual Status RestoreState(const OptimizerStateSource& source, int64_t step) = 0;
 
   virtual int64_t step() const = 0;
   virtual int64_t count() const = 0;

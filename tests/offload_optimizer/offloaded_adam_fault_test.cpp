@@ -169,10 +169,11 @@ TEST(OffloadedAdamFaultTest, AWriteFailingMidStepNamesTheTileAndKeepsEarlierTile
     // Restoring the state of step 1 (a checkpoint) makes it usable again, and the retried step
     // lands exactly where it should have.
     const StateAfter after1 = RunShardedAdam(*device, inputs, 1);
-    ASSERT_TRUE(
-        (*adam)
-            ->RestoreState(after1.master.data(), after1.exp_avg.data(), after1.exp_avg_sq.data(), 1)
-            .ok());
+    ASSERT_TRUE((*adam)
+                    ->RestoreState(StateArraysSource(after1.master.data(), after1.exp_avg.data(),
+                                                     after1.exp_avg_sq.data()),
+                                   1)
+                    .ok());
     ASSERT_TRUE((*adam)->Step(grads1.data(), inputs.lrs[1], inputs.scales[1]).ok());
     std::vector<float> all(count);
     ASSERT_TRUE((*adam)->ReadState(0, count, nullptr, nullptr, all.data()).ok());

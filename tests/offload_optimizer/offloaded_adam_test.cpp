@@ -129,10 +129,19 @@ TEST(OffloadedAdamTest, RestoredStateContinuesExactly) {
         *device, testing::TestOptimizer(), inputs.param_dtype, params.data(), inputs.grad_dtype,
         inputs.count, 1, tier == OptimizerStateTier::kNvme ? NvmeOptions(nvme) : HostOptions());
     ASSERT_TRUE(adam.ok()) << adam.status().ToString();
-    ASSERT_TRUE(
-        (*adam)
-            ->RestoreState(after2.master.data(), after2.exp_avg.data(), after2.exp_avg_sq.data(), 2)
-            .ok());
+    // The restore asks for the state tile by tile, in order: it never holds more than a tile.
+    const OptimizerStateSource arrays =
+        StateArraysSource(after2.master.data(), after2.exp_avg.data(), after2.exp_avg_sq.data());
+    int64_t next = 0;
+    const OptimizerStateSource recorded = [&](int64_t begin, int64_t n, float* master,
+                                              float* exp_avg, float* exp_avg_sq) {
+      EXPECT_EQ(begin, next);
+      EXPECT_LE(n, (*adam)->tiles().tile_elements);
+      next = begin + n;
+      return arrays(begin, n, master, exp_avg, exp_avg_sq);
+    };
+    ASSERT_TRUE((*adam)->RestoreState(recorded, 2).ok());
+    EXPECT_EQ(next, inputs.count);
     // The parameter shard now holds the restored master weights in bf16.
     EXPECT_EQ(testing::FromDevice(*device, params), after2.params);
     DeviceBuffer grads = testing::ToDevice(*device, inputs.grads[2].data(), inputs.grads[2].size(),

@@ -189,7 +189,8 @@ TEST_P(SplitOptimizerTest, StepsAndStateMatchTheDeviceOptimizerAcrossTheSplit) {
   ASSERT_EQ(dynamic_cast<const SplitOptimizer&>(*restored.adam).device_elements(), 4 * kTile);
   const State full = ReadAll(*reference.adam, 0, kCount);
   ASSERT_TRUE(restored.adam
-                  ->RestoreState(full.master.data(), full.exp_avg.data(), full.exp_avg_sq.data(),
+                  ->RestoreState(StateArraysSource(full.master.data(), full.exp_avg.data(),
+                                                   full.exp_avg_sq.data()),
                                  reference.adam->step())
                   .ok());
   EXPECT_EQ(restored.adam->step(), 3);

@@ -1,0 +1,26 @@
+// How optimizer state moves in and out of a ZeRO optimizer piece by piece (checkpoint saves and
+// restores): a sink receives the state, a source fills it, one tile (or less) at a time in
+// increasing shard order, so neither side needs the whole shard in memory.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "runtime/status.h"
+
+namespace sluice::zero {
+
+// One piece of a state stream: elements [begin, begin + n) of the shard, fp32.
+using OptimizerStateSink = std::function<Status(int64_t begin, int64_t n, const float* master,
+                                                const float* exp_avg, const float* exp_avg_sq)>;
+
+// Fills elements [begin, begin + n) of the state (each pointer: n fp32 values): a restore's
+// source, asked for one tile (or less) at a time in increasing order.
+using OptimizerStateSource = std::function<Status(int64_t begin, int64_t n, float* master,
+                                                  float* exp_avg, float* exp_avg_sq)>;
+
+// A source reading whole-shard arrays (each indexed by shard element).
+OptimizerStateSource StateArraysSource(const float* master, const float* exp_avg,
+                                       const float* exp_avg_sq);
+
+}  // namespace sluice::zero
