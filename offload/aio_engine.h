@@ -79,6 +79,9 @@ class AioEngine {
 
   // Asynchronous I/O. With O_DIRECT, buffer, offset and length must be multiples of 4096
   // (InvalidArgument naming which otherwise). The buffer must stay alive until the handle is done.
+  // A request is done once every block of it finished or was skipped: after the first failed
+  // block the blocks not yet started are skipped, so a failed write leaves its range undefined
+  // (the data outside it is untouched) and a failed read its buffer.
   AioHandle Read(AioFileId file, uint64_t offset, void* buffer, uint64_t length);
   AioHandle Write(AioFileId file, uint64_t offset, const void* buffer, uint64_t length);
   // Several requests, submitted together, completing as one handle. If any request is invalid,

@@ -66,9 +66,13 @@ TEST_P(FaultTest, WritePastTheFileSizeLimitFailsWithEfbigAndEarlierDataSurvives)
   EXPECT_THAT(status.message(), HasSubstr("(EFBIG)"));
   EXPECT_THAT(status.message(), HasSubstr(path));
   EXPECT_THAT(status.message(), HasSubstr("offset 3145728"));  // where the limit cut it
-  AlignedBuffer back = ZeroBuffer(3 << 20);
-  ASSERT_TRUE(engine_->Read(file, 0, back.data(), 3 << 20).Wait().ok());
-  EXPECT_EQ(std::memcmp(back.data(), source.data(), 3 << 20), 0);
+  // What was written before the failed request survives. The failed request's own bytes are
+  // undefined: once one of its chunks fails, chunks not yet started are skipped (both backends),
+  // so its piece below the limit may or may not have landed.
+  AlignedBuffer back = ZeroBuffer(2 << 20);
+  const Status read = engine_->Read(file, 0, back.data(), 2 << 20).Wait();
+  ASSERT_TRUE(read.ok()) << read.ToString();
+  EXPECT_EQ(std::memcmp(back.data(), source.data(), 2 << 20), 0);
 }
 
 TEST_P(FaultTest, StoreThatCannotGrowFailsCleanlyAndKeepsEarlierExtents) {
