@@ -4,6 +4,7 @@
 #include <sys/statvfs.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <utility>
 
 #include "engine/estimate/model_layout.h"
@@ -37,12 +38,17 @@ BudgetCheck HostCheck(const Config& config, const MemoryEstimate& e) {
   return check;
 }
 
-// Free bytes of the file system holding `path`, or why they are unknown.
+// Free bytes of the file system that holds `path`, or will once the swap store creates it (its
+// nearest existing ancestor), or why they are unknown.
 Result<int64_t> FreeBytes(const std::string& path) {
+  std::filesystem::path at = std::filesystem::absolute(path);
   struct statvfs fs {};
-  if (::statvfs(path.c_str(), &fs) != 0) {
+  while (::statvfs(at.c_str(), &fs) != 0) {
     const int err = errno;
-    return NotFoundError("cannot read the free space of {}: {}", path, internal::ErrnoText(err));
+    if (err != ENOENT || at == at.parent_path()) {
+      return NotFoundError("cannot read the free space of {}: {}", path, internal::ErrnoText(err));
+    }
+    at = at.parent_path();
   }
   return static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
 }

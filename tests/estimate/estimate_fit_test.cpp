@@ -61,11 +61,22 @@ TEST(EstimateFitTest, NvmeSpaceIsCheckedWhenTheDirectoryExists) {
   EXPECT_EQ(fit.checks[2].need, 2 * e.tier_bytes(MemoryTier::kNvme));
   EXPECT_TRUE(fit.checks[2].limit.has_value()) << fit.checks[2].limit_source;
 
+  // A directory the swap store will create: the free space of the file system it will be on.
   Config missing = config;
-  missing.zero.offload_optimizer.nvme_path = "/nonexistent/sluice_swap";
-  const FitReport unknown = CheckFit(missing, e);
+  missing.zero.offload_optimizer.nvme_path = "/tmp/sluice_not_yet_created/swap";
+  const FitReport later = CheckFit(missing, e);
+  ASSERT_TRUE(later.checks[2].limit.has_value()) << later.checks[2].limit_source;
+  // The same file system as /tmp (other tests may write to it meanwhile).
+  EXPECT_NEAR(static_cast<double>(*later.checks[2].limit),
+              static_cast<double>(*fit.checks[2].limit), 1e9);
+
+  // A path that can never be a directory: unknown, and why.
+  Config impossible = config;
+  impossible.zero.offload_optimizer.nvme_path = "/proc/self/status/swap";
+  const FitReport unknown = CheckFit(impossible, e);
   EXPECT_FALSE(unknown.checks[2].limit.has_value());
-  EXPECT_NE(unknown.checks[2].limit_source.find("ENOENT"), std::string::npos);
+  EXPECT_NE(unknown.checks[2].limit_source.find("ENOTDIR"), std::string::npos)
+      << unknown.checks[2].limit_source;
 }
 
 // Stage 3 holds less than the other stages only when it does not keep every unit gathered for
