@@ -24,29 +24,16 @@ namespace {
 
 using Outcome = OffloadOutcome;
 
-const Outcome& DeviceBaseline(int stage, DType dtype) {
-  static std::map<std::pair<int, DType>, Outcome> cache;
-  auto it = cache.find({stage, dtype});
-  if (it == cache.end()) {
-    it = cache
-             .emplace(std::make_pair(stage, dtype),
-                      TrainOffload(OffloadTestOptions(stage, dtype, OffloadDevice::kNone,
-                                                      OffloadDevice::kNone, ""),
-                                   dtype))
-             .first;
-  }
-  return it->second;
-}
-
 class OptimizerOffloadTest
     : public ::testing::TestWithParam<std::tuple<int, DType, OffloadDevice>> {};
 
 TEST_P(OptimizerOffloadTest, BitwiseEqualToDeviceOptimizer) {
   const auto [stage, dtype, tier] = GetParam();
   ScratchDir nvme;
-  const Outcome offloaded = TrainOffload(
-      OffloadTestOptions(stage, dtype, tier, OffloadDevice::kNone, nvme.path()), dtype);
-  const Outcome& device = DeviceBaseline(stage, dtype);
+  const ZeroOptions options =
+      OffloadTestOptions(stage, dtype, tier, OffloadDevice::kNone, nvme.path());
+  const Outcome offloaded = TrainOffload(options, dtype);
+  const Outcome& device = DeviceBaseline(options, dtype);
   const std::string what =
       fmt::format("stage {} {} offload {} on {} rank(s)", stage, DTypeName(dtype),
                   OffloadDeviceName(tier), TestWorld().size());
@@ -89,9 +76,9 @@ class ParamOffloadTest
 TEST_P(ParamOffloadTest, BitwiseEqualToDeviceParameters) {
   const auto [dtype, param_tier, optimizer_tier] = GetParam();
   ScratchDir nvme;
-  const Outcome offloaded =
-      TrainOffload(OffloadTestOptions(3, dtype, optimizer_tier, param_tier, nvme.path()), dtype);
-  const Outcome& device = DeviceBaseline(3, dtype);
+  const ZeroOptions options = OffloadTestOptions(3, dtype, optimizer_tier, param_tier, nvme.path());
+  const Outcome offloaded = TrainOffload(options, dtype);
+  const Outcome& device = DeviceBaseline(options, dtype);
   const std::string what = fmt::format(
       "stage 3 {} offload_param {}, offload_optimizer {} on {} rank(s)", DTypeName(dtype),
       OffloadDeviceName(param_tier), OffloadDeviceName(optimizer_tier), TestWorld().size());
@@ -158,38 +145,17 @@ TEST(OptimizerOffloadCheckpoint, ImportIntoNvmeContinuesBitwise) {
   Result<ZeroRig> device = MakeZeroRig(device_options, TinyGpt(), TestWorld(), settings.seed);
   ASSERT_TRUE(device.ok()) << device.status().ToString();
   ASSERT_TRUE(RunZero(*device, settings).ok());
-  std::vector<float> master, exp_avg, exp_avg_sq;
-  int64_t step = 0;
-  ASSERT_TRUE(device->engine->ExportState(&master, &exp_avg, &exp_avg_sq, &step).ok());
+  Result<ExportedState> saved = ExportEngineState(*device->engine);
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
 
   ScratchDir nvme;
   Result<ZeroRig> offloaded = MakeZeroRig(
       OffloadTestOptions(stage, dtype, OffloadDevice::kNvme, OffloadDevice::kNone, nvme.path()),
       TinyGpt(), TestWorld(), /*seed=*/settings.seed + 99);
   ASSERT_TRUE(offloaded.ok()) << offloaded.status().ToString();
-  // The exported vectors are in this rank's shard order: the readers index them by the layout.
-  const ShardLayout& layout = offloaded->engine->layout();
-  std::vector<ZeroStateRange> ranges = offloaded->engine->SavedStateRanges();
-  auto reader_of = [&layout, &ranges](const std::vector<float>& shard) {
-    return [&layout, &ranges, &shard](int param, int64_t begin, int64_t end, float* dst) -> Status {
-      for (const ZeroStateRange& r : ranges) {
-        if (r.param == param && r.begin <= begin && end <= r.end) {
-          std::memcpy(dst, shard.data() + r.shard_offset + (begin - r.begin),
-                      static_cast<size_t>(end - begin) * sizeof(float));
-          return OkStatus();
-        }
-      }
-      return NotFoundError("no saved range of parameter {} covers [{}, {})", param, begin, end);
-    };
-  };
-  (void)layout;
-  ZeroStateReaders readers{.master = reader_of(master),
-                           .exp_avg = reader_of(exp_avg),
-                           .exp_avg_sq = reader_of(exp_avg_sq),
-                           .optimizer_step = step};
-  ASSERT_TRUE(offloaded->engine->ImportState(readers).ok());
+  ASSERT_TRUE(offloaded->engine->ImportState(saved->Readers()).ok());
   ASSERT_TRUE(offloaded->engine->PublishParameters().ok());
-  EXPECT_EQ(offloaded->engine->optimizer().step(), step);
+  EXPECT_EQ(offloaded->engine->optimizer().step(), saved->step);
 
   // Two more steps from the same state on both.
   Result<RunResult> a = RunZero(*device, settings);

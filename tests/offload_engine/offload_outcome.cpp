@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <tuple>
+
 #include "engine/zero/split_optimizer.h"
 #include "runtime/check.h"
 
@@ -34,6 +37,46 @@ OffloadOutcome TrainOffload(const ZeroOptions& options, DType dtype) {
   Result<ZeroRig> rig = MakeZeroRig(options, TinyGpt(), TestWorld(), settings.seed);
   SLUICE_CHECK(rig.ok()) << rig.status().ToString();
   return FinishOffloadRun(*rig, settings);
+}
+
+const OffloadOutcome& DeviceBaseline(const ZeroOptions& options, DType dtype) {
+  static std::map<std::tuple<int, DType, int64_t>, OffloadOutcome> cache;
+  const auto key = std::make_tuple(options.stage, dtype, options.sub_group_size);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    ZeroOptions device = options;
+    device.offload_optimizer = OffloadOptimizerConfig();
+    device.offload_param = OffloadParamConfig();
+    it = cache.emplace(key, TrainOffload(device, dtype)).first;
+  }
+  return it->second;
+}
+
+ZeroStateReaders ExportedState::Readers() const {
+  auto reader_of = [this](const std::vector<float>& shard) {
+    return [this, &shard](int param, int64_t begin, int64_t end, float* dst) -> Status {
+      for (const ZeroStateRange& r : ranges) {
+        if (r.param == param && r.begin <= begin && end <= r.end) {
+          std::memcpy(dst, shard.data() + r.shard_offset + (begin - r.begin),
+                      static_cast<size_t>(end - begin) * sizeof(float));
+          return OkStatus();
+        }
+      }
+      return NotFoundError("no saved range of parameter {} covers [{}, {})", param, begin, end);
+    };
+  };
+  return {.master = reader_of(master),
+          .exp_avg = reader_of(exp_avg),
+          .exp_avg_sq = reader_of(exp_avg_sq),
+          .optimizer_step = step};
+}
+
+Result<ExportedState> ExportEngineState(const ZeroEngine& engine) {
+  ExportedState state;
+  state.ranges = engine.SavedStateRanges();
+  SLUICE_RETURN_IF_ERROR(
+      engine.ExportState(&state.master, &state.exp_avg, &state.exp_avg_sq, &state.step));
+  return state;
 }
 
 void ExpectSameTraining(const OffloadOutcome& a, const OffloadOutcome& b, const std::string& what) {

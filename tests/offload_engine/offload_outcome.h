@@ -38,6 +38,23 @@ OffloadOutcome FinishOffloadRun(ZeroRig& rig, const TrainSettings& settings);
 // A fresh engine of `options` on TinyGpt, trained with OffloadTrainSettings(dtype).
 OffloadOutcome TrainOffload(const ZeroOptions& options, DType dtype);
 
+// TrainOffload of everything on the device (offload none) for `options`' stage and sizes, run
+// once per (stage, dtype, sub_group_size) in this process: the baseline offloaded runs compare
+// against.
+const OffloadOutcome& DeviceBaseline(const ZeroOptions& options, DType dtype);
+
+// One engine's whole state shard, exported, and readers that serve it to ImportState of an
+// engine with the same layout (same model and world; any optimizer tier or ratio).
+struct ExportedState {
+  std::vector<ZeroStateRange> ranges;
+  std::vector<float> master, exp_avg, exp_avg_sq;
+  int64_t step = 0;
+
+  // Valid while this object lives.
+  ZeroStateReaders Readers() const;
+};
+Result<ExportedState> ExportEngineState(const ZeroEngine& engine);
+
 // Losses, gradient norms, parameters and the whole optimizer state, to the bit.
 void ExpectSameTraining(const OffloadOutcome& a, const OffloadOutcome& b, const std::string& what);
 

@@ -43,18 +43,6 @@ ZeroOptions RatioOptions(DType dtype, OffloadDevice tier, double ratio, const st
   return o;
 }
 
-const Outcome& DeviceBaseline(DType dtype) {
-  static std::map<DType, Outcome> cache;
-  auto it = cache.find(dtype);
-  if (it == cache.end()) {
-    it =
-        cache
-            .emplace(dtype, TrainOffload(RatioOptions(dtype, OffloadDevice::kNone, 1.0, ""), dtype))
-            .first;
-  }
-  return it->second;
-}
-
 class PartialOffloadTest
     : public ::testing::TestWithParam<std::tuple<double, DType, OffloadDevice>> {};
 
@@ -67,7 +55,7 @@ TEST_P(PartialOffloadTest, BitwiseEqualToTheDeviceOptimizer) {
   ASSERT_TRUE(rig.ok()) << rig.status().ToString();
   const int64_t shard = rig->engine->layout().shard_elements();
   const Outcome split = FinishOffloadRun(*rig, OffloadTrainSettings(dtype));
-  const Outcome& device = DeviceBaseline(dtype);
+  const Outcome& device = DeviceBaseline(options, dtype);
   const std::string what =
       fmt::format("ratio {} {} offload {} on {} rank(s), shard of {}", ratio, DTypeName(dtype),
                   OffloadDeviceName(tier), TestWorld().size(), shard);
@@ -121,7 +109,8 @@ TEST(PartialOffload, WithTheParametersInHostMemory) {
   ZeroOptions options = RatioOptions(DType::kBF16, OffloadDevice::kNvme, 0.5, nvme.path());
   options.offload_param.device = OffloadDevice::kCpu;
   const Outcome split = TrainOffload(options, DType::kBF16);
-  ExpectSameTraining(split, DeviceBaseline(DType::kBF16), "ratio 0.5 with offload_param cpu");
+  ExpectSameTraining(split, DeviceBaseline(options, DType::kBF16),
+                     "ratio 0.5 with offload_param cpu");
   EXPECT_EQ(split.memory.param_shard, 0u);
   EXPECT_GT(split.memory.optimizer_state, 0u);
 }
@@ -143,32 +132,14 @@ TEST(PartialOffloadCheckpoint, ExportFromOneSplitImportIntoAnother) {
   ASSERT_TRUE(a.ok() && b.ok());
   ASSERT_TRUE(Bitwise(a->losses, b->losses));
 
-  std::vector<float> master, exp_avg, exp_avg_sq;
-  int64_t step = 0;
-  ASSERT_TRUE(saver->engine->ExportState(&master, &exp_avg, &exp_avg_sq, &step).ok());
-  EXPECT_EQ(step, 2);
+  Result<ExportedState> saved = ExportEngineState(*saver->engine);
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  EXPECT_EQ(saved->step, 2);
 
   Result<ZeroRig> loader = MakeZeroRig(RatioOptions(dtype, OffloadDevice::kCpu, 0.25, ""),
                                        TinyGpt(), TestWorld(), settings.seed + 99);
   ASSERT_TRUE(loader.ok()) << loader.status().ToString();
-  const std::vector<ZeroStateRange> ranges = loader->engine->SavedStateRanges();
-  auto reader_of = [&ranges](const std::vector<float>& shard) {
-    return [&ranges, &shard](int param, int64_t begin, int64_t end, float* dst) -> Status {
-      for (const ZeroStateRange& r : ranges) {
-        if (r.param == param && r.begin <= begin && end <= r.end) {
-          std::memcpy(dst, shard.data() + r.shard_offset + (begin - r.begin),
-                      static_cast<size_t>(end - begin) * sizeof(float));
-          return OkStatus();
-        }
-      }
-      return NotFoundError("no saved range of parameter {} covers [{}, {})", param, begin, end);
-    };
-  };
-  ZeroStateReaders readers{.master = reader_of(master),
-                           .exp_avg = reader_of(exp_avg),
-                           .exp_avg_sq = reader_of(exp_avg_sq),
-                           .optimizer_step = step};
-  ASSERT_TRUE(loader->engine->ImportState(readers).ok());
+  ASSERT_TRUE(loader->engine->ImportState(saved->Readers()).ok());
   ASSERT_TRUE(loader->engine->PublishParameters().ok());
   EXPECT_EQ(loader->engine->optimizer().step(), 2);
 
