@@ -135,7 +135,9 @@ std::string ShardFileName(ShardGroup group, int rank) {
   return fmt::format("{}.rank{:05d}.bin", ShardGroupName(group), rank);
 }
 
-std::string ShardEntry::Label() const { return fmt::format("{}/{}", StateKindName(kind), name); }
+std::string ShardTensorInfo::Label() const {
+  return fmt::format("{}/{}", StateKindName(kind), name);
+}
 
 uint64_t BlockCount(uint64_t data_bytes, uint64_t block_bytes) {
   return block_bytes == 0 ? 0 : (data_bytes + block_bytes - 1) / block_bytes;

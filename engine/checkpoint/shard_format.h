@@ -52,6 +52,8 @@ struct ShardTensorInfo {
   int64_t end = 0;
 
   int64_t elements() const { return end - begin; }
+  // "master/transformer.h.0.attn.c_attn.weight"
+  std::string Label() const;
 };
 
 // What a rank hands the writer in one piece: the tensor and its `end - begin` contiguous
@@ -74,21 +76,12 @@ struct ShardHeader {
   uint64_t data_bytes = 0;
 };
 
-struct ShardEntry {
-  StateKind kind = StateKind::kMasterWeights;
-  std::string name;
-  DType dtype = DType::kF32;
-  Shape shape;
-  int64_t begin = 0;
-  int64_t end = 0;
+// A tensor as the shard table records it: where its data is and the checksums of its blocks.
+struct ShardEntry : ShardTensorInfo {
   uint64_t data_offset = 0;  // absolute offset in the file
   uint64_t data_bytes = 0;
   std::vector<uint64_t> block_checksums;  // one per block_bytes of the data, the last shorter
   uint64_t table_position = 0;            // offset of the entry in the file (for errors)
-
-  int64_t elements() const { return end - begin; }
-  // "master/transformer.h.0.attn.c_attn.weight"
-  std::string Label() const;
 };
 
 // 96 bytes. The header's own checksum covers its first 88 bytes.

@@ -6,21 +6,10 @@
 #include <set>
 #include <utility>
 
+#include "offload/aligned_buffer.h"
 #include "offload/checksum.h"
 
 namespace sluice::checkpoint {
-namespace {
-
-uint64_t AlignUp(uint64_t value, uint64_t alignment) {
-  return (value + alignment - 1) / alignment * alignment;
-}
-
-std::string LabelOf(StateKind kind, const std::string& name) {
-  return fmt::format("{}/{}", StateKindName(kind), name);
-}
-
-}  // namespace
-
 struct ShardStreamWriter::Pending {
   uint64_t written = 0;  // bytes of the tensor received so far
   // The hash of the block `written` stops inside; null at a block boundary (a whole block that
@@ -29,7 +18,7 @@ struct ShardStreamWriter::Pending {
 };
 
 Status ValidateShardTensorInfo(const ShardTensorInfo& t) {
-  const std::string label = LabelOf(t.kind, t.name);
+  const std::string label = t.Label();
   if (t.name.empty() || t.name.size() > 4096) {
     return InvalidArgumentError("checkpoint tensor '{}': the name must have 1 to 4096 bytes",
                                 label);
@@ -59,16 +48,11 @@ Result<std::unique_ptr<ShardStreamWriter>> ShardStreamWriter::Create(
     SLUICE_CHECK(GroupOf(t.kind) == group)
         << StateKindName(t.kind) << " handed to a " << ShardGroupName(group) << " file";
     if (!seen.emplace(t.kind, t.name).second) {
-      return InvalidArgumentError("checkpoint tensor '{}' is given twice by rank {}",
-                                  LabelOf(t.kind, t.name), rank);
+      return InvalidArgumentError("checkpoint tensor '{}' is given twice by rank {}", t.Label(),
+                                  rank);
     }
     ShardEntry e;
-    e.kind = t.kind;
-    e.name = std::move(t.name);
-    e.dtype = t.dtype;
-    e.shape = std::move(t.shape);
-    e.begin = t.begin;
-    e.end = t.end;
+    static_cast<ShardTensorInfo&>(e) = std::move(t);
     e.data_bytes = static_cast<uint64_t>(t.end - t.begin) * DTypeSize(t.dtype);
     e.block_checksums.reserve(BlockCount(e.data_bytes, block_bytes));
     w->tensors_.push_back(std::move(e));
@@ -88,11 +72,12 @@ Result<std::unique_ptr<ShardStreamWriter>> ShardStreamWriter::Create(
     for (ShardEntry& e : sized) e.block_checksums.resize(BlockCount(e.data_bytes, block_bytes));
     header.table_bytes = EncodeShardTable(sized).size();
   }
-  header.data_offset = AlignUp(header.table_offset + header.table_bytes, kShardDataAlignment);
+  header.data_offset =
+      offload::AlignUp(header.table_offset + header.table_bytes, kShardDataAlignment);
   uint64_t cursor = header.data_offset;
   for (ShardEntry& e : w->tensors_) {
     e.data_offset = cursor;
-    cursor = AlignUp(cursor + e.data_bytes, kShardDataAlignment);
+    cursor = offload::AlignUp(cursor + e.data_bytes, kShardDataAlignment);
   }
   // The file ends right after the last tensor, so its size tells a truncation apart.
   w->file_end_ = w->tensors_.empty()

@@ -186,11 +186,7 @@ void ExpectResumeRefused(const std::function<void(const fs::path&)>& damage,
   if (TestWorld().rank() == 0) damage(step_dir);
   ASSERT_TRUE(TestWorld().Barrier().ok());
 
-  TrainerOptions options;
-  options.world = &TestWorld();
-  options.progress = ProgressMode::kOff;
-  options.summary_stream = nullptr;
-  options.write_files = false;
+  TrainerOptions options = test_util::QuietTrainerOptions(&TestWorld());
   options.resume = "latest";
   Result<std::unique_ptr<Trainer>> trainer =
       Trainer::Create(ResumeConfig(dir, 3, {"run.steps=6"}), options);

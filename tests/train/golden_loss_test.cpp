@@ -56,10 +56,7 @@ std::string RegenerateCommand() {
 // `blas_threads` > 0 overrides the OpenBLAS pool size device.threads set.
 Curve RunCurve(const std::vector<std::string>& overrides, int blas_threads = 0) {
   Config config = test_util::TinyGptConfig(overrides);
-  TrainerOptions options;
-  options.progress = ProgressMode::kOff;
-  options.summary_stream = nullptr;
-  options.write_files = false;
+  TrainerOptions options = test_util::QuietTrainerOptions();
   Result<std::unique_ptr<Trainer>> trainer = Trainer::Create(config, options);
   EXPECT_TRUE(trainer.ok()) << trainer.status().ToString();
   Curve curve;

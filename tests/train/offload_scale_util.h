@@ -57,10 +57,7 @@ inline Config ShippedConfig(const std::string& name, std::vector<std::string> ov
 }
 
 inline ScaleRun TrainScaleRun(const Config& config) {
-  TrainerOptions options;
-  options.progress = ProgressMode::kOff;
-  options.summary_stream = nullptr;
-  options.write_files = false;
+  TrainerOptions options = test_util::QuietTrainerOptions();
   Result<std::unique_ptr<Trainer>> trainer = Trainer::Create(config, options);
   SLUICE_CHECK(trainer.ok()) << trainer.status().ToString();
   Result<TrainSummary> summary = (*trainer)->Run();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/config/config.h"
+#include "engine/train/trainer.h"
 
 namespace sluice::train::test_util {
 
@@ -93,6 +94,17 @@ inline Config LoadTestConfig(const std::string& yaml, const std::vector<std::str
 inline Config TinyGptConfig(const std::vector<std::string>& overrides = {}) {
   const std::string corpus = WriteFile(TempPath("corpus.txt"), SyntheticCorpus(64 * 1024));
   return LoadTestConfig(TinyGptYaml(corpus, TempPath("run")), overrides);
+}
+
+// A trainer that prints nothing and writes no run files (metrics, summary, config record); on
+// `world` when given, else a world of one.
+inline TrainerOptions QuietTrainerOptions(Comm* world = nullptr) {
+  TrainerOptions options;
+  options.world = world;
+  options.progress = ProgressMode::kOff;
+  options.summary_stream = nullptr;
+  options.write_files = false;
+  return options;
 }
 
 }  // namespace sluice::train::test_util

@@ -55,11 +55,7 @@ Config RankConfig(int micro_batch, int stage, const std::vector<std::string>& mo
 }
 
 Curve Train(const Config& config, Comm& world) {
-  TrainerOptions options;
-  options.world = &world;
-  options.progress = ProgressMode::kOff;
-  options.summary_stream = nullptr;
-  options.write_files = false;
+  TrainerOptions options = test_util::QuietTrainerOptions(&world);
   Result<std::unique_ptr<Trainer>> trainer = Trainer::Create(config, options);
   SLUICE_CHECK(trainer.ok()) << trainer.status().ToString();
   Curve curve;
@@ -138,11 +134,7 @@ INSTANTIATE_TEST_SUITE_P(Stages, TrainerRanksTest, ::testing::Values(0, 1, 2, 3)
 TEST(TrainerRanksFp16Test, OverflowSkipsTheSameStepsOnEveryRank) {
   const std::vector<std::string> fp16 = {"fp16.enabled=true", "fp16.initial_scale_power=24",
                                          "fp16.hysteresis=1"};
-  TrainerOptions options;
-  options.progress = ProgressMode::kOff;
-  options.summary_stream = nullptr;
-  options.write_files = false;
-  options.world = &TestWorld();
+  TrainerOptions options = test_util::QuietTrainerOptions(&TestWorld());
   Result<std::unique_ptr<Trainer>> trainer = Trainer::Create(RankConfig(2, 2, fp16), options);
   ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
   std::vector<uint64_t> skipped_mask;

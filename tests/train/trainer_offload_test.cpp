@@ -79,11 +79,7 @@ Config RankConfig(int stage, const std::string& precision, const Placement& plac
 }
 
 Curve Train(const Config& config) {
-  TrainerOptions options;
-  options.world = &TestWorld();
-  options.progress = ProgressMode::kOff;
-  options.summary_stream = nullptr;
-  options.write_files = false;
+  TrainerOptions options = test_util::QuietTrainerOptions(&TestWorld());
   Result<std::unique_ptr<Trainer>> trainer = Trainer::Create(config, options);
   SLUICE_CHECK(trainer.ok()) << trainer.status().ToString();
   Curve curve;

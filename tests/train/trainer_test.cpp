@@ -24,10 +24,7 @@ using test_util::TempPath;
 using test_util::TinyGptConfig;
 
 std::unique_ptr<Trainer> MakeTrainer(const Config& config) {
-  TrainerOptions options;
-  options.progress = ProgressMode::kOff;
-  options.summary_stream = nullptr;
-  options.write_files = false;
+  TrainerOptions options = test_util::QuietTrainerOptions();
   Result<std::unique_ptr<Trainer>> trainer = Trainer::Create(config, options);
   EXPECT_TRUE(trainer.ok()) << trainer.status().ToString();
   return trainer.ok() ? std::move(trainer).value() : nullptr;
@@ -289,10 +286,7 @@ TEST(TrainerTest, OffloadedStateIsReportedOnItsTiers) {
   Config config = TinyGptConfig(
       {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=cpu",
        "zero_optimization.offload_param.device=cpu", "run.steps=2", "run.eval_interval=0"});
-  TrainerOptions options;
-  options.progress = ProgressMode::kOff;
-  options.summary_stream = nullptr;
-  options.write_files = false;
+  TrainerOptions options = test_util::QuietTrainerOptions();
   Result<std::unique_ptr<Trainer>> trainer = Trainer::Create(config, options);
   ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
   Result<TrainSummary> summary = (*trainer)->Run();
