@@ -330,27 +330,7 @@ Status OffloadedAdam::LoadMasterFromParams() {
 
 Status OffloadedAdam::ReadState(int64_t begin, int64_t n, float* master, float* exp_avg,
                                 float* exp_avg_sq) const {
-  if (begin < 0 || n < 0 || begin + n > count_) {
-    return OutOfRangeError("optimizer state range [{}, {}) is outside the shard of {} elements",
-                           begin, begin + n, count_);
-  }
-  if (on_nvme() && !master_loaded_ && n > 0) {
-    return FailedPreconditionError("the offloaded optimizer's NVMe state was never written");
-  }
-  for (int64_t at = begin; at < begin + n;) {
-    const int64_t tile = at / grid_.tile_elements;
-    const int64_t within = at - grid_.begin(tile);
-    const int64_t take = std::min(begin + n - at, grid_.length(tile) - within);
-    SLUICE_RETURN_IF_ERROR(FetchStateSerial(tile));
-    const TileState state = StateOf(tile, 0);
-    const size_t bytes = static_cast<size_t>(take) * sizeof(float);
-    const int64_t out = at - begin;
-    if (master != nullptr) std::memcpy(master + out, state.master + within, bytes);
-    if (exp_avg != nullptr) std::memcpy(exp_avg + out, state.exp_avg + within, bytes);
-    if (exp_avg_sq != nullptr) std::memcpy(exp_avg_sq + out, state.exp_avg_sq + within, bytes);
-    at += take;
-  }
-  return OkStatus();
+  return StreamState(begin, n, StateArraysSink(begin, master, exp_avg, exp_avg_sq));
 }
 
 Status OffloadedAdam::RestoreState(const OptimizerStateSource& source, int64_t step) {

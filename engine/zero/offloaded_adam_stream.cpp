@@ -53,10 +53,7 @@ class RingReads {
 }  // namespace
 
 Status OffloadedAdam::StreamState(int64_t begin, int64_t n, const OptimizerStateSink& sink) const {
-  if (begin < 0 || n < 0 || begin + n > count_) {
-    return OutOfRangeError("optimizer state range [{}, {}) is outside the shard of {} elements",
-                           begin, begin + n, count_);
-  }
+  SLUICE_RETURN_IF_ERROR(CheckStateRange(begin, n, count_));
   if (n == 0) return OkStatus();
   if (on_nvme() && !master_loaded_) {
     return FailedPreconditionError("the offloaded optimizer's NVMe state was never written");

@@ -19,6 +19,13 @@ using OptimizerStateSink = std::function<Status(int64_t begin, int64_t n, const 
 using OptimizerStateSource = std::function<Status(int64_t begin, int64_t n, float* master,
                                                   float* exp_avg, float* exp_avg_sq)>;
 
+// OK, or OutOfRange naming [begin, begin + n) and the shard of `count` elements it leaves.
+Status CheckStateRange(int64_t begin, int64_t n, int64_t count);
+
+// A sink copying the pieces of a stream over [begin, ...) into arrays indexed from `begin`
+// (a null array skips that tensor).
+OptimizerStateSink StateArraysSink(int64_t begin, float* master, float* exp_avg, float* exp_avg_sq);
+
 // A source reading whole-shard arrays (each indexed by shard element).
 OptimizerStateSource StateArraysSource(const float* master, const float* exp_avg,
                                        const float* exp_avg_sq);

@@ -90,12 +90,6 @@ Status SplitOptimizer::CheckUsable() const {
       broken_.ToString());
 }
 
-Status SplitOptimizer::CheckRange(int64_t begin, int64_t n) const {
-  if (begin >= 0 && n >= 0 && begin + n <= count_) return OkStatus();
-  return OutOfRangeError("optimizer state range [{}, {}) is outside the shard of {} elements",
-                         begin, begin + n, count_);
-}
-
 Status SplitOptimizer::LoadMasterFromParams() {
   SLUICE_RETURN_IF_ERROR(CheckUsable());
   if (device_part_ != nullptr) device_part_->LoadMasterFromParams();
@@ -143,29 +137,8 @@ Status SplitOptimizer::Step(const float* grads, double lr, double grad_scale) {
   return OkStatus();
 }
 
-Status SplitOptimizer::ReadState(int64_t begin, int64_t n, float* master, float* exp_avg,
-                                 float* exp_avg_sq) const {
-  SLUICE_RETURN_IF_ERROR(CheckRange(begin, n));
-  const int64_t end = begin + n;
-  const int64_t device_end = std::min(end, device_elements_);
-  if (begin < device_end) {
-    const size_t bytes = static_cast<size_t>(device_end - begin) * sizeof(float);
-    if (master != nullptr) std::memcpy(master, device_part_->master() + begin, bytes);
-    if (exp_avg != nullptr) std::memcpy(exp_avg, device_part_->exp_avg() + begin, bytes);
-    if (exp_avg_sq != nullptr) {
-      std::memcpy(exp_avg_sq, device_part_->exp_avg_sq() + begin, bytes);
-    }
-  }
-  const int64_t off_begin = std::max(begin, device_elements_);
-  if (off_begin >= end) return OkStatus();
-  const int64_t out = off_begin - begin;
-  auto at = [out](float* p) { return p == nullptr ? nullptr : p + out; };
-  return offloaded_part_.adam->ReadState(off_begin - device_elements_, end - off_begin, at(master),
-                                         at(exp_avg), at(exp_avg_sq));
-}
-
 Status SplitOptimizer::StreamState(int64_t begin, int64_t n, const OptimizerStateSink& sink) const {
-  SLUICE_RETURN_IF_ERROR(CheckRange(begin, n));
+  SLUICE_RETURN_IF_ERROR(CheckStateRange(begin, n, count_));
   const int64_t end = begin + n;
   // The device part in pieces of at most one tile, as the offloaded part hands them out.
   for (int64_t at = begin; at < std::min(end, device_elements_);) {

@@ -11,7 +11,7 @@
 // both. Adam is elementwise and both parts run the same kernel arithmetic, and the split is on a
 // tile boundary, so a step is bit-identical to everything on the device or everything offloaded.
 // The gradient shard stays on the device (GradShardOnHost is false for a split). The state calls
-// (ReadState, StreamState, RestoreState) dispatch each range to the part(s) holding it.
+// (StreamState, RestoreState) dispatch each range to the part(s) holding it.
 #pragma once
 
 #include <cstdint>
@@ -43,8 +43,6 @@ class SplitOptimizer final : public ZeroOptimizer {
   // `grads`: the device fp32 gradient shard. After a failure of either part the optimizer
   // refuses further steps until RestoreState.
   Status Step(const float* grads, double lr, double grad_scale) override;
-  Status ReadState(int64_t begin, int64_t n, float* master, float* exp_avg,
-                   float* exp_avg_sq) const override;
   Status StreamState(int64_t begin, int64_t n, const OptimizerStateSink& sink) const override;
   Status RestoreState(const OptimizerStateSource& source, int64_t step) override;
 
@@ -73,7 +71,6 @@ class SplitOptimizer final : public ZeroOptimizer {
 
  private:
   SplitOptimizer() = default;
-  Status CheckRange(int64_t begin, int64_t n) const;
   Status CheckUsable() const;
 
   Device* device_ = nullptr;

@@ -21,25 +21,8 @@ class DeviceOptimizer final : public ZeroOptimizer {
   Status Step(const float* grads, double lr, double grad_scale) override {
     return adam_->Step(grads, lr, grad_scale);
   }
-  Status ReadState(int64_t begin, int64_t n, float* master, float* exp_avg,
-                   float* exp_avg_sq) const override {
-    if (begin < 0 || n < 0 || begin + n > adam_->count()) {
-      return OutOfRangeError("optimizer state range [{}, {}) is outside the shard of {} elements",
-                             begin, begin + n, adam_->count());
-    }
-    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
-    if (master != nullptr && n > 0) std::memcpy(master, adam_->master() + begin, bytes);
-    if (exp_avg != nullptr && n > 0) std::memcpy(exp_avg, adam_->exp_avg() + begin, bytes);
-    if (exp_avg_sq != nullptr && n > 0) {
-      std::memcpy(exp_avg_sq, adam_->exp_avg_sq() + begin, bytes);
-    }
-    return OkStatus();
-  }
   Status StreamState(int64_t begin, int64_t n, const OptimizerStateSink& sink) const override {
-    if (begin < 0 || n < 0 || begin + n > adam_->count()) {
-      return OutOfRangeError("optimizer state range [{}, {}) is outside the shard of {} elements",
-                             begin, begin + n, adam_->count());
-    }
+    SLUICE_RETURN_IF_ERROR(CheckStateRange(begin, n, adam_->count()));
     if (n == 0) return OkStatus();
     return sink(begin, n, adam_->master() + begin, adam_->exp_avg() + begin,
                 adam_->exp_avg_sq() + begin);
@@ -65,10 +48,6 @@ class OffloadedOptimizer final : public ZeroOptimizer {
   Status Step(const float* grads, double lr, double grad_scale) override {
     return part_.adam->Step(grads, lr, grad_scale);
   }
-  Status ReadState(int64_t begin, int64_t n, float* master, float* exp_avg,
-                   float* exp_avg_sq) const override {
-    return part_.adam->ReadState(begin, n, master, exp_avg, exp_avg_sq);
-  }
   Status StreamState(int64_t begin, int64_t n, const OptimizerStateSink& sink) const override {
     return part_.adam->StreamState(begin, n, sink);
   }
@@ -92,6 +71,11 @@ class OffloadedOptimizer final : public ZeroOptimizer {
 };
 
 }  // namespace
+
+Status ZeroOptimizer::ReadState(int64_t begin, int64_t n, float* master, float* exp_avg,
+                                float* exp_avg_sq) const {
+  return StreamState(begin, n, StateArraysSink(begin, master, exp_avg, exp_avg_sq));
+}
 
 Result<std::unique_ptr<ZeroOptimizer>> CreateZeroOptimizer(Device& device,
                                                            const ZeroOptions& options,

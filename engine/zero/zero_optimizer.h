@@ -41,8 +41,8 @@ class ZeroOptimizer {
   // memory when grads_in_host_memory(). Writes the updated parameters into the parameter shard.
   virtual Status Step(const float* grads, double lr, double grad_scale) = 0;
   // Copies elements [begin, begin + n) of the state to host memory (null skips a tensor).
-  virtual Status ReadState(int64_t begin, int64_t n, float* master, float* exp_avg,
-                           float* exp_avg_sq) const = 0;
+  Status ReadState(int64_t begin, int64_t n, float* master, float* exp_avg,
+                   float* exp_avg_sq) const;
   // Hands elements [begin, begin + n) of the state to `sink` in increasing order, in pieces of
   // at most one tile, each piece valid only during its call (checkpoint streaming).
   virtual Status StreamState(int64_t begin, int64_t n, const OptimizerStateSink& sink) const = 0;
