@@ -344,7 +344,7 @@ NvmeParamRead NvmeParamStore::BeginRead(int group) {
   }
   const uint64_t bytes = static_cast<uint64_t>(g.elements) * element_size_;
   read.data = slot(read.slot);
-  if (TraceRecorder::Global().enabled()) read.issued_ns = TraceClockNs();
+  read.issued_ns = TraceClockNs();
   read.handle = store_->ReadAsync(g.extent, slot(read.slot), bytes);
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.nvme_reads;
@@ -359,12 +359,14 @@ Result<const void*> NvmeParamStore::AwaitRead(NvmeParamRead& read) {
   if (!status.ok()) {
     return std::move(status).WithContext(fmt::format("reading {} from NVMe", g.what));
   }
-  if (read.issued_ns > 0) {
-    TraceRecorder::Global().Record(kTraceLaneNvme, fmt::format("read {}", g.what), read.issued_ns,
-                                   TraceClockNs(),
-                                   static_cast<uint64_t>(g.elements) * element_size_);
+  const int64_t done_ns = TraceClockNs();
+  TraceRecorder& trace = TraceRecorder::Global();
+  if (trace.enabled()) {
+    trace.Record(kTraceLaneNvme, fmt::format("read {}", g.what), read.issued_ns, done_ns,
+                 static_cast<uint64_t>(g.elements) * element_size_);
   }
   std::lock_guard<std::mutex> lock(mu_);
+  stats_.read_ns += done_ns - read.issued_ns;
   MaybeCache(read.group, read.data);
   return read.data;
 }

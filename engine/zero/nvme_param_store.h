@@ -76,6 +76,7 @@ struct NvmeParamStoreStats {
   int64_t cache_hits = 0;    // group reads served from the host cache
   int64_t group_writes = 0;  // group extents written
   int64_t read_bytes = 0;
+  int64_t read_ns = 0;  // NVMe group reads from issue to completion, summed
   int64_t write_bytes = 0;
   int slots_in_use = 0;
   int peak_slots_in_use = 0;
@@ -87,7 +88,7 @@ struct NvmeParamRead {
   int slot = -1;  // -1: served from the cache
   const void* data = nullptr;
   offload::SwapHandle handle;
-  int64_t issued_ns = 0;  // trace clock, when tracing
+  int64_t issued_ns = 0;  // trace clock
 };
 
 class NvmeParamStore {

@@ -113,6 +113,25 @@ TEST_F(StepBenchTest, CommandReportsEveryPhaseAndWritesTraceWithLanes) {
   }
 }
 
+// With the parameters on NVMe too, the gathers' reads count as NVMe reads of the step but not of
+// the optimizer step, whose ratio they must not distort.
+TEST_F(StepBenchTest, ParameterReadsOfTheGathersAreNvmeReadsOutsideTheOptimizerStep) {
+  options_.json_path = (dir_ / "step.json").string();
+  options_.set_overrides = {"zero_optimization.offload_param.device=nvme",
+                            "zero_optimization.offload_param.nvme_path=" + (dir_ / "nvme").string(),
+                            "zero_optimization.offload_param.max_in_cpu=0"};
+  ASSERT_TRUE(RunStepBenchCommand(options_).ok());
+  const nlohmann::json record = nlohmann::json::parse(std::ifstream(options_.json_path));
+  for (const nlohmann::json& sample : record["results"]["samples"]) {
+    const double param_reads = sample["param_nvme_read_s"].get<double>();
+    const double reads = sample["phases_s"]["nvme_read"].get<double>();
+    EXPECT_GT(param_reads, 0);
+    EXPECT_GT(reads, param_reads) << "the optimizer's own tile reads are in nvme_read too";
+    EXPECT_NEAR(sample["optimizer"]["nvme_s"].get<double>(),
+                reads - param_reads + sample["phases_s"]["nvme_write"].get<double>(), 1e-12);
+  }
+}
+
 TEST_F(StepBenchTest, RefusesZeroSteps) {
   options_.steps = 0;
   const Result<StepBenchReport> report = RunStepBench(options_);

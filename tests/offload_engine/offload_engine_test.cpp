@@ -96,6 +96,7 @@ TEST_P(ParamOffloadTest, BitwiseEqualToDeviceParameters) {
     EXPECT_GT(offloaded.memory.param_pinned, 0u) << what;
     // Every gather read NVMe; every step wrote every group back.
     EXPECT_GT(offloaded.param_store.nvme_reads, 0) << what;
+    EXPECT_GT(offloaded.param_store.read_ns, 0) << what;
     EXPECT_EQ(offloaded.param_store.cache_hits, 0) << what;
     EXPECT_GT(offloaded.param_store.group_writes, 0) << what;
     EXPECT_LE(offloaded.param_store.peak_slots_in_use, 3) << what;
