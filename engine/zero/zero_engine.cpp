@@ -549,20 +549,6 @@ std::vector<ZeroStateRange> ZeroEngine::SavedStateRanges() const {
   return ranges;
 }
 
-Status ZeroEngine::ExportState(std::vector<float>* master, std::vector<float>* exp_avg,
-                               std::vector<float>* exp_avg_sq, int64_t* optimizer_step) const {
-  SLUICE_RETURN_IF_ERROR(CheckUsable());
-  const size_t count = static_cast<size_t>(layout_.shard_elements());
-  master->assign(count, 0.0f);
-  exp_avg->assign(count, 0.0f);
-  exp_avg_sq->assign(count, 0.0f);
-  // Through the optimizer interface: on NVMe this reads (and verifies) every tile.
-  SLUICE_RETURN_IF_ERROR(adam_->ReadState(0, static_cast<int64_t>(count), master->data(),
-                                          exp_avg->data(), exp_avg_sq->data()));
-  *optimizer_step = adam_->step();
-  return OkStatus();
-}
-
 Status ZeroEngine::ImportState(const ZeroStateReaders& readers) {
   SLUICE_RETURN_IF_ERROR(CheckUsable());
   const bool moments = static_cast<bool>(readers.exp_avg);

@@ -83,7 +83,7 @@ struct ZeroStepResult {
 // ---- Checkpoint state (used by engine/train/checkpointing.h) ----------------------------------
 // One range of this rank's optimizer state: elements [begin, end) of the flattened parameter
 // `param` (a registry index, never a tied alias: aliases have no state of their own), found at
-// `shard_offset` in the vectors ZeroEngine::ExportState fills.
+// `shard_offset` of this rank's state shard (optimizer().StreamState / ReadState).
 struct ZeroStateRange {
   int param = -1;
   int64_t begin = 0;
@@ -177,16 +177,13 @@ class ZeroEngine {
   Status CheckUsable() const;
 
   // ---- Checkpoint state ---------------------------------------------------------------------
-  // The optimizer state is routed through these four calls only, whatever optimizer holds it.
+  // The optimizer state is saved through SavedStateRanges and optimizer().StreamState, and
+  // restored through ImportState, whatever optimizer holds it.
   //
   // The ranges this rank saves: every element of its partitions (stages 1-3), so the ranks
   // together cover each parameter exactly once. In stage 0 every rank holds everything, and
   // rank 0 alone saves it (the other ranks return no range).
   std::vector<ZeroStateRange> SavedStateRanges() const;
-  // Host copies of this rank's whole state shard (layout().shard_elements() floats each,
-  // padding included) and Adam's step count.
-  Status ExportState(std::vector<float>* master, std::vector<float>* exp_avg,
-                     std::vector<float>* exp_avg_sq, int64_t* optimizer_step) const;
   // Replaces this rank's state with what `readers` return for the elements it holds in its
   // current layout (each rank reads its own ranges, so the source may come from another world
   // size or stage) and sets the parameter shard to the master weights in the parameter dtype,

@@ -383,7 +383,7 @@ TEST(StreamedCheckpointMemory, HeapGrowsByAFewTilesNotTheShard) {
     ASSERT_TRUE(saved.ok()) << saved.status().ToString();
   }
   // The old path, measured the same way, for contrast: the whole shard copied to host memory
-  // (what ZeroEngine::ExportState did), then written from there.
+  // (what saves did before they streamed), then written from there.
   int64_t export_growth = 0;
   {
     HeapPeak peak;

@@ -27,8 +27,12 @@ OffloadOutcome FinishOffloadRun(ZeroRig& rig, const TrainSettings& settings) {
   out.memory = rig.engine->memory();
   if (rig.engine->param_store() != nullptr) out.param_store = rig.engine->param_store()->stats();
   out.offloaded = OffloadedFraction(rig.engine->optimizer());
-  Status exported = rig.engine->ExportState(&out.master, &out.exp_avg, &out.exp_avg_sq, &out.step);
-  SLUICE_CHECK(exported.ok()) << exported.ToString();
+  Result<ExportedState> exported = ExportEngineState(*rig.engine);
+  SLUICE_CHECK(exported.ok()) << exported.status().ToString();
+  out.master = std::move(exported->master);
+  out.exp_avg = std::move(exported->exp_avg);
+  out.exp_avg_sq = std::move(exported->exp_avg_sq);
+  out.step = exported->step;
   return out;
 }
 
@@ -74,8 +78,14 @@ ZeroStateReaders ExportedState::Readers() const {
 Result<ExportedState> ExportEngineState(const ZeroEngine& engine) {
   ExportedState state;
   state.ranges = engine.SavedStateRanges();
-  SLUICE_RETURN_IF_ERROR(
-      engine.ExportState(&state.master, &state.exp_avg, &state.exp_avg_sq, &state.step));
+  const ZeroOptimizer& optimizer = engine.optimizer();
+  const size_t count = static_cast<size_t>(optimizer.count());
+  state.master.assign(count, 0.0f);
+  state.exp_avg.assign(count, 0.0f);
+  state.exp_avg_sq.assign(count, 0.0f);
+  SLUICE_RETURN_IF_ERROR(optimizer.ReadState(0, optimizer.count(), state.master.data(),
+                                             state.exp_avg.data(), state.exp_avg_sq.data()));
+  state.step = optimizer.step();
   return state;
 }
 
