@@ -133,6 +133,19 @@ TEST_P(SwapStoreTest, ScratchStoreRemovesItsFilesOnClose) {
   for (const std::string& f : store->file_paths()) EXPECT_TRUE(std::filesystem::exists(f)) << f;
 }
 
+TEST_P(SwapStoreTest, MissingDirectoryIsCreatedAndAnImpossibleOneNamed) {
+  SwapStoreOptions options = StoreOptions();
+  options.paths = {dir_.path() + "/not/yet/there"};
+  std::unique_ptr<SwapStore> store = Create(options);
+  EXPECT_TRUE(std::filesystem::is_directory(options.paths[0]));
+
+  options.paths = {"/proc/self/status/swap"};  // under a file: can never be a directory
+  Status status = SwapStore::Create(*engine_, options).status();
+  EXPECT_EQ(status.code(), StatusCode::kIoError) << status.ToString();
+  EXPECT_THAT(status.message(), HasSubstr("/proc/self/status/swap"));
+  EXPECT_THAT(status.message(), HasSubstr("nvme_path"));
+}
+
 TEST_P(SwapStoreTest, StripedStoreRoundTripsAndReopens) {
   const SwapStoreOptions options = StoreOptions(3);
   constexpr uint64_t kLength = (3 << 20) + 777;
