@@ -12,8 +12,10 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "engine/estimate/memory_estimate.h"
 #include "engine/train/run_setup.h"
 #include "engine/train/train_world.h"
+#include "engine/zero/split_optimizer.h"
 #include "kernels/ref/half.h"
 #include "tests/train/train_test_util.h"
 
@@ -282,6 +284,32 @@ TEST(TrainerTest, OffloadAtTheWrongStageIsRefusedNamingTheKey) {
 
 // Offloaded state is trained and reported on its tiers (the bitwise checks against the
 // on-device run are in trainer_offload_test.cpp).
+// offload_optimizer.ratio "auto" gets its device budget from the memory estimate before the
+// engine exists: with a device.memory_limit that holds the fully offloaded run but not a split's
+// device gradient shard, the trainer offloads everything (ratio 1, gradients in host memory)
+// instead of letting the engine guess from the free device memory.
+TEST(TrainerTest, AutoOffloadRatioTakesItsDeviceBudgetFromTheEstimate) {
+  const std::vector<std::string> base = {
+      "zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=cpu",
+      "zero_optimization.sub_group_size=2048", "run.steps=1", "run.eval_interval=0"};
+  std::vector<std::string> offload_all = base;
+  offload_all.push_back("zero_optimization.offload_optimizer.ratio=1");
+  Result<estimate::MemoryEstimate> all = estimate::EstimateMemory(TinyGptConfig(offload_all), 1);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  const int64_t limit = all->tier_bytes(MemoryTier::kDevice) + (64 << 10);
+  ASSERT_GT(4 * all->shard_elements, 64 << 10) << "a split's gradient shard must not fit";
+
+  std::vector<std::string> auto_ratio = base;
+  auto_ratio.insert(auto_ratio.end(), {"zero_optimization.offload_optimizer.ratio=auto",
+                                       "device.memory_limit=" + std::to_string(limit)});
+  Result<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(TinyGptConfig(auto_ratio), test_util::QuietTrainerOptions());
+  ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+  ASSERT_TRUE((*trainer)->TrainStep().ok());
+  EXPECT_EQ(zero::OffloadedFraction((*trainer)->engine().optimizer()), 1.0);
+  EXPECT_GT((*trainer)->engine().memory().host_grad_shard, 0u);
+}
+
 TEST(TrainerTest, OffloadedStateIsReportedOnItsTiers) {
   Config config = TinyGptConfig(
       {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=cpu",
