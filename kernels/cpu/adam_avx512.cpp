@@ -35,26 +35,36 @@ inline __m512 LoadGrad(const void* grads, size_t i) {
   }
 }
 
-// F32ToBf16 in integer ops. Not _mm512_cvtneps_pbh even where AVX512_BF16 exists: per the Intel
-// SDM, VCVTNEPS2BF16 treats subnormal inputs as zero, and the copy must equal F32ToBf16 bit for
-// bit. Memory bounds this kernel, so the few extra integer ops cost little.
-inline __m256i ToBf16(__m512 x) {
+// F32ToBf16 in integer ops, the result in the upper 16 bits of each 32-bit lane. Not
+// _mm512_cvtneps_pbh even where AVX512_BF16 exists: per the Intel SDM, VCVTNEPS2BF16 treats
+// subnormal inputs as zero, and the copy must equal F32ToBf16 bit for bit.
+inline __m512i Bf16High(__m512 x) {
   const __m512i bits = _mm512_castps_si512(x);
-  const __m512i top = _mm512_srli_epi32(bits, 16);
-  const __m512i lsb = _mm512_and_si512(top, _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_srli_epi32(
-      _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), lsb), 16);
-  const __m512i quiet = _mm512_or_si512(top, _mm512_set1_epi32(0x40));
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), lsb);
+  const __m512i quiet = _mm512_or_si512(bits, _mm512_set1_epi32(0x400000));
   const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
+  return _mm512_mask_blend_epi32(nan, rounded, quiet);
 }
 
+// The upper 16 bits of every lane of `low`, then of `high`: 32 halves in element order, so the
+// copy of 32 parameters leaves in one 64-byte store (one permute instead of two narrowing moves).
+inline __m512i UpperHalves(__m512i low, __m512i high) {
+  alignas(64) static constexpr uint16_t kOddWords[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
+                                                         23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
+                                                         45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+  return _mm512_permutex2var_epi16(low, _mm512_load_si512(kOddWords), high);
+}
+
+// The copy of 32 parameters (two vectors) as one 64-byte value.
 template <AdamCopyType kCopy>
-inline __m256i ToCopy(__m512 x) {
+inline __m512i ToCopy(__m512 low, __m512 high) {
   if constexpr (kCopy == AdamCopyType::kF16) {
-    return _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtps_ph(low, kRound)),
+                              _mm512_cvtps_ph(high, kRound), 1);
   } else {
-    return ToBf16(x);
+    return UpperHalves(Bf16High(low), Bf16High(high));
   }
 }
 
@@ -84,8 +94,8 @@ struct StepMath {
     p = _mm512_sub_ps(p, _mm512_mul_ps(step_size, _mm512_div_ps(m, denom)));
   }
   template <AdamCopyType kCopy>
-  inline __m256i Copy(__m512 p) const {
-    return ToCopy<kCopy>(p);
+  inline __m512i Copy(__m512 low, __m512 high) const {
+    return ToCopy<kCopy>(low, high);
   }
   inline void Element(const AdamTensors& t, AdamGradType grad, AdamCopyType copy, size_t i) const {
     StepElement(t, constants, grad, copy, i);
@@ -103,16 +113,16 @@ struct ProbeMath {
     v = _mm512_add_ps(v, _mm512_abs_ps(g));
   }
   template <AdamCopyType kCopy>
-  inline __m256i Copy(__m512 p) const {
-    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(p), 16));
+  inline __m512i Copy(__m512 low, __m512 high) const {
+    return UpperHalves(_mm512_castps_si512(low), _mm512_castps_si512(high));
   }
   inline void Element(const AdamTensors& t, AdamGradType grad, AdamCopyType copy, size_t i) const {
     ProbeElement(t, grad, copy, i);
   }
 };
 
-// One pass, as in adam_avx2.cpp: the copy goes out with non-temporal stores in whole 64-byte
-// lines (two 32-byte halves per 32 elements); p, m, v are stored normally into lines just read.
+// One pass, as in adam_avx2.cpp: the copy goes out with non-temporal stores of whole 64-byte
+// lines (32 elements each); p, m, v are stored normally into lines just read.
 template <AdamGradType kGrad, AdamCopyType kCopy, typename Math>
 void Stream(const AdamTensors& t, const Math& math) {
   constexpr bool kHasCopy = kCopy != AdamCopyType::kNone;
@@ -125,7 +135,7 @@ void Stream(const AdamTensors& t, const Math& math) {
   const size_t n = t.count;
   size_t i = 0;
 
-  auto vector_at = [&](size_t j, auto store_copy) {
+  auto vector_at = [&](size_t j) {
     __m512 pv = _mm512_loadu_ps(p + j);
     __m512 mv = _mm512_loadu_ps(m + j);
     __m512 vv = _mm512_loadu_ps(v + j);
@@ -133,12 +143,8 @@ void Stream(const AdamTensors& t, const Math& math) {
     _mm512_storeu_ps(p + j, pv);
     _mm512_storeu_ps(m + j, mv);
     _mm512_storeu_ps(v + j, vv);
-    if constexpr (kHasCopy) {
-      store_copy(reinterpret_cast<__m256i*>(copy + j), math.template Copy<kCopy>(pv));
-    }
+    return pv;
   };
-  auto stream_store = [](__m256i* to, __m256i bits) { _mm256_stream_si256(to, bits); };
-  auto plain_store = [](__m256i* to, __m256i bits) { _mm256_storeu_si256(to, bits); };
 
   if constexpr (kHasCopy) {
     uintptr_t misalignment = reinterpret_cast<uintptr_t>(copy) % 64;
@@ -146,10 +152,20 @@ void Stream(const AdamTensors& t, const Math& math) {
     for (; i < head; ++i) math.Element(t, kGrad, kCopy, i);
   }
   for (; i + 32 <= n; i += 32) {
-    vector_at(i, stream_store);
-    vector_at(i + 16, stream_store);
+    const __m512 low = vector_at(i);
+    const __m512 high = vector_at(i + 16);
+    if constexpr (kHasCopy) {
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(copy + i),
+                          math.template Copy<kCopy>(low, high));
+    }
   }
-  for (; i + 16 <= n; i += 16) vector_at(i, plain_store);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 pv = vector_at(i);
+    if constexpr (kHasCopy) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(copy + i),
+                          _mm512_castsi512_si256(math.template Copy<kCopy>(pv, pv)));
+    }
+  }
   for (; i < n; ++i) math.Element(t, kGrad, kCopy, i);
   if constexpr (kHasCopy) _mm_sfence();
 }
