@@ -25,7 +25,7 @@ uint64_t ChunkedChecksum64(const void* data, uint64_t length, uint32_t chunk_shi
 }
 
 ChunkedChecksum::ChunkedChecksum(const std::byte* data, uint64_t length, uint64_t transfer,
-                                 uint32_t chunk_shift, Ready ready)
+                                 uint32_t chunk_shift)
     : data_(data), length_(length), transfer_(transfer), shift_(chunk_shift) {
   SLUICE_CHECK(chunk_shift >= kMinChecksumChunkShift && chunk_shift <= kMaxChecksumChunkShift)
       << "checksum chunk shift " << chunk_shift << " out of range";
@@ -36,11 +36,6 @@ ChunkedChecksum::ChunkedChecksum(const std::byte* data, uint64_t length, uint64_
   SLUICE_CHECK(count == 0 ? transfer == 0 : transfer <= count * chunk)
       << "transfer " << transfer << " exceeds the chunks of " << length << " bytes";
   sums_.assign(count, 0);
-  if (ready == Ready::kAtStart) {
-    // Claimed from the back: the front of the buffer first, as the I/O goes.
-    for (size_t k = count; k > 0; --k) ready_.push_back(k - 1);
-    return;
-  }
   pending_.resize(count);
   for (size_t k = 0; k < count; ++k) {
     const uint64_t begin = k * chunk;
@@ -58,7 +53,7 @@ void ChunkedChecksum::ChunkFinished(const char* data, uint64_t bytes, bool ok) {
     // The request failed: its checksum is moot, stop hashing.
     failed_ = true;
     ready_.clear();
-  } else if (!failed_ && !pending_.empty()) {
+  } else if (!failed_) {
     const uint64_t chunk = chunk_bytes();
     for (uint64_t k = begin >> shift_; k < sums_.size() && (k << shift_) < end; ++k) {
       const uint64_t chunk_end = k + 1 == sums_.size() ? transfer_ : (k + 1) * chunk;

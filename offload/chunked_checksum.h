@@ -3,7 +3,9 @@
 // extent checksum is the XXH3-64 of those chunk checksums (little-endian u64s, in order).
 // Chunks are independent, so each is hashed as soon as the I/O of its bytes has finished, on the
 // backend thread that finished it or on the thread waiting for the request, while the rest of
-// the request is still in flight. Every byte is read once, by one hasher.
+// the request is still in flight. Every byte is read once, by one hasher. Writes too are hashed
+// behind their I/O, not ahead of it: a piece just transferred is still in cache, and hashing
+// ahead would race the device for memory bandwidth (docs/swap_format.md has the figures).
 #pragma once
 
 #include <condition_variable>
@@ -28,14 +30,10 @@ uint64_t ChunkedChecksum64(const void* data, uint64_t length, uint32_t chunk_shi
 
 class ChunkedChecksum final : public ChunkObserver {
  public:
-  // When a chunk's bytes are in the buffer: a write's are there from the start (hashing may
-  // begin at once, beside the I/O); a read's once the I/O of its bytes has finished.
-  enum class Ready { kAtStart, kWhenTransferred };
-
   // Hashes [data, data + length) of a request that transfers `transfer` >= length bytes from
-  // `data` (the padding after `length` is transferred but not covered).
-  ChunkedChecksum(const std::byte* data, uint64_t length, uint64_t transfer, uint32_t chunk_shift,
-                  Ready ready);
+  // `data` (the padding after `length` is transferred but not covered), each chunk once the I/O
+  // of all its bytes has finished.
+  ChunkedChecksum(const std::byte* data, uint64_t length, uint64_t transfer, uint32_t chunk_shift);
 
   // From the engine: a piece finished (bookkeeping only).
   void ChunkFinished(const char* data, uint64_t bytes, bool ok) override;
@@ -70,7 +68,7 @@ class ChunkedChecksum final : public ChunkObserver {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<uint64_t> pending_;  // per chunk: bytes still to arrive (kWhenTransferred)
+  std::vector<uint64_t> pending_;  // per chunk: bytes still to transfer
   std::vector<size_t> ready_;      // chunks ready to hash, not yet claimed (last = next)
   uint64_t finished_bytes_ = 0;
   int hashing_ = 0;  // chunks claimed and being hashed

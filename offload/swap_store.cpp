@@ -200,16 +200,15 @@ SwapHandle SwapStore::WriteAsync(std::string_view name, const void* data, uint64
     offset = extent.record.offset;
   }
   // One request, submitted before any hashing: the engine spreads it over the rings at
-  // block_size and the device starts at once. The chunks are hashed meanwhile, by the waiting
-  // thread and by the backend threads as pieces finish (the buffer must stay unchanged until the
-  // handle is done, so hashing beside the I/O sees the bytes the device writes).
+  // block_size and the device starts at once. Each chunk is hashed once its pieces are written,
+  // by the waiting thread or a backend thread (the buffer must stay unchanged until the handle
+  // is done, so the hash covers the bytes the device wrote).
   const uint64_t transfer = AlignUp(length, kIoAlignment);
   std::shared_ptr<ChunkedChecksum> checksum;
   if (options_.verify_checksums) {
     checksum = std::make_shared<ChunkedChecksum>(
         static_cast<const std::byte*>(data), length, transfer,
-        static_cast<uint32_t>(std::countr_zero(options_.checksum_chunk_bytes)),
-        ChunkedChecksum::Ready::kAtStart);
+        static_cast<uint32_t>(std::countr_zero(options_.checksum_chunk_bytes)));
   }
   const IoRequest request{IoOp::kWrite, data_file_, offset, const_cast<void*>(data),
                           transfer,     checksum};
@@ -287,8 +286,7 @@ SwapHandle SwapStore::ReadAsync(std::string_view name, void* data, uint64_t leng
     // The chunk size the extent was written with, which need not be today's option. Each chunk
     // is hashed once its bytes have arrived, while later pieces are still in flight.
     checksum = std::make_shared<ChunkedChecksum>(static_cast<const std::byte*>(data), length,
-                                                 transfer, record.checksum_chunk_shift,
-                                                 ChunkedChecksum::Ready::kWhenTransferred);
+                                                 transfer, record.checksum_chunk_shift);
     verification = std::make_unique<SwapHandle::Verification>();
     verification->expected = record.checksum;
     verification->expected_chunks = std::move(chunk_sums);

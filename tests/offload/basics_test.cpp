@@ -87,12 +87,9 @@ TEST(ChunkedChecksumTest, PiecesInAnyOrderOnAnyThreadGiveTheOneThreadValue) {
   const uint64_t transfer = AlignUp(kLength, kIoAlignment);
   std::vector<std::byte> data(transfer);
   testutil::FillPattern(data.data(), data.size(), 11);
-  for (auto [shift, ready] : {std::pair{12u, ChunkedChecksum::Ready::kWhenTransferred},
-                              std::pair{16u, ChunkedChecksum::Ready::kAtStart},
-                              std::pair{20u, ChunkedChecksum::Ready::kWhenTransferred},
-                              std::pair{23u, ChunkedChecksum::Ready::kAtStart}}) {
+  for (uint32_t shift : {12u, 16u, 20u, 23u}) {
     SCOPED_TRACE(testing::Message() << "chunk 2^" << shift);
-    ChunkedChecksum sum(data.data(), kLength, transfer, shift, ready);
+    ChunkedChecksum sum(data.data(), kLength, transfer, shift);
     FinishInRandomPieces(sum, data.data(), transfer, shift);
     ASSERT_TRUE(sum.ok());
     EXPECT_EQ(sum.Digest(), ChunkedChecksum64(data.data(), kLength, shift));
@@ -115,8 +112,7 @@ TEST(ChunkedChecksumTest, PiecesInAnyOrderOnAnyThreadGiveTheOneThreadValue) {
 TEST(ChunkedChecksumTest, FailedOrAbandonedRequestsEndTheWait) {
   std::vector<std::byte> data(1 << 20);
   {
-    ChunkedChecksum sum(data.data(), data.size(), data.size(), 16,
-                        ChunkedChecksum::Ready::kWhenTransferred);
+    ChunkedChecksum sum(data.data(), data.size(), data.size(), 16);
     std::thread backend([&] {
       const auto* base = reinterpret_cast<const char*>(data.data());
       sum.ChunkFinished(base, 512 << 10, true);
@@ -127,14 +123,13 @@ TEST(ChunkedChecksumTest, FailedOrAbandonedRequestsEndTheWait) {
     EXPECT_FALSE(sum.ok());
   }
   {
-    ChunkedChecksum sum(data.data(), data.size(), data.size(), 16,
-                        ChunkedChecksum::Ready::kAtStart);
+    ChunkedChecksum sum(data.data(), data.size(), data.size(), 16);
     sum.Abandon();
     sum.HelpUntilFinished();
     EXPECT_FALSE(sum.ok());
   }
   {
-    ChunkedChecksum empty(data.data(), 0, 0, 20, ChunkedChecksum::Ready::kAtStart);
+    ChunkedChecksum empty(data.data(), 0, 0, 20);
     empty.HelpUntilFinished();
     EXPECT_TRUE(empty.ok());
     EXPECT_EQ(empty.Digest(), ChunkedChecksum64(data.data(), 0, 20));
