@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -107,6 +108,26 @@ TEST(ChunkedChecksumTest, PiecesInAnyOrderOnAnyThreadGiveTheOneThreadValue) {
   EXPECT_NE(ChunkedChecksum64(data.data(), kLength, 16), reference);
   data[3 << 20] ^= std::byte{1};
   EXPECT_NE(ChunkedChecksum64(data.data(), kLength, 20), reference);
+}
+
+// Hashing follows the I/O: a chunk is hashed from its bytes as they are once its piece has
+// finished, never earlier (hashing ahead of a write races the device for memory bandwidth).
+TEST(ChunkedChecksumTest, AChunkIsHashedOnlyOnceItsPieceHasFinished) {
+  constexpr uint32_t kShift = 16;
+  std::vector<std::byte> data(4 << kShift);
+  testutil::FillPattern(data.data(), data.size(), 3);
+  ChunkedChecksum sum(data.data(), data.size(), data.size(), kShift);
+  std::thread waiter([&] { sum.HelpUntilFinished(); });
+  // Time for a waiter that hashed ahead to do so; one that waits for the pieces idles.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  testutil::FillPattern(data.data(), data.size(), 4);
+  const auto* base = reinterpret_cast<const char*>(data.data());
+  for (uint64_t at = 0; at < data.size(); at += uint64_t{1} << kShift) {
+    sum.ChunkFinished(base + at, uint64_t{1} << kShift, true);
+  }
+  waiter.join();
+  ASSERT_TRUE(sum.ok());
+  EXPECT_EQ(sum.Digest(), ChunkedChecksum64(data.data(), data.size(), kShift));
 }
 
 TEST(ChunkedChecksumTest, FailedOrAbandonedRequestsEndTheWait) {
