@@ -12,7 +12,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -23,6 +22,8 @@
 
 namespace sluice::train {
 namespace {
+
+using test_util::SameBits;
 
 struct Curve {
   std::vector<double> losses;
@@ -41,8 +42,6 @@ void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.name; }
 std::string HexFloat(double value) { return fmt::format("{:a}", value); }
 
 double ParseHexFloat(const std::string& text) { return std::strtod(text.c_str(), nullptr); }
-
-bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; }
 
 std::string GoldenPath(const char* name) {
   return std::string(SLUICE_SOURCE_DIR) + "/tests/golden/" + name + ".json";

@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "engine/config/config.h"
 #include "engine/train/trainer.h"
+#include "runtime/check.h"
 
 namespace sluice::train::test_util {
 
@@ -106,5 +108,32 @@ inline TrainerOptions QuietTrainerOptions(Comm* world = nullptr) {
   options.write_files = false;
   return options;
 }
+
+// What a short run gave, step by step, and the validation loss after its last step.
+struct TrainedCurve {
+  std::vector<double> losses;
+  std::vector<double> grad_norms;
+  std::vector<int64_t> tokens;
+  double val_loss = 0.0;
+};
+
+// `steps` optimizer steps, then one evaluation. Any error aborts: the callers compare whole
+// curves, so a partial one is of no use.
+inline TrainedCurve TrainCurve(Trainer& trainer, int steps) {
+  TrainedCurve curve;
+  for (int s = 0; s < steps; ++s) {
+    Result<StepMetrics> m = trainer.TrainStep();
+    SLUICE_CHECK(m.ok()) << m.status().ToString();
+    curve.losses.push_back(m->loss);
+    curve.grad_norms.push_back(m->grad_norm);
+    curve.tokens.push_back(m->tokens);
+  }
+  Result<double> val = trainer.Evaluate();
+  SLUICE_CHECK(val.ok()) << val.status().ToString();
+  curve.val_loss = *val;
+  return curve;
+}
+
+inline bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; }
 
 }  // namespace sluice::train::test_util

@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -25,17 +24,14 @@
 namespace sluice::train {
 namespace {
 
+using test_util::SameBits;
+
 constexpr double kTolerance = 1e-6;
 constexpr int kSteps = 5;
 
 using ::sluice::testing::TestWorld;
 
-struct Curve {
-  std::vector<double> losses;
-  std::vector<double> grad_norms;
-  std::vector<int64_t> tokens;
-  double val_loss = 0.0;
-};
+using Curve = test_util::TrainedCurve;
 
 // The tiny GPT with its corpus in a file of this rank's own (the ranks write at the same time).
 Config RankConfig(int micro_batch, int stage, const std::vector<std::string>& more = {}) {
@@ -58,18 +54,7 @@ Curve Train(const Config& config, Comm& world) {
   TrainerOptions options = test_util::QuietTrainerOptions(&world);
   Result<std::unique_ptr<Trainer>> trainer = Trainer::Create(config, options);
   SLUICE_CHECK(trainer.ok()) << trainer.status().ToString();
-  Curve curve;
-  for (int s = 0; s < kSteps; ++s) {
-    Result<StepMetrics> m = (*trainer)->TrainStep();
-    SLUICE_CHECK(m.ok()) << m.status().ToString();
-    curve.losses.push_back(m->loss);
-    curve.grad_norms.push_back(m->grad_norm);
-    curve.tokens.push_back(m->tokens);
-  }
-  Result<double> val = (*trainer)->Evaluate();
-  SLUICE_CHECK(val.ok()) << val.status().ToString();
-  curve.val_loss = *val;
-  return curve;
+  return test_util::TrainCurve(**trainer, kSteps);
 }
 
 // The single-rank run of the same global batches, on this rank alone.
@@ -80,8 +65,6 @@ Curve Reference(const std::vector<std::string>& more = {}) {
   SLUICE_CHECK_EQ((*self)->size(), 1);
   return Train(RankConfig(2 * n, 0, more), **self);
 }
-
-bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; }
 
 double RelativeDifference(double a, double b) { return std::abs(a - b) / std::abs(b); }
 

@@ -11,7 +11,6 @@
 // parameter categories) and landed on the tier the config names.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -26,14 +25,13 @@
 namespace sluice::train {
 namespace {
 
+using test_util::SameBits;
+
 constexpr int kSteps = 4;
 
 using ::sluice::testing::TestWorld;
 
-struct Curve {
-  std::vector<double> losses;
-  std::vector<double> grad_norms;
-  double val_loss = 0.0;
+struct Curve : test_util::TrainedCurve {
   zero::ZeroMemory memory;
   MemorySnapshot peaks;  // the ledger's, over the whole life of the trainer
 };
@@ -82,22 +80,10 @@ Curve Train(const Config& config) {
   TrainerOptions options = test_util::QuietTrainerOptions(&TestWorld());
   Result<std::unique_ptr<Trainer>> trainer = Trainer::Create(config, options);
   SLUICE_CHECK(trainer.ok()) << trainer.status().ToString();
-  Curve curve;
-  for (int s = 0; s < kSteps; ++s) {
-    Result<StepMetrics> m = (*trainer)->TrainStep();
-    SLUICE_CHECK(m.ok()) << m.status().ToString();
-    curve.losses.push_back(m->loss);
-    curve.grad_norms.push_back(m->grad_norm);
-  }
-  Result<double> val = (*trainer)->Evaluate();
-  SLUICE_CHECK(val.ok()) << val.status().ToString();
-  curve.val_loss = *val;
-  curve.memory = (*trainer)->engine().memory();
-  curve.peaks = MemoryLedger::Global().Snapshot();
-  return curve;
+  test_util::TrainedCurve trained = test_util::TrainCurve(**trainer, kSteps);
+  return Curve{std::move(trained), (*trainer)->engine().memory(),
+               MemoryLedger::Global().Snapshot()};
 }
-
-bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; }
 
 void ExpectSameBits(const Curve& run, const Curve& reference, const std::string& what) {
   ASSERT_EQ(run.losses.size(), reference.losses.size());
