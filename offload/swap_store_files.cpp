@@ -5,7 +5,6 @@
 
 #include <bit>
 #include <cerrno>
-#include <filesystem>
 #include <random>
 #include <utility>
 
@@ -13,6 +12,7 @@
 #include "offload/aligned_buffer.h"
 #include "offload/chunked_checksum.h"
 #include "offload/swap_store.h"
+#include "runtime/durable_file.h"
 #include "runtime/logging.h"
 
 namespace sluice::offload {
@@ -117,14 +117,8 @@ Result<std::unique_ptr<SwapStore>> SwapStore::Create(AioEngine& engine,
   SLUICE_RETURN_IF_ERROR(ValidateOptions(options));
   // As DeepSpeed's swappers do: a missing nvme_path directory is made, not an error.
   for (const std::string& path : options.paths) {
-    std::error_code error;
-    std::filesystem::create_directories(path, error);
-    if (error) {
-      return IoError(
-          "creating the swap directory {} failed: {}; set nvme_path to a writable "
-          "directory",
-          path, error.message());
-    }
+    SLUICE_RETURN_IF_ERROR(
+        CreateDirectories(path, "set nvme_path to a writable directory").WithContext("swap store"));
   }
   std::unique_ptr<SwapStore> store(new SwapStore(engine, options));
   SwapHeader& header = store->header_;

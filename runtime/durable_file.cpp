@@ -160,4 +160,13 @@ Status RemoveTree(const std::filesystem::path& path) {
   return OkStatus();
 }
 
+Status CreateDirectories(const std::filesystem::path& dir, std::string_view remedy) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (!ec) return OkStatus();
+  if (remedy.empty())
+    return IoError("cannot create the directory {}: {}", dir.string(), ec.message());
+  return IoError("cannot create the directory {}: {}; {}", dir.string(), ec.message(), remedy);
+}
+
 }  // namespace sluice

@@ -68,4 +68,8 @@ Result<std::string> ReadWholeFile(const std::filesystem::path& path);
 // Removes a file or a directory tree; a missing path is not an error.
 Status RemoveTree(const std::filesystem::path& path);
 
+// Creates `dir` and its missing parents; an existing directory is not an error. The error names
+// the directory and the system's reason, then `remedy` (what the user can do) when given.
+Status CreateDirectories(const std::filesystem::path& dir, std::string_view remedy = {});
+
 }  // namespace sluice

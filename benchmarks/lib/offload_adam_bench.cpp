@@ -22,6 +22,7 @@
 #include "offload/aio_engine.h"
 #include "offload/swap_store.h"
 #include "runtime/device/device_factory.h"
+#include "runtime/durable_file.h"
 
 namespace sluice::bench {
 namespace {
@@ -244,9 +245,7 @@ Result<OffloadAdamBenchReport> RunOffloadAdamBench(const OffloadAdamBenchOptions
   modes[1].name = "serial";
   for (Mode& mode : modes) {
     mode.dir = o.dir + "/" + mode.name;
-    std::error_code ec;
-    std::filesystem::create_directories(mode.dir, ec);
-    if (ec) return IoError("creating {}: {}", mode.dir, ec.message());
+    SLUICE_RETURN_IF_ERROR(CreateDirectories(mode.dir));
     offload::SwapStoreOptions store;
     store.paths = {mode.dir};
     store.capacity_bytes = static_cast<uint64_t>(count) * 12 + static_cast<uint64_t>(tiles) * 4096;

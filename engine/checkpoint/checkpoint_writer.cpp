@@ -62,13 +62,9 @@ Status RemoveStaleStaging(const std::filesystem::path& dir) {
 }
 
 Status Prepare(const SaveRequest& request, const std::filesystem::path& staging) {
-  std::error_code ec;
-  std::filesystem::create_directories(request.checkpoints_dir, ec);
-  if (ec) {
-    return IoError("creating checkpoint directory {}: {}", request.checkpoints_dir.string(),
-                   ec.message());
-  }
+  SLUICE_RETURN_IF_ERROR(CreateDirectories(request.checkpoints_dir).WithContext("checkpoint"));
   SLUICE_RETURN_IF_ERROR(RemoveStaleStaging(request.checkpoints_dir));
+  std::error_code ec;
   if (!std::filesystem::create_directory(staging, ec) || ec) {
     return IoError("creating staging directory {}: {}", staging.string(),
                    ec ? ec.message() : "it already exists");

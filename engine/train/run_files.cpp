@@ -4,23 +4,14 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <filesystem>
-#include <system_error>
 
+#include "runtime/durable_file.h"
 #include "runtime/foreign_call.h"
 
 namespace sluice::train {
 
 Status CreateRunDirectory(const std::string& dir) {
-  std::error_code error;
-  std::filesystem::create_directories(dir, error);
-  if (error) {
-    return IoError(
-        "cannot create the run directory {}: {}; choose another with --run-dir or "
-        "run.dir",
-        dir, error.message());
-  }
-  return OkStatus();
+  return CreateDirectories(dir, "choose another run directory with --run-dir or run.dir");
 }
 
 Status RemoveStaleFile(const std::string& path) {
