@@ -347,10 +347,15 @@ Status OffloadedAdam::RestoreState(const OptimizerStateSource& source, int64_t s
     if (stored.ok()) stored = StoreParams(tile, 0);
     if (stored.ok()) stored = h2d_stream_->Synchronize();
     if (!stored.ok()) {
-      return FinishStoringParams(TileError(tile, std::move(stored), "restoring"));
+      // The tiles before this one hold the new state, the rest the old: no step may mix them.
+      broken_ = FinishStoringParams(TileError(tile, std::move(stored), "restoring"));
+      return broken_;
     }
   }
-  SLUICE_RETURN_IF_ERROR(FinishStoringParams(OkStatus()));
+  if (Status finished = FinishStoringParams(OkStatus()); !finished.ok()) {
+    broken_ = std::move(finished);
+    return broken_;
+  }
   step_ = step;
   master_loaded_ = true;
   broken_ = OkStatus();

@@ -171,12 +171,17 @@ Status SplitOptimizer::RestoreState(const OptimizerStateSource& source, int64_t 
   }
   if (offloaded_part_.adam != nullptr) {
     const int64_t shift = device_elements_;
-    SLUICE_RETURN_IF_ERROR(offloaded_part_.adam->RestoreState(
+    Status restored = offloaded_part_.adam->RestoreState(
         [&source, shift](int64_t begin, int64_t n, float* master, float* exp_avg,
                          float* exp_avg_sq) {
           return source(begin + shift, n, master, exp_avg, exp_avg_sq);
         },
-        step));
+        step);
+    if (!restored.ok()) {
+      // The device part may already hold the new state: no step may mix the two.
+      broken_ = restored;
+      return restored;
+    }
   }
   step_ = step;
   broken_ = OkStatus();

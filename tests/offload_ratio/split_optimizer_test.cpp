@@ -3,6 +3,7 @@
 // tier, and ratio "auto" choosing whole tiles within its budget from real measurements.
 #include "engine/zero/split_optimizer.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -19,6 +20,8 @@
 
 namespace sluice::zero::testing {
 namespace {
+
+using ::testing::HasSubstr;
 
 constexpr int64_t kTile = kOffloadTileQuantum;  // sub_group_size 2048
 constexpr int64_t kCount = 5 * kTile + 700;     // six tiles, the last one partial
@@ -219,6 +222,37 @@ TEST_P(SplitOptimizerTest, RatiosZeroAndOneLeaveOnePartEmpty) {
   EXPECT_EQ(dynamic_cast<const SplitOptimizer*>(all.adam.get()), nullptr);
   EXPECT_DOUBLE_EQ(OffloadedFraction(*all.adam), 1.0);
   EXPECT_DOUBLE_EQ(OffloadedFraction(*reference.adam), 0.0);
+}
+
+// A restore that fails part-way (a corrupt checkpoint block in the offloaded half) leaves the
+// device part restored and the offloaded part half restored: no step may run on that mix until a
+// restore succeeds.
+TEST_P(SplitOptimizerTest, ARestoreThatFailsPartWayBlocksStepsUntilARestoreSucceeds) {
+  const auto [dtype, tier] = GetParam();
+  Rig rig = MakeRig(*device_, SplitOptions(dtype, tier, 0.5), 5);
+  Steps steps(*device_);
+  steps.Run(0, {rig.adam.get()});
+  const State state = ReadAll(*rig.adam, 0, kCount);
+  const OptimizerStateSource good =
+      StateArraysSource(state.master.data(), state.exp_avg.data(), state.exp_avg_sq.data());
+  const int64_t corrupt_from = kCount - kTile;  // inside the offloaded part
+  const OptimizerStateSource failing = [&](int64_t begin, int64_t n, float* master, float* exp_avg,
+                                           float* exp_avg_sq) {
+    if (begin + n > corrupt_from) return DataLossError("checkpoint block at element {}", begin);
+    return good(begin, n, master, exp_avg, exp_avg_sq);
+  };
+  Status restored = rig.adam->RestoreState(failing, 1);
+  ASSERT_EQ(restored.code(), StatusCode::kDataLoss) << restored.ToString();
+
+  Result<DeviceBuffer> grads = device_->Allocate(kCount * sizeof(float), MemoryCategory::kGrads);
+  ASSERT_TRUE(grads.ok());
+  std::memset(grads->data(), 0, kCount * sizeof(float));
+  Status stepped = rig.adam->Step(grads->data_as<float>(), 1e-3, 1.0);
+  EXPECT_EQ(stepped.code(), StatusCode::kFailedPrecondition) << stepped.ToString();
+  EXPECT_THAT(stepped.message(), HasSubstr("restore it from a checkpoint"));
+
+  ASSERT_TRUE(rig.adam->RestoreState(good, 1).ok());
+  EXPECT_TRUE(rig.adam->Step(grads->data_as<float>(), 1e-3, 1.0).ok());
 }
 
 TEST_P(SplitOptimizerTest, AutoMeasuresAndChoosesWholeTilesWithinTheBudget) {
