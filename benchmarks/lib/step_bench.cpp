@@ -6,7 +6,6 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -14,6 +13,7 @@
 #include "engine/train/trainer.h"
 #include "engine/zero/offloaded_adam.h"
 #include "kernels/cpu/cpu_features.h"
+#include "runtime/durable_file.h"
 #include "runtime/trace.h"
 
 namespace sluice::bench {
@@ -55,14 +55,6 @@ void AddCommTime(const TraceEvent& event, StepSample& sample) {
 double LoadAverage() {
   double load[1] = {0};
   return getloadavg(load, 1) == 1 ? load[0] : -1;
-}
-
-Status WriteText(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  out.close();
-  if (!out) return IoError("writing the benchmark record to '{}' failed", path);
-  return OkStatus();
 }
 
 nlohmann::json SampleJson(const StepSample& s) {
@@ -212,6 +204,12 @@ Result<StepBenchReport> RunStepBench(const StepBenchOptions& options) {
       return DataLossError("a timed step's loss is {}: the run diverged, its timings are void",
                            s.loss);
     }
+    for (size_t p = 0; p < kNumPhases; ++p) {
+      if (!(s.phase_s[p] >= 0)) {
+        return InternalError("phase {} of a timed step took {} s: the timings are void",
+                             kStepPhases[p], s.phase_s[p]);
+      }
+    }
   }
   auto median_of = [&report](auto field) {
     std::vector<double> values;
@@ -266,21 +264,30 @@ nlohmann::json StepBenchJson(const StepBenchReport& report) {
   nlohmann::json results = SampleJson(report.median);
   results["samples"] = samples;
   results["optimizer_ratio_target"] = report.nvme_optimizer ? nlohmann::json(1.2) : nullptr;
-  return {{"benchmark", "step"},     {"machine", report.machine},
-          {"config", report.config}, {"settings", report.settings},
-          {"results", results},      {"correctness", {{"losses_finite", true}}}};
+  return {{"benchmark", "step"},
+          {"machine", report.machine},
+          {"config", report.config},
+          {"settings", report.settings},
+          {"results", results},
+          {"correctness",
+           {{"checked",
+             "every timed step's loss is finite and every phase time is >= 0 (the "
+             "run fails otherwise)"}}}};
 }
 
 Status RunStepBenchCommand(const StepBenchOptions& options) {
   SLUICE_ASSIGN_OR_RETURN(StepBenchReport report, RunStepBench(options));
-  std::cout << FormatStepBenchTable(report) << std::flush;
+  // With the record on stdout, the table goes to stderr so that stdout stays JSON.
+  const bool json_to_stdout = options.json_path == "-";
+  (json_to_stdout ? std::cerr : std::cout) << FormatStepBenchTable(report) << std::flush;
   if (options.json_path.empty()) return OkStatus();
   const std::string text = StepBenchJson(report).dump(2) + "\n";
-  if (options.json_path == "-") {
+  if (json_to_stdout) {
     std::cout << text;
     return OkStatus();
   }
-  return WriteText(options.json_path, text);
+  return WriteFileAtomically(options.json_path, text, Durability::kUnsynced)
+      .WithContext("writing the benchmark record");
 }
 
 }  // namespace sluice::bench

@@ -14,7 +14,8 @@
 // concurrently. The same-run baseline is that sum itself, the wall time the step would take with
 // every phase serialized. For the optimizer step alone: its wall time, NVMe time (read + write),
 // Adam time and issue 7's ratio wall / max(NVMe, Adam) (target <= 1.2 with NVMe optimizer offload).
-// Correctness check: every timed step's loss is finite and the phase times are non-negative.
+// Correctness check: every timed step's loss is finite and the phase times are non-negative; the
+// run fails otherwise.
 #pragma once
 
 #include <cstdint>

@@ -132,6 +132,21 @@ TEST_F(StepBenchTest, ParameterReadsOfTheGathersAreNvmeReadsOutsideTheOptimizerS
   }
 }
 
+// `--json -`: stdout carries the record alone (the table goes to stderr), so it can be piped.
+TEST_F(StepBenchTest, JsonToStdoutKeepsStdoutParseable) {
+  options_.json_path = "-";
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  const Status status = RunStepBenchCommand(options_);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  const nlohmann::json record = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(record.is_discarded()) << out;
+  EXPECT_EQ(record["benchmark"], "step");
+  EXPECT_NE(err.find("engine step"), std::string::npos) << err;
+}
+
 TEST_F(StepBenchTest, RefusesZeroSteps) {
   options_.steps = 0;
   const Result<StepBenchReport> report = RunStepBench(options_);
