@@ -72,20 +72,6 @@ Status Prepare(const SaveRequest& request, const std::filesystem::path& staging)
   return OkStatus();
 }
 
-Status WriteRankFiles(const SaveRequest& request, const std::filesystem::path& staging,
-                      std::span<const ShardTensor> tensors) {
-  for (ShardGroup group : kAllShardGroups) {
-    std::vector<const ShardTensor*> mine;
-    for (const ShardTensor& t : tensors) {
-      if (GroupOf(t.kind) == group) mine.push_back(&t);
-    }
-    SLUICE_RETURN_IF_ERROR(WriteShardFile(staging / ShardFileName(group, request.rank), group,
-                                          request.rank, request.world, mine,
-                                          request.checksum_block_bytes));
-  }
-  return OkStatus();
-}
-
 // Rank 0, after every rank's files are durable: checks them together and writes the manifest.
 Status WriteManifest(const SaveRequest& request, const std::filesystem::path& staging) {
   SLUICE_RETURN_IF_ERROR(FsyncDirectory(staging));
@@ -181,7 +167,8 @@ Result<std::filesystem::path> SaveCheckpoint(const SaveRequest& request,
   return SaveCheckpointStreamed(
       request,
       [&request, tensors](const std::filesystem::path& staging) {
-        return WriteRankFiles(request, staging, tensors);
+        return WriteRankShardFiles(staging, request.rank, request.world, tensors,
+                                   request.checksum_block_bytes);
       },
       agree);
 }

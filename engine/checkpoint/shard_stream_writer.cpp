@@ -40,7 +40,6 @@ Result<std::unique_ptr<ShardStreamWriter>> ShardStreamWriter::Create(
   SLUICE_CHECK_GT(block_bytes, 0u);
   std::unique_ptr<ShardStreamWriter> w(new ShardStreamWriter());
   w->path_ = path;
-  w->block_bytes_ = block_bytes;
   std::set<std::pair<StateKind, std::string>> seen;
   w->tensors_.reserve(tensors.size());
   for (ShardTensorInfo& t : tensors) {
@@ -53,7 +52,7 @@ Result<std::unique_ptr<ShardStreamWriter>> ShardStreamWriter::Create(
     }
     ShardEntry e;
     static_cast<ShardTensorInfo&>(e) = std::move(t);
-    e.data_bytes = static_cast<uint64_t>(t.end - t.begin) * DTypeSize(t.dtype);
+    e.data_bytes = static_cast<uint64_t>(e.elements()) * DTypeSize(e.dtype);
     e.block_checksums.reserve(BlockCount(e.data_bytes, block_bytes));
     w->tensors_.push_back(std::move(e));
   }
@@ -80,10 +79,9 @@ Result<std::unique_ptr<ShardStreamWriter>> ShardStreamWriter::Create(
     cursor = offload::AlignUp(cursor + e.data_bytes, kShardDataAlignment);
   }
   // The file ends right after the last tensor, so its size tells a truncation apart.
-  w->file_end_ = w->tensors_.empty()
-                     ? header.data_offset
-                     : w->tensors_.back().data_offset + w->tensors_.back().data_bytes;
-  header.data_bytes = w->file_end_ - header.data_offset;
+  header.data_bytes = w->tensors_.empty() ? 0
+                                          : w->tensors_.back().data_offset +
+                                                w->tensors_.back().data_bytes - header.data_offset;
   SLUICE_ASSIGN_OR_RETURN(w->fd_, CreateExclusive(path));
   return w;
 }
@@ -91,11 +89,12 @@ Result<std::unique_ptr<ShardStreamWriter>> ShardStreamWriter::Create(
 void ShardStreamWriter::HashBytes(size_t index, const char* data, uint64_t bytes) {
   ShardEntry& e = tensors_[index];
   Pending& p = pending_[index];
+  const uint64_t block_bytes = header_.block_bytes;
   uint64_t at = p.written;
   while (bytes > 0) {
-    const uint64_t block_end = std::min((at / block_bytes_ + 1) * block_bytes_, e.data_bytes);
+    const uint64_t block_end = std::min((at / block_bytes + 1) * block_bytes, e.data_bytes);
     const uint64_t take = std::min(bytes, block_end - at);
-    const bool whole_block = at % block_bytes_ == 0 && take == block_end - at;
+    const bool whole_block = at % block_bytes == 0 && take == block_end - at;
     if (whole_block) {
       e.block_checksums.push_back(offload::Checksum64(data, take));
     } else {
@@ -152,7 +151,8 @@ Status ShardStreamWriter::Finish() {
   const std::string padding(kShardDataAlignment, '\0');
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const ShardEntry& e = tensors_[i];
-    const uint64_t next = i + 1 < tensors_.size() ? tensors_[i + 1].data_offset : file_end_;
+    const uint64_t next = i + 1 < tensors_.size() ? tensors_[i + 1].data_offset
+                                                  : header_.data_offset + header_.data_bytes;
     const uint64_t gap = next - (e.data_offset + e.data_bytes);
     if (gap > 0) {
       SLUICE_RETURN_IF_ERROR(

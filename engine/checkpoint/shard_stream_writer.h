@@ -52,9 +52,6 @@ class ShardStreamWriter {
   // did not), writes the padding between tensors, the table and the header, fsyncs and closes.
   Status Finish();
 
-  size_t tensor_count() const { return tensors_.size(); }
-  const std::filesystem::path& path() const { return path_; }
-
  private:
   struct Pending;  // a tensor's progress: bytes written, the hash of its unfinished block
 
@@ -63,9 +60,7 @@ class ShardStreamWriter {
 
   std::filesystem::path path_;
   ScopedFd fd_;
-  uint64_t block_bytes_ = 0;
-  ShardHeader header_;
-  uint64_t file_end_ = 0;
+  ShardHeader header_;  // the file ends at data_offset + data_bytes, right after the last tensor
   std::vector<ShardEntry> tensors_;  // data offsets set; checksums filled as blocks complete
   std::vector<Pending> pending_;
   bool finished_ = false;

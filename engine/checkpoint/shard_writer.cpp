@@ -6,30 +6,15 @@
 
 namespace sluice::checkpoint {
 
-Status ValidateShardTensor(const ShardTensor& t) {
-  SLUICE_RETURN_IF_ERROR(ValidateShardTensorInfo(t));
-  if (t.end > t.begin && t.data == nullptr) {
-    return InvalidArgumentError("checkpoint tensor '{}/{}': {} elements with no data pointer",
-                                StateKindName(t.kind), t.name, t.end - t.begin);
-  }
-  return OkStatus();
-}
-
-Status WriteShardFile(const std::filesystem::path& path, ShardGroup group, int rank, int world,
-                      std::span<const ShardTensor* const> tensors, uint64_t block_bytes) {
-  std::vector<ShardTensorInfo> infos;
-  infos.reserve(tensors.size());
-  for (const ShardTensor* t : tensors) {
-    SLUICE_RETURN_IF_ERROR(ValidateShardTensor(*t));
-    infos.push_back(*t);
-  }
-  SLUICE_ASSIGN_OR_RETURN(auto writer, ShardStreamWriter::Create(path, group, rank, world,
-                                                                 std::move(infos), block_bytes));
+Status WriteRankShardFiles(const std::filesystem::path& dir, int rank, int world,
+                           std::span<const ShardTensor> tensors, uint64_t block_bytes) {
+  const std::vector<ShardTensorInfo> infos(tensors.begin(), tensors.end());
+  SLUICE_ASSIGN_OR_RETURN(RankStreamWriter out,
+                          RankStreamWriter::Create(dir, rank, world, infos, block_bytes));
   for (size_t i = 0; i < tensors.size(); ++i) {
-    SLUICE_RETURN_IF_ERROR(
-        writer->Append(i, tensors[i]->data, tensors[i]->end - tensors[i]->begin));
+    SLUICE_RETURN_IF_ERROR(out.Append(i, tensors[i].data, tensors[i].elements()));
   }
-  return writer->Finish();
+  return out.Finish();
 }
 
 }  // namespace sluice::checkpoint

@@ -1,5 +1,5 @@
-// Writes one rank's shard file of one group (weights or optimizer) from tensors already in
-// memory, and fsyncs it: the whole-tensor use of ShardStreamWriter (shard_stream_writer.h).
+// Writes both shard files of one rank (weights and optimizer) from tensors already in memory,
+// and fsyncs them: the whole-tensor use of RankStreamWriter (shard_stream_writer.h).
 #pragma once
 
 #include <filesystem>
@@ -10,14 +10,11 @@
 
 namespace sluice::checkpoint {
 
-// Writes `tensors` (all of `group`'s kinds; (kind, name) unique) to a new file `path` (it must
-// not exist), hashing each checksum block from memory, and fsyncs the file. InvalidArgument for
-// a malformed tensor (range outside its shape, null data, duplicate), naming it.
-Status WriteShardFile(const std::filesystem::path& path, ShardGroup group, int rank, int world,
-                      std::span<const ShardTensor* const> tensors,
-                      uint64_t block_bytes = kDefaultChecksumBlockBytes);
-
-// InvalidArgument naming the tensor when its range, shape, dtype or data are inconsistent.
-Status ValidateShardTensor(const ShardTensor& tensor);
+// Writes `tensors` ((kind, name) unique; each routed to its kind's file) to the new files
+// ShardFileName(group, rank) in `dir` (they must not exist), hashing each checksum block from
+// memory. InvalidArgument naming a malformed or repeated tensor, or one with no data.
+Status WriteRankShardFiles(const std::filesystem::path& dir, int rank, int world,
+                           std::span<const ShardTensor> tensors,
+                           uint64_t block_bytes = kDefaultChecksumBlockBytes);
 
 }  // namespace sluice::checkpoint

@@ -63,15 +63,7 @@ Status WriteWhole(const std::filesystem::path& dir, const Tensors& t) {
     const ShardTensorInfo& info = t.infos[i];
     tensors.push_back({info, t.values[i].data()});
   }
-  for (ShardGroup group : kAllShardGroups) {
-    std::vector<const ShardTensor*> mine;
-    for (const ShardTensor& s : tensors) {
-      if (GroupOf(s.kind) == group) mine.push_back(&s);
-    }
-    SLUICE_RETURN_IF_ERROR(
-        WriteShardFile(dir / ShardFileName(group, 1), group, 1, 3, mine, kBlockBytes));
-  }
-  return OkStatus();
+  return WriteRankShardFiles(dir, /*rank=*/1, /*world=*/3, tensors, kBlockBytes);
 }
 
 // Streams every tensor in random pieces (1 to 100 elements), picking at each turn a random
