@@ -514,7 +514,7 @@ Status ZeroEngine::GatherFullParameters(std::span<float> out) {
 
 ZeroMemory ZeroEngine::memory() const {
   ZeroMemory m;
-  m.param_shard = param_shard_.empty() ? full_params_.size() : param_shard_.size();
+  m.param_shard = param_shard_.size();
   m.full_params = full_params_.size();
   m.full_grads = full_grads_.size();
   m.grad_shard = grad_shard_.size();

@@ -105,7 +105,9 @@ struct ZeroStateReaders {
 };
 
 struct ZeroMemory {
-  uint64_t param_shard = 0;      // the parameters in the parameter dtype (all of them in stage 0)
+  // The parameters in the parameter dtype (all of them in stage 0); 0 in stage 0 with f32, where
+  // they are full_params itself, so that a sum of the fields counts each buffer once.
+  uint64_t param_shard = 0;
   uint64_t full_params = 0;      // stages 0-2: the replicated fp32 compute copy
   uint64_t full_grads = 0;       // stages 0-1: the replicated fp32 gradients
   uint64_t grad_shard = 0;       // stages 1-3: the fp32 gradient shard

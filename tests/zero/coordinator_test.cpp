@@ -559,6 +559,9 @@ TEST(ZeroStep, EachStageKeepsWhatItPromises) {
     EXPECT_EQ(m.full_params, stage <= 2 ? total : 0) << stage;
     EXPECT_EQ(m.full_grads, stage <= 1 ? total : 0) << stage;
     EXPECT_EQ(m.grad_shard, stage >= 1 ? shard : 0) << stage;
+    // Stage 0 with f32 keeps one copy of the parameters (the compute copy is the shard): the
+    // fields, summed, count it once.
+    EXPECT_EQ(m.param_shard, stage == 0 ? 0 : shard) << stage;
     if (stage >= 1) {
       EXPECT_LE(shard,
                 total / static_cast<uint64_t>(world) + 4 * engine.layout().partitions().size())
