@@ -177,12 +177,11 @@ Status Trainer::Build() {
   SLUICE_RETURN_IF_ERROR(LoadStartingState());
   TakePeaks(nullptr);
   if (world_->rank() == 0) {
-    SLUICE_LOG(
-        kInfo, "train", "model {}: {} parameters, {}; ZeRO stage {} on {} rank(s); {}",
-        DescribeModel(model_->options()), model_->ParameterCount(), PrecisionName(precision_),
-        config_.zero.stage, world_->size(),
-        DescribeStatePlacement(engine_->memory(), zero::OffloadedFraction(engine_->optimizer()),
-                               device_->name()));
+    SLUICE_LOG(kInfo, "train", "model {}: {} parameters, {}; ZeRO stage {} on {} rank(s); {}",
+               DescribeModel(model_->options()), model_->ParameterCount(),
+               PrecisionName(precision_), config_.zero.stage, world_->size(),
+               DescribeStatePlacement(engine_->memory(), engine_->optimizer().offload_ratio(),
+                                      device_->name()));
   }
   return OkStatus();
 }

@@ -11,6 +11,7 @@
 #include "engine/zero/split_optimizer.h"
 #include "engine/zero/zeroed_buffer.h"
 #include "runtime/logging.h"
+#include "runtime/size_format.h"
 
 namespace sluice::zero {
 namespace {
@@ -45,10 +46,8 @@ double Rate(int64_t elements, double seconds) {
   return seconds > 0 ? static_cast<double>(elements) / seconds : 0.0;
 }
 
-// "12.50 MiB (13107200 bytes)".
-std::string Bytes(int64_t bytes) {
-  return fmt::format("{:.2f} MiB ({} bytes)", static_cast<double>(bytes) / (1 << 20), bytes);
-}
+// A budget for the log; a negative one (the estimate left nothing) is none.
+std::string BudgetText(int64_t bytes) { return FormatBytes(std::max<int64_t>(bytes, 0)); }
 
 }  // namespace
 
@@ -87,8 +86,6 @@ double BalancedDeviceShare(const OptimizerThroughput& t) {
 OffloadRatioChoice ChooseSplit(const OptimizerThroughput& throughput, int64_t count,
                                int64_t tile_elements, int64_t budget_elements) {
   OffloadRatioChoice choice;
-  choice.count = count;
-  choice.tile_elements = tile_elements;
   choice.budget_elements = budget_elements;
   choice.measured = throughput;
   choice.balanced_device_share = BalancedDeviceShare(throughput);
@@ -162,8 +159,6 @@ Result<OffloadRatioChoice> ResolveAutoOffloadRatio(Device& device, const ZeroOpt
   const int64_t tile = OffloadTileElements(options.sub_group_size);
   const uint64_t free_bytes = device.MemoryInfo().free;
   OffloadRatioChoice choice;
-  choice.count = count;
-  choice.tile_elements = tile;
   if (offload.auto_state_budget >= 0) {
     choice.budget_bytes = offload.auto_state_budget;
     choice.budget_source = "the device budget left by the memory estimate";
@@ -209,13 +204,13 @@ Result<OffloadRatioChoice> ResolveAutoOffloadRatio(Device& device, const ZeroOpt
                "[0, {}) of {} on the device ({})",
                m.device_elements_per_s * 1e-6, OffloadDeviceName(offload.device),
                m.offloaded_elements_per_s * 1e-6, m.probe_elements, m.runs,
-               choice.balanced_device_share, Bytes(choice.budget_bytes), choice.budget_source,
+               choice.balanced_device_share, BudgetText(choice.budget_bytes), choice.budget_source,
                choice.budget_elements, choice.ratio, choice.device_elements, count, choice.reason);
   } else {
     SLUICE_LOG(kInfo, "offload",
                "offload_optimizer.ratio auto: ratio 1 (everything offloaded to {}): {}; device "
                "budget {} ({})",
-               OffloadDeviceName(offload.device), choice.reason, Bytes(choice.budget_bytes),
+               OffloadDeviceName(offload.device), choice.reason, BudgetText(choice.budget_bytes),
                choice.budget_source);
   }
   return choice;

@@ -59,10 +59,8 @@ double BalancedDeviceShare(const OptimizerThroughput& throughput);
 
 // What "auto" chose, and from what.
 struct OffloadRatioChoice {
-  double ratio = 1.0;           // the offloaded fraction of the split
-  int64_t device_elements = 0;  // the first elements of the shard, on the device
-  int64_t count = 0;
-  int64_t tile_elements = 0;
+  double ratio = 1.0;                           // the offloaded fraction of the split
+  int64_t device_elements = 0;                  // the first elements of the shard, on the device
   double balanced_device_share = 0;             // f, before the cap and the rounding to tiles
   int64_t budget_bytes = 0;                     // device bytes the device part's state may take
   std::string budget_source;                    // "offload_optimizer.auto_state_budget", ...

@@ -243,11 +243,4 @@ Result<std::unique_ptr<ZeroOptimizer>> CreateSplitOptimizer(Device& device,
   return std::unique_ptr<ZeroOptimizer>(std::move(split));
 }
 
-double OffloadedFraction(const ZeroOptimizer& optimizer) {
-  if (const auto* split = dynamic_cast<const SplitOptimizer*>(&optimizer)) {
-    return split->offload_ratio();
-  }
-  return optimizer.grads_in_host_memory() ? 1.0 : 0.0;
-}
-
 }  // namespace sluice::zero

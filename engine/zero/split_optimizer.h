@@ -60,9 +60,8 @@ class SplitOptimizer final : public ZeroOptimizer {
 
   // The split: elements [0, device_elements()) on the device.
   int64_t device_elements() const { return device_elements_; }
-  int64_t tile_elements() const { return tile_elements_; }
   // The offloaded fraction, whole tiles.
-  double offload_ratio() const { return OffloadedFractionOf(count_, device_elements_); }
+  double offload_ratio() const override { return OffloadedFractionOf(count_, device_elements_); }
   // What ratio "auto" measured and chose (absent for a configured ratio).
   const std::optional<OffloadRatioChoice>& auto_choice() const { return auto_choice_; }
   void set_auto_choice(OffloadRatioChoice choice) { auto_choice_ = std::move(choice); }
@@ -96,9 +95,5 @@ Result<std::unique_ptr<ZeroOptimizer>> CreateSplitOptimizer(Device& device,
                                                             const ZeroOptions& options,
                                                             const ParamShardTarget& params,
                                                             int64_t count, int rank);
-
-// The fraction of `optimizer`'s state that is offloaded: a split's ratio, 1 for the offloaded
-// optimizer, 0 for the device one (for logs and summaries).
-double OffloadedFraction(const ZeroOptimizer& optimizer);
 
 }  // namespace sluice::zero

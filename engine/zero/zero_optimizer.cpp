@@ -34,6 +34,7 @@ class DeviceOptimizer final : public ZeroOptimizer {
   int64_t count() const override { return adam_->count(); }
   const float* master() const override { return adam_->master(); }
   bool grads_in_host_memory() const override { return false; }
+  double offload_ratio() const override { return 0.0; }
   uint64_t state_bytes() const override { return adam_->state_bytes(); }
 
  private:
@@ -58,6 +59,7 @@ class OffloadedOptimizer final : public ZeroOptimizer {
   int64_t count() const override { return part_.adam->count(); }
   const float* master() const override { return nullptr; }
   bool grads_in_host_memory() const override { return true; }
+  double offload_ratio() const override { return 1.0; }
   uint64_t state_bytes() const override { return 0; }
   uint64_t host_bytes() const override { return part_.adam->host_bytes(); }
   uint64_t pinned_bytes() const override { return part_.adam->pinned_bytes(); }

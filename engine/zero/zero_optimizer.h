@@ -43,8 +43,9 @@ class ZeroOptimizer {
   // Copies elements [begin, begin + n) of the state to host memory (null skips a tensor).
   Status ReadState(int64_t begin, int64_t n, float* master, float* exp_avg,
                    float* exp_avg_sq) const;
-  // Hands elements [begin, begin + n) of the state to `sink` in increasing order, in pieces of
-  // at most one tile, each piece valid only during its call (checkpoint streaming).
+  // Hands elements [begin, begin + n) of the state to `sink` in increasing order, each piece
+  // valid only during its call (checkpoint streaming): pieces of at most one tile where the state
+  // is tiled (offloaded and split optimizers), the whole range where it is not.
   virtual Status StreamState(int64_t begin, int64_t n, const OptimizerStateSink& sink) const = 0;
   // Replaces the whole state, asking `source` for it in increasing pieces of at most one tile
   // (offloaded state: a restore holds one tile in memory), and the step count; sets the parameter
@@ -58,6 +59,8 @@ class ZeroOptimizer {
   virtual const float* master() const = 0;
   // Where Step wants the gradient shard: false = the device.
   virtual bool grads_in_host_memory() const = 0;
+  // The fraction of the state that is offloaded: 0 on the device, 1 offloaded, a split's ratio.
+  virtual double offload_ratio() const = 0;
   // Bytes of optimizer state by tier (device: ShardedAdam only).
   virtual uint64_t state_bytes() const = 0;
   virtual uint64_t host_bytes() const { return 0; }

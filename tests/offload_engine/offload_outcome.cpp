@@ -26,7 +26,7 @@ OffloadOutcome FinishOffloadRun(ZeroRig& rig, const TrainSettings& settings) {
   out.run = std::move(run).value();
   out.memory = rig.engine->memory();
   if (rig.engine->param_store() != nullptr) out.param_store = rig.engine->param_store()->stats();
-  out.offloaded = OffloadedFraction(rig.engine->optimizer());
+  out.offloaded = rig.engine->optimizer().offload_ratio();
   Result<ExportedState> exported = ExportEngineState(*rig.engine);
   SLUICE_CHECK(exported.ok()) << exported.status().ToString();
   out.master = std::move(exported->master);

@@ -24,7 +24,7 @@ struct OffloadOutcome {
   RunResult run;
   ZeroMemory memory;
   NvmeParamStoreStats param_store;  // offload_param nvme
-  double offloaded = 0;             // OffloadedFraction of the engine's optimizer
+  double offloaded = 0;             // the engine optimizer's offload_ratio()
   std::vector<float> master, exp_avg, exp_avg_sq;
   int64_t step = 0;
 };

@@ -136,7 +136,7 @@ TEST_P(SplitOptimizerTest, StepsAndStateMatchTheDeviceOptimizerAcrossTheSplit) {
   ASSERT_NE(s, nullptr);
   // Six tiles at ratio 0.5: the first three on the device.
   ASSERT_EQ(s->device_elements(), 3 * kTile);
-  EXPECT_DOUBLE_EQ(OffloadedFraction(*split.adam),
+  EXPECT_DOUBLE_EQ(split.adam->offload_ratio(),
                    static_cast<double>(kCount - 3 * kTile) / static_cast<double>(kCount));
   EXPECT_FALSE(split.adam->grads_in_host_memory());
   EXPECT_EQ(split.adam->master(), nullptr);
@@ -207,7 +207,7 @@ TEST_P(SplitOptimizerTest, RatiosZeroAndOneLeaveOnePartEmpty) {
   const auto [dtype, tier] = GetParam();
   Rig reference = MakeRig(*device_, SplitOptions(dtype, OffloadDevice::kNone, 1.0), 3);
   Rig none_offloaded = MakeRig(*device_, SplitOptions(dtype, tier, 0.0), 3);
-  EXPECT_DOUBLE_EQ(OffloadedFraction(*none_offloaded.adam), 0.0);
+  EXPECT_DOUBLE_EQ(none_offloaded.adam->offload_ratio(), 0.0);
   EXPECT_EQ(none_offloaded.adam->pinned_bytes(), 0u);
   EXPECT_EQ(none_offloaded.adam->last_step_timings(), nullptr);
   EXPECT_NE(none_offloaded.adam->master(), nullptr);
@@ -220,8 +220,8 @@ TEST_P(SplitOptimizerTest, RatiosZeroAndOneLeaveOnePartEmpty) {
   // Ratio 1 is the plain offloaded optimizer (gradients in host memory), not a split.
   Rig all = MakeRig(*device_, SplitOptions(dtype, tier, 1.0), 3);
   EXPECT_EQ(dynamic_cast<const SplitOptimizer*>(all.adam.get()), nullptr);
-  EXPECT_DOUBLE_EQ(OffloadedFraction(*all.adam), 1.0);
-  EXPECT_DOUBLE_EQ(OffloadedFraction(*reference.adam), 0.0);
+  EXPECT_DOUBLE_EQ(all.adam->offload_ratio(), 1.0);
+  EXPECT_DOUBLE_EQ(reference.adam->offload_ratio(), 0.0);
 }
 
 // A restore that fails part-way (a corrupt checkpoint block in the offloaded half) leaves the
