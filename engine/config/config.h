@@ -98,6 +98,9 @@ struct OffloadOptimizerConfig {
   // On by default, unlike DeepSpeed (docs/config.md: deliberate differences).
   bool pipeline_read = true;
   bool pipeline_write = true;
+
+  // A partial offload (engine/zero/split_optimizer.h): offloaded, with a ratio below 1 or "auto".
+  bool partial() const { return device != OffloadDevice::kNone && (ratio < 1.0 || ratio_auto); }
 };
 
 struct OffloadParamConfig {

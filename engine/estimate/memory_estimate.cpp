@@ -61,35 +61,8 @@ Status CheckSupported(const Config& config, int world_size) {
         config.source_file.empty() ? std::string("the config") : config.source_file);
   }
   if (world_size < 1) return InvalidArgumentError("--ranks {} must be at least 1", world_size);
-  const ZeroConfig& z = config.zero;
-  if (z.stage < 0 || z.stage > 3) {
-    return InvalidArgumentError("zero_optimization.stage {} is not 0, 1, 2 or 3", z.stage);
-  }
-  if (z.stage == 0 && z.offload_optimizer.device != OffloadDevice::kNone) {
-    return InvalidArgumentError(
-        "zero_optimization.offload_optimizer.device {} needs zero_optimization.stage 1, 2 or 3",
-        OffloadDeviceName(z.offload_optimizer.device));
-  }
-  if (z.stage != 3 && z.offload_param.device != OffloadDevice::kNone) {
-    return InvalidArgumentError(
-        "zero_optimization.offload_param.device {} needs zero_optimization.stage 3 (stage is {})",
-        OffloadDeviceName(z.offload_param.device), z.stage);
-  }
-  const OffloadOptimizerConfig& oo = z.offload_optimizer;
-  const bool partial = oo.ratio < 1.0 || (oo.ratio_auto && oo.device != OffloadDevice::kNone);
-  const std::string ratio = oo.ratio_auto ? "\"auto\"" : fmt::format("{}", oo.ratio);
-  if (partial && z.stage != 3) {
-    return InvalidArgumentError(
-        "zero_optimization.offload_optimizer.ratio {} needs zero_optimization.stage 3", ratio);
-  }
-  if (partial && oo.device != OffloadDevice::kNone &&
-      z.offload_param.device == OffloadDevice::kNvme) {
-    return InvalidArgumentError(
-        "zero_optimization.offload_optimizer.ratio {} cannot be combined with "
-        "zero_optimization.offload_param.device nvme (set the ratio to 1)",
-        ratio);
-  }
-  return OkStatus();
+  // The engine's own rules for the zero_optimization section (stage, offload combinations).
+  return zero::ZeroOptionsFromConfig(config).status();
 }
 
 class ItemList {
@@ -145,7 +118,7 @@ OptimizerPlacement PlaceOptimizer(const Context& c, const Count& elements) {
     place.device = elements;
     return place;
   }
-  place.split = oo.ratio < 1.0 || (oo.ratio_auto && !c.auto_offloads_all);
+  place.split = oo.partial() && !(oo.ratio_auto && c.auto_offloads_all);
   if (!place.split) {
     place.offloaded = elements;
     return place;

@@ -213,11 +213,6 @@ const OffloadStepTimings* SplitOptimizer::last_step_timings() const {
   return offloaded_part_.adam != nullptr ? &offloaded_part_.adam->last_step_timings() : nullptr;
 }
 
-bool UsesSplitOptimizer(const ZeroOptions& options) {
-  const OffloadOptimizerConfig& offload = options.offload_optimizer;
-  return offload.device != OffloadDevice::kNone && (offload.ratio < 1.0 || offload.ratio_auto);
-}
-
 Result<std::unique_ptr<ZeroOptimizer>> CreateSplitOptimizer(Device& device,
                                                             const ZeroOptions& options,
                                                             const ParamShardTarget& params,

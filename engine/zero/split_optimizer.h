@@ -85,12 +85,9 @@ class SplitOptimizer final : public ZeroOptimizer {
   std::unique_ptr<Stream> stream_;            // the device part's steps
 };
 
-// True when options ask for a partial offload: offload_optimizer.device cpu | nvme with ratio < 1
-// or "auto". CreateZeroOptimizer then builds a SplitOptimizer.
-bool UsesSplitOptimizer(const ZeroOptions& options);
-
-// The SplitOptimizer for options.offload_optimizer.ratio, or for "auto" the ratio
-// ResolveAutoOffloadRatio chooses (measured here, on this rank).
+// For a partial offload (OffloadOptimizerConfig::partial()): the SplitOptimizer for
+// options.offload_optimizer.ratio, or for "auto" the ratio ResolveAutoOffloadRatio chooses
+// (measured here, on this rank).
 Result<std::unique_ptr<ZeroOptimizer>> CreateSplitOptimizer(Device& device,
                                                             const ZeroOptions& options,
                                                             const ParamShardTarget& params,

@@ -84,7 +84,7 @@ Result<std::unique_ptr<ZeroOptimizer>> CreateZeroOptimizer(Device& device,
                                                            const ParamShardTarget& params,
                                                            int64_t count, int rank) {
   // Partial offload (ratio < 1 or "auto"): split_optimizer.h.
-  if (UsesSplitOptimizer(options)) {
+  if (options.offload_optimizer.partial()) {
     return CreateSplitOptimizer(device, options, params, count, rank);
   }
   const OffloadOptimizerConfig& offload = options.offload_optimizer;

@@ -48,10 +48,9 @@ Result<ZeroOptions> ZeroOptionsFromConfig(const Config& config) {
 
 bool GradShardOnHost(const ZeroOptions& o) {
   const OffloadOptimizerConfig& oo = o.offload_optimizer;
-  // A partial offload (ratio < 1 or "auto", split_optimizer.h) steps its first part on the
-  // device, which reads its gradients there; its offloaded part copies its own tiles off.
-  const bool split = oo.ratio < 1.0 || oo.ratio_auto;
-  return o.stage >= 1 && oo.device != OffloadDevice::kNone && !split;
+  // A partial offload (split_optimizer.h) steps its first part on the device, which reads its
+  // gradients there; its offloaded part copies its own tiles off.
+  return o.stage >= 1 && oo.device != OffloadDevice::kNone && !oo.partial();
 }
 
 Status ValidateZeroOptions(const ZeroOptions& o) {
@@ -97,7 +96,7 @@ Status ValidateZeroOptions(const ZeroOptions& o) {
         "zero_optimization.offload_optimizer.ratio = {} must be in [0, 1] (the fraction of the "
         "optimizer state offloaded) or \"auto\"",
         oo.ratio);
-  } else if (oo.device != OffloadDevice::kNone && (oo.ratio < 1.0 || oo.ratio_auto)) {
+  } else if (oo.partial()) {
     const std::string ratio = oo.ratio_auto ? "\"auto\"" : fmt::format("{}", oo.ratio);
     if (o.stage != 3) {
       return InvalidArgumentError(
