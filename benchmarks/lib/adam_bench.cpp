@@ -2,7 +2,6 @@
 
 #include <hwloc.h>
 #include <omp.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -12,12 +11,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <utility>
 
+#include "benchmarks/lib/bench_record.h"
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/ref/adam_ref.h"
@@ -113,12 +111,6 @@ Result<kernels::Isa> ParseIsa(const std::string& name) {
   if (name == "avx2") return kernels::Isa::kAvx2;
   if (name == "avx512") return kernels::Isa::kAvx512;
   return InvalidArgumentError("--isa: '{}' is not one of scalar, avx2, avx512", name);
-}
-
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
 AdamBenchFigure MakeFigure(std::vector<double> samples, size_t size, double bytes_per_param) {
@@ -302,22 +294,6 @@ std::string Now() {
   return text;
 }
 
-// The 1-minute load average: other work on the machine while it ran, to judge the figures by.
-double LoadAverage() {
-  double load = -1;
-  std::ifstream("/proc/loadavg") >> load;
-  return load;
-}
-
-nlohmann::json MachineJson() {
-  const kernels::CpuFeatures& f = kernels::DetectCpuFeatures();
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  return {{"cpu", f.model_name}, {"vendor", f.vendor}, {"logical_cpus", omp_get_num_procs()},
-          {"avx2", f.avx2},      {"avx512", f.avx512}, {"avx512_bf16", f.avx512_bf16},
-          {"hostname", host}};
-}
-
 // The target at the largest size and thread count measured: every mode at >= 90% of
 // the roofline, and mode (c) at least as many Gparam/s as mode (a).
 nlohmann::json EvaluateTarget(const std::vector<AdamBenchRow>& rows) {
@@ -374,7 +350,7 @@ void AddAdamBenchOptions(CLI::App& app, AdamBenchOptions& options) {
   app.add_option("--isa", options.isa, "Cap the kernel's ISA: scalar, avx2 or avx512");
   app.add_option("--cpuset", options.cpuset,
                  "Bind thread i to the i-th CPU of this hwloc list, e.g. 0-15");
-  app.add_option("--json", options.json_path, "Also write the record as JSON to this file");
+  app.add_option("--json", options.json_path, "Also write the record as JSON here ('-': stdout)");
 }
 
 namespace {
@@ -511,7 +487,6 @@ Result<AdamBenchReport> RunAdamBench(const AdamBenchOptions& options) {
   AdamHyperparams hyper{.lr = 1e-3f, .weight_decay = 0.01f, .adamw_mode = true, .step = 0};
   AdamBenchReport report;
   report.machine = MachineJson();
-  report.machine["load_average_1m_at_start"] = LoadAverage();
   report.settings = SettingsJson(options, plan, hyper);
   AdamThreading all_threads{
       .num_threads = *std::max_element(plan.threads.begin(), plan.threads.end()),
@@ -596,20 +571,8 @@ nlohmann::json AdamBenchJson(const AdamBenchReport& report) {
 
 Status RunAdamBenchCommand(const AdamBenchOptions& options) {
   SLUICE_ASSIGN_OR_RETURN(AdamBenchReport report, RunAdamBench(options));
-  std::fputs(FormatAdamBenchTable(report).c_str(), stdout);
-  std::fflush(stdout);
-  if (!options.json_path.empty()) {
-    // Written beside the target and renamed over it, so a reader never sees half a record.
-    std::string temp = options.json_path + ".tmp";
-    {
-      std::ofstream out(temp);
-      out << AdamBenchJson(report).dump(2) << "\n";
-      if (!out) return IoError("writing {}: {}", temp, internal::ErrnoText(errno));
-    }
-    std::error_code ec;
-    std::filesystem::rename(temp, options.json_path, ec);
-    if (ec) return IoError("renaming {} to {}: {}", temp, options.json_path, ec.message());
-  }
+  SLUICE_RETURN_IF_ERROR(PrintTableAndWriteRecord(FormatAdamBenchTable(report),
+                                                  AdamBenchJson(report), options.json_path));
   for (const AdamBenchRow& r : report.rows) {
     if (!r.check_passed) {
       return DataLossError(

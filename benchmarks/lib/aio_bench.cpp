@@ -20,6 +20,7 @@
 #include <functional>
 #include <sstream>
 
+#include "benchmarks/lib/bench_record.h"
 #include "engine/config/config.h"
 #include "engine/config/config_snippet.h"
 #include "offload/aio_engine.h"
@@ -163,8 +164,6 @@ nlohmann::json FilesystemOf(const std::string& dir) {
 }
 
 nlohmann::json MachineJson(const std::vector<std::string>& dirs) {
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
   utsname uts{};
   uname(&uts);
   struct sysinfo info {};
@@ -176,7 +175,7 @@ nlohmann::json MachineJson(const std::vector<std::string>& dirs) {
     fs["dir"] = dir;
     filesystems.push_back(fs);
   }
-  return {{"hostname", host},
+  return {{"hostname", HostName()},
           {"kernel", uts.release},
           {"cpu", CpuModel()},
           {"logical_cpus", sysconf(_SC_NPROCESSORS_ONLN)},
@@ -973,11 +972,9 @@ Status RunAioTune(const AioBenchOptions& options) {
   const std::string& path = options.tune_output;
   const std::string name = path.empty() ? std::string("aio_tuned.yaml")
                                         : std::filesystem::path(path).filename().string();
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
   const std::vector<std::string> provenance = {
       fmt::format("`aio` settings chosen by `sluice bench aio --tune {}` on {}", options.tune_dir,
-                  host),
+                  HostName()),
       fmt::format("(a {} file; {} configurations tried): read {:.3f} GB/s, write {:.3f} GB/s",
                   FormatBytes(bytes), tuned.tried.size() / 2, tuned.read_gbps, tuned.write_gbps)};
   const std::string snippet = AioTunedSnippetYaml(chosen, provenance, name);
@@ -996,16 +993,8 @@ Status RunAioTune(const AioBenchOptions& options) {
 Status RunAioBenchCommand(const AioBenchOptions& options) {
   if (!options.tune_dir.empty()) return RunAioTune(options);
   SLUICE_ASSIGN_OR_RETURN(AioBenchReport report, RunAioBench(options));
-  // With the JSON record on stdout, the table goes to stderr so stdout stays parseable.
-  std::fputs(FormatAioBenchTable(report).c_str(), options.json_path == "-" ? stderr : stdout);
-  if (!options.json_path.empty()) {
-    const std::string json = AioBenchJson(report).dump(2) + "\n";
-    if (options.json_path == "-") {
-      std::fputs(json.c_str(), stdout);
-    } else {
-      SLUICE_RETURN_IF_ERROR(WriteFileAtomically(options.json_path, json, Durability::kUnsynced));
-    }
-  }
+  SLUICE_RETURN_IF_ERROR(PrintTableAndWriteRecord(FormatAioBenchTable(report), AioBenchJson(report),
+                                                  options.json_path));
   if (!report.correctness["verified"].get<bool>()) {
     return DataLossError("aio benchmark correctness check failed: {}",
                          report.correctness["error"].get<std::string>());

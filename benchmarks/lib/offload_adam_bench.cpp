@@ -1,7 +1,6 @@
 #include "benchmarks/lib/offload_adam_bench.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -10,10 +9,8 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
-#include <iostream>
-#include <thread>
 
+#include "benchmarks/lib/bench_record.h"
 #include "engine/zero/nvme_state_store.h"
 #include "engine/zero/offloaded_adam.h"
 #include "engine/zero/partition_copy.h"
@@ -43,19 +40,6 @@ Result<int64_t> ParseCount(const std::string& text, std::string_view flag) {
   } catch (const std::exception&) {
   }
   return InvalidArgumentError("{} must be a positive count or 2^k, got '{}'", flag, text);
-}
-
-double Median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
-double LoadAverage() {
-  double load = -1;
-  std::ifstream("/proc/loadavg") >> load;
-  return load;
 }
 
 // Deterministic values in [-scale, scale], written in `dtype` (fast: a shard is 2^26 values).
@@ -198,13 +182,8 @@ Result<OffloadAdamBenchReport> RunOffloadAdamBench(const OffloadAdamBenchOptions
   const size_t grad_bytes = static_cast<size_t>(count) * DTypeSize(grad_dtype);
 
   OffloadAdamBenchReport report;
-  report.machine = {{"cpu", kernels::DetectCpuFeatures().model_name},
-                    {"logical_cpus", std::thread::hardware_concurrency()},
-                    {"adam_isa", static_cast<int>(kernels::AdamIsa())},
-                    {"load_average_1m_at_start", LoadAverage()}};
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  report.machine["hostname"] = host;
+  report.machine = MachineJson();
+  report.machine["adam_isa"] = static_cast<int>(kernels::AdamIsa());
 
   // Device: two parameter shards (one per mode), two gradient sets, ShardedAdam's check state.
   DeviceOptions device_options;
@@ -469,15 +448,8 @@ nlohmann::json OffloadAdamBenchJson(const OffloadAdamBenchReport& r) {
 
 Status RunOffloadAdamBenchCommand(const OffloadAdamBenchOptions& options) {
   SLUICE_ASSIGN_OR_RETURN(OffloadAdamBenchReport report, RunOffloadAdamBench(options));
-  std::cout << FormatOffloadAdamBenchTable(report) << std::flush;
-  const std::string json = OffloadAdamBenchJson(report).dump(2);
-  if (options.json_path == "-") {
-    std::cout << json << "\n";
-  } else if (!options.json_path.empty()) {
-    std::ofstream out(options.json_path);
-    out << json << "\n";
-    if (!out) return IoError("writing {}", options.json_path);
-  }
+  SLUICE_RETURN_IF_ERROR(PrintTableAndWriteRecord(FormatOffloadAdamBenchTable(report),
+                                                  OffloadAdamBenchJson(report), options.json_path));
   if (!report.correctness["passed"].get<bool>()) {
     return InternalError("correctness check failed: {}", report.correctness.dump());
   }

@@ -1,19 +1,16 @@
 #include "benchmarks/lib/step_bench.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
-#include <iostream>
-#include <thread>
 
+#include "benchmarks/lib/bench_record.h"
 #include "engine/train/run_setup.h"
 #include "engine/train/trainer.h"
 #include "engine/zero/offloaded_adam.h"
 #include "kernels/cpu/cpu_features.h"
-#include "runtime/durable_file.h"
 #include "runtime/trace.h"
 
 namespace sluice::bench {
@@ -32,13 +29,6 @@ enum PhaseIndex : size_t {
   kAdam
 };
 
-double Median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
 // The comm queue names its operations after the collective (engine/zero/comm_queue.h). Control
 // collectives (the gradient norm, a loss mean, agreement checks) carry no payload and are neither.
 void AddCommTime(const TraceEvent& event, StepSample& sample) {
@@ -50,11 +40,6 @@ void AddCommTime(const TraceEvent& event, StepSample& sample) {
   } else if (name.starts_with("all_gather")) {
     sample.phase_s[kGather] += seconds;
   }
-}
-
-double LoadAverage() {
-  double load[1] = {0};
-  return getloadavg(load, 1) == 1 ? load[0] : -1;
 }
 
 nlohmann::json SampleJson(const StepSample& s) {
@@ -123,12 +108,7 @@ Result<StepBenchReport> RunStepBench(const StepBenchOptions& options) {
   }
 
   StepBenchReport report;
-  report.machine = {{"cpu", kernels::DetectCpuFeatures().model_name},
-                    {"logical_cpus", std::thread::hardware_concurrency()},
-                    {"load_average_1m_at_start", LoadAverage()}};
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  report.machine["hostname"] = host;
+  report.machine = MachineJson();
   report.config = ConfigRecordJson(trainer->config());
   const zero::ZeroOptions& zero = trainer->engine().options();
   report.nvme_optimizer = zero.offload_optimizer.device == OffloadDevice::kNvme;
@@ -277,17 +257,8 @@ nlohmann::json StepBenchJson(const StepBenchReport& report) {
 
 Status RunStepBenchCommand(const StepBenchOptions& options) {
   SLUICE_ASSIGN_OR_RETURN(StepBenchReport report, RunStepBench(options));
-  // With the record on stdout, the table goes to stderr so that stdout stays JSON.
-  const bool json_to_stdout = options.json_path == "-";
-  (json_to_stdout ? std::cerr : std::cout) << FormatStepBenchTable(report) << std::flush;
-  if (options.json_path.empty()) return OkStatus();
-  const std::string text = StepBenchJson(report).dump(2) + "\n";
-  if (json_to_stdout) {
-    std::cout << text;
-    return OkStatus();
-  }
-  return WriteFileAtomically(options.json_path, text, Durability::kUnsynced)
-      .WithContext("writing the benchmark record");
+  return PrintTableAndWriteRecord(FormatStepBenchTable(report), StepBenchJson(report),
+                                  options.json_path);
 }
 
 }  // namespace sluice::bench

@@ -1,0 +1,62 @@
+#include "benchmarks/lib/bench_record.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "kernels/cpu/cpu_features.h"
+#include "runtime/durable_file.h"
+
+namespace sluice::bench {
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+double LoadAverage() {
+  double load = -1;
+  std::ifstream("/proc/loadavg") >> load;
+  return load;
+}
+
+std::string HostName() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+nlohmann::json MachineJson() {
+  const kernels::CpuFeatures& f = kernels::DetectCpuFeatures();
+  return {{"cpu", f.model_name},
+          {"vendor", f.vendor},
+          {"logical_cpus", std::thread::hardware_concurrency()},
+          {"avx2", f.avx2},
+          {"avx512", f.avx512},
+          {"avx512_bf16", f.avx512_bf16},
+          {"hostname", HostName()},
+          {"load_average_1m_at_start", LoadAverage()}};
+}
+
+Status PrintTableAndWriteRecord(const std::string& table, const nlohmann::json& record,
+                                const std::string& json_path) {
+  const bool json_to_stdout = json_path == "-";
+  std::fputs(table.c_str(), json_to_stdout ? stderr : stdout);
+  std::fflush(json_to_stdout ? stderr : stdout);
+  if (json_path.empty()) return OkStatus();
+  const std::string text = record.dump(2) + "\n";
+  if (json_to_stdout) {
+    std::fputs(text.c_str(), stdout);
+    std::fflush(stdout);
+    return OkStatus();
+  }
+  return WriteFileAtomically(json_path, text, Durability::kUnsynced)
+      .WithContext("writing the benchmark record");
+}
+
+}  // namespace sluice::bench
