@@ -122,7 +122,11 @@ class SwapStore {
 
   SwapStore(AioEngine& engine, const SwapStoreOptions& options);
   Status OpenHeaderFiles(bool create);
-  void Abandon();  // closes the files of a store that failed to be created, writing nothing
+  // Closes the files of a store that failed to be created, writing nothing (and removes them when
+  // they are scratch: remove_on_close).
+  void Abandon();
+  // remove_on_close: unlinks the store's files; the error names the first it could not remove.
+  Status RemoveScratchFiles() const;
   Status LoadHeaders();
   Status PersistLocked();
   Status GrowLocked(uint64_t needed);

@@ -361,6 +361,19 @@ void SwapStore::Abandon() {
   (void)engine_.Close(data_file_);
   for (int fd : header_fds_) close(fd);
   header_fds_.clear();
+  // The creation's error is what the caller reports; a file left behind here is only clutter.
+  if (options_.remove_on_close) (void)RemoveScratchFiles();
+}
+
+Status SwapStore::RemoveScratchFiles() const {
+  Status status;
+  for (const std::string& path : file_paths_) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT && status.ok()) {
+      status = ErrnoStatus(errno, "removing the scratch swap file {} failed: {}", path,
+                           ErrnoText(errno));
+    }
+  }
+  return status;
 }
 
 Status SwapStore::Close() {
@@ -384,12 +397,8 @@ Status SwapStore::Close() {
   header_fds_.clear();
   open_ = false;
   if (options_.remove_on_close) {
-    for (const std::string& path : file_paths_) {
-      if (::unlink(path.c_str()) != 0 && errno != ENOENT && status.ok()) {
-        status = ErrnoStatus(errno, "removing the scratch swap file {} failed: {}", path,
-                             ErrnoText(errno));
-      }
-    }
+    Status removed = RemoveScratchFiles();
+    if (status.ok()) status = removed;
   }
   return status;
 }

@@ -133,6 +133,21 @@ TEST_P(SwapStoreTest, ScratchStoreRemovesItsFilesOnClose) {
   for (const std::string& f : store->file_paths()) EXPECT_TRUE(std::filesystem::exists(f)) << f;
 }
 
+// A scratch store that cannot be created (no room for its capacity) leaves no files behind.
+TEST_P(SwapStoreTest, ScratchStoreThatFailsToBeCreatedLeavesNoFiles) {
+  SwapStoreOptions options = StoreOptions(2);
+  options.remove_on_close = true;
+  Status created;
+  {
+    testutil::ScopedFileSizeLimit limit(1 << 20);  // far below the 16 MiB capacity
+    created = SwapStore::Create(*engine_, options).status();
+  }
+  ASSERT_FALSE(created.ok());
+  for (const std::string& dir : options.paths) {
+    EXPECT_TRUE(std::filesystem::is_empty(dir)) << dir << " keeps a file of the failed store";
+  }
+}
+
 TEST_P(SwapStoreTest, MissingDirectoryIsCreatedAndAnImpossibleOneNamed) {
   SwapStoreOptions options = StoreOptions();
   options.paths = {dir_.path() + "/not/yet/there"};
