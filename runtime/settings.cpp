@@ -180,6 +180,11 @@ SettingBuilder& SettingBuilder::Auto(std::string note) {
   return *this;
 }
 
+SettingBuilder& SettingBuilder::AutoAtRunTime(std::string note) {
+  spec().auto_at_run_time = true;
+  return Auto(std::move(note));
+}
+
 // ---- SettingsRegistry ----
 
 void SettingsRegistry::AddSection(std::string path, std::string doc) {

@@ -74,6 +74,7 @@ struct SettingSpec {
   size_t list_size = 0;              // kFloatList/kStringList: exact length, 0 = any
   bool accepts_auto = false;         // the string "auto" asks for the value to be resolved
   std::string auto_note;             // what "auto" resolves to
+  bool auto_at_run_time = false;     // "auto" stays in the config; the engine resolves it
 
   std::string env_var;  // filled by the registry
 };
@@ -94,6 +95,8 @@ class SettingBuilder {
   SettingBuilder& Allowed(std::vector<std::string> values, bool case_insensitive = false);
   SettingBuilder& ListSize(size_t size);
   SettingBuilder& Auto(std::string note);
+  // "auto" that the config leaves unresolved for the engine to measure when it runs.
+  SettingBuilder& AutoAtRunTime(std::string note);
 
  private:
   SettingSpec& spec();

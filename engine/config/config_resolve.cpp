@@ -454,8 +454,7 @@ class Resolver {
   Status RemainingAutos() {
     for (const SettingSpec& spec : v_.registry().settings()) {
       if (!v_.IsAuto(spec.path)) continue;
-      // Measured when the engine is created (OffloadRatio above let it through).
-      if (spec.path == "zero_optimization.offload_optimizer.ratio") continue;
+      if (spec.auto_at_run_time) continue;  // the engine measures it when it is created
       if (spec.default_kind != DefaultKind::kValue) {
         return Error("{}: \"auto\"{} cannot be resolved: nothing in the config defines it; give {}",
                      spec.path, At(spec.path), DescribeAllowed(spec));

@@ -206,7 +206,7 @@ void AddZero(SettingsRegistry& r) {
         "device); below 1 needs stage 3")
       .Default(1.0)
       .Range(0, 1)
-      .Auto(
+      .AutoAtRunTime(
           "chosen when the engine is created: the device share that balances measured device "
           "Adam and offloaded Adam throughput, capped by what the device budget leaves (stage 3)");
   r.Add("zero_optimization.offload_optimizer.pipeline_read", T::kBool,
