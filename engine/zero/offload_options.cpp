@@ -15,6 +15,16 @@ int64_t OffloadTileElements(int64_t sub_group_size) {
                   kDefaultOffloadTileElements);
 }
 
+Result<int64_t> CheckedOffloadTileElements(int64_t sub_group_size) {
+  if (sub_group_size < kOffloadTileQuantum) {
+    return InvalidArgumentError(
+        "zero_optimization.sub_group_size is {} elements; the offloaded optimizer's tiles (also "
+        "the unit of zero_optimization.offload_optimizer.ratio) need at least {}",
+        sub_group_size, kOffloadTileQuantum);
+  }
+  return OffloadTileElements(sub_group_size);
+}
+
 Result<OffloadedAdamOptions> OffloadedAdamOptionsFromConfig(const ZeroConfig& zero,
                                                             offload::SwapStore* swap_store,
                                                             offload::AioEngine* aio_engine) {
@@ -32,13 +42,7 @@ Result<OffloadedAdamOptions> OffloadedAdamOptionsFromConfig(const ZeroConfig& ze
       options.tier = OptimizerStateTier::kNvme;
       break;
   }
-  if (zero.sub_group_size < kOffloadTileQuantum) {
-    return InvalidArgumentError(
-        "zero_optimization.sub_group_size is {} elements; the offloaded optimizer's tiles need at "
-        "least {}",
-        zero.sub_group_size, kOffloadTileQuantum);
-  }
-  options.tile_elements = OffloadTileElements(zero.sub_group_size);
+  SLUICE_ASSIGN_OR_RETURN(options.tile_elements, CheckedOffloadTileElements(zero.sub_group_size));
   if (options.tile_elements != zero.sub_group_size) {
     SLUICE_LOG_ONCE(kInfo, "offload",
                     "zero_optimization.sub_group_size {} gives optimizer tiles of {} elements "

@@ -69,6 +69,8 @@ struct OffloadedAdamOptions {
 // of kOffloadTileQuantum, at most kDefaultOffloadTileElements (0 when sub_group_size is smaller
 // than one quantum).
 int64_t OffloadTileElements(int64_t sub_group_size);
+// The same, InvalidArgument naming zero_optimization.sub_group_size when it is below one quantum.
+Result<int64_t> CheckedOffloadTileElements(int64_t sub_group_size);
 
 // From zero_optimization.sub_group_size and zero_optimization.offload_optimizer.*: the tile is
 // sub_group_size rounded down to a multiple of kOffloadTileQuantum, at most

@@ -17,17 +17,6 @@ void* Offset(void* base, int64_t elements, DType dtype) {
   return static_cast<std::byte*>(base) + static_cast<size_t>(elements) * DTypeSize(dtype);
 }
 
-Result<int64_t> TileOf(const ZeroOptions& options) {
-  const int64_t tile = OffloadTileElements(options.sub_group_size);
-  if (tile < kOffloadTileQuantum) {
-    return InvalidArgumentError(
-        "zero_optimization.sub_group_size is {} elements; the offloaded optimizer's tiles, the "
-        "unit of zero_optimization.offload_optimizer.ratio, need at least {}",
-        options.sub_group_size, kOffloadTileQuantum);
-  }
-  return tile;
-}
-
 }  // namespace
 
 Result<std::unique_ptr<SplitOptimizer>> SplitOptimizer::Create(Device& device,
@@ -48,7 +37,7 @@ Result<std::unique_ptr<SplitOptimizer>> SplitOptimizer::Create(Device& device,
     return InvalidArgumentError("split of {} device elements in a shard of {}", device_elements,
                                 count);
   }
-  SLUICE_ASSIGN_OR_RETURN(const int64_t tile, TileOf(options));
+  SLUICE_ASSIGN_OR_RETURN(const int64_t tile, CheckedOffloadTileElements(options.sub_group_size));
   if (device_elements != count && device_elements % tile != 0) {
     return InvalidArgumentError(
         "the split of the optimizer state at element {} is not on a tile boundary (tiles of {})",
@@ -217,7 +206,7 @@ Result<std::unique_ptr<ZeroOptimizer>> CreateSplitOptimizer(Device& device,
                                                             const ZeroOptions& options,
                                                             const ParamShardTarget& params,
                                                             int64_t count, int rank) {
-  SLUICE_ASSIGN_OR_RETURN(const int64_t tile, TileOf(options));
+  SLUICE_ASSIGN_OR_RETURN(const int64_t tile, CheckedOffloadTileElements(options.sub_group_size));
   std::optional<OffloadRatioChoice> choice;
   int64_t device_elements = 0;
   if (options.offload_optimizer.ratio_auto) {
