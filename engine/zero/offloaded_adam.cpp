@@ -177,9 +177,6 @@ Status OffloadedAdam::FinishStoringParams(Status status) {
 Status OffloadedAdam::LoadParams(int64_t tile, void* landing) {
   const size_t size = DTypeSize(param_dtype_);
   const int64_t n = grid_.length(tile);
-  if (options_.param_store != nullptr) {
-    return options_.param_store->ReadRange(grid_.begin(tile), n, landing);
-  }
   Status copied = device_->CopyAsync(
       landing, Offset(param_shard_, grid_.begin(tile), size), static_cast<size_t>(n) * size,
       options_.host_params ? CopyKind::kH2H : CopyKind::kD2H, *d2h_stream_);
@@ -308,6 +305,28 @@ Status OffloadedAdam::LoadMasterFromParams() {
   SLUICE_RETURN_IF_ERROR(CheckUsable());
   // Before the first store of an NVMe tile there are no moments to keep: they start at zero.
   const bool keep_moments = on_nvme() && master_loaded_;
+  // Parameters on NVMe are read a group at a time: read tile by tile, a group spanning k tiles
+  // would be read k times. Windows as large as the largest group read each group at most twice.
+  const size_t size = DTypeSize(param_dtype_);
+  std::vector<std::byte> window;
+  int64_t window_begin = 0;
+  int64_t window_end = 0;
+  auto load_params = [&](int64_t tile, void* landing) -> Status {
+    NvmeParamStore* store = options_.param_store;
+    if (store == nullptr) return LoadParams(tile, landing);
+    const int64_t begin = grid_.begin(tile);
+    const int64_t n = grid_.length(tile);
+    if (begin < window_begin || begin + n > window_end) {
+      window_begin = begin;
+      window_end = std::min(count_, begin + std::max(n, store->slot_elements()));
+      window.resize(static_cast<size_t>(window_end - window_begin) * size);
+      SLUICE_RETURN_IF_ERROR(
+          store->ReadRange(window_begin, window_end - window_begin, window.data()));
+    }
+    std::memcpy(landing, window.data() + static_cast<size_t>(begin - window_begin) * size,
+                static_cast<size_t>(n) * size);
+    return OkStatus();
+  };
   for (int64_t tile = 0; tile < grid_.num_tiles(); ++tile) {
     const int64_t n = grid_.length(tile);
     if (keep_moments) SLUICE_RETURN_IF_ERROR(FetchStateSerial(tile));
@@ -318,7 +337,8 @@ Status OffloadedAdam::LoadMasterFromParams() {
     // fp32 on NVMe has no parameter region: the copy lands in p directly.
     void* landing = ring_.layout().params_bytes == 0 ? static_cast<void*>(state.master)
                                                      : static_cast<void*>(ring_.params(0));
-    SLUICE_RETURN_IF_ERROR(TileError(tile, LoadParams(tile, landing), "loading the parameters of"));
+    SLUICE_RETURN_IF_ERROR(
+        TileError(tile, load_params(tile, landing), "loading the parameters of"));
     if (landing != state.master) {
       ConvertToF32(landing, param_dtype_, state.master, n, threading_.num_threads);
     }

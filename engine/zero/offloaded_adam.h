@@ -135,7 +135,8 @@ class OffloadedAdam {
   // With the NVMe parameter store: completes the write-back StoreParams began (after `status`,
   // the outcome of the stores, whatever it was). Returns the first error.
   Status FinishStoringParams(Status status);
-  // The parameters of `tile` from the parameter shard into `landing` (host memory), synchronously.
+  // The parameters of `tile` from the parameter shard (device or host memory; not an NVMe store)
+  // into `landing` (host memory), synchronously.
   Status LoadParams(int64_t tile, void* landing);
   Status CheckUsable() const;
 

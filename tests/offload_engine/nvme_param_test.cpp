@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "engine/zero/nvme_param_store.h"
+#include "engine/zero/offloaded_adam.h"
 #include "engine/zero/parameter_coordinator.h"
+#include "engine/zero/partition_copy.h"
 #include "kernels/ref/half.h"
 #include "offload/aligned_buffer.h"
 #include "offload/swap_format.h"
@@ -85,6 +87,7 @@ class NvmeParamRig {
   const ShardLayout& layout() const { return layout_; }
   const Status& store_status() const { return store_status_; }
   NvmeParamStore& store() { return *store_; }
+  Device& device() { return *device_; }
   const std::vector<uint8_t>& shard() const { return shard_; }
   // What an optimizer step does to the shard: every stored value changes.
   void ChangeShard() {
@@ -206,6 +209,34 @@ TEST_P(NvmeParamDtype, WriteBackInTilesThenReadEveryGroupBitwise) {
   EXPECT_LE(pinned.peak - pinned_before, bound);
   EXPECT_EQ(rig.store().pinned_bytes(),
             2 * offload::AlignUp(LargestGroup(rig.store()) * size, offload::kIoAlignment));
+}
+
+// The offloaded optimizer's master weights from parameters on NVMe, in tiles much smaller than
+// the groups: every group is read at most twice, not once per tile it spans.
+TEST_P(NvmeParamDtype, LoadingTheMasterWeightsReadsEachGroupAtMostTwice) {
+  NvmeParamRig rig(GetParam(), /*buffer_count=*/2, /*buffer_size=*/16384, /*max_in_cpu=*/0);
+  ASSERT_TRUE(rig.store_status().ok()) << rig.store_status().ToString();
+  ASSERT_TRUE(rig.WriteShard(777).ok());
+  const int64_t count = rig.layout().shard_elements();
+  const int64_t groups = static_cast<int64_t>(rig.store().groups().size());
+  ASSERT_GT(LargestGroup(rig.store()), 2 * kOffloadTileQuantum) << "groups must span tiles";
+  OffloadedAdamOptions options;
+  options.tile_elements = kOffloadTileQuantum;
+  options.param_store = &rig.store();
+  auto adam = OffloadedAdam::Create(rig.device(), OptimizerConfig{}, GetParam(), nullptr,
+                                    DType::kF32, count, 1, options);
+  ASSERT_TRUE(adam.ok()) << adam.status().ToString();
+  const int64_t reads_before = rig.store().stats().nvme_reads;
+  ASSERT_TRUE((*adam)->LoadMasterFromParams().ok());
+  const int64_t reads = rig.store().stats().nvme_reads - reads_before;
+  EXPECT_GE(reads, groups);
+  EXPECT_LE(reads, 2 * groups);
+
+  std::vector<float> master(static_cast<size_t>(count));
+  ASSERT_TRUE((*adam)->ReadState(0, count, master.data(), nullptr, nullptr).ok());
+  std::vector<float> expected(static_cast<size_t>(count));
+  ConvertToF32(rig.shard().data(), GetParam(), expected.data(), count, 1);
+  EXPECT_EQ(std::memcmp(master.data(), expected.data(), expected.size() * sizeof(float)), 0);
 }
 
 TEST_P(NvmeParamDtype, CoordinatorGathersFromNvmeBitwiseAsFromTheShard) {
