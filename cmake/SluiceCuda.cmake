@@ -1,5 +1,6 @@
 # CUDA targets are built whenever nvcc is found, so CI compiles them even without a GPU.
-# Only the architectures of the GPUs we run on are built (H100/H200 = sm_90), to keep CI fast.
+# Only the GPUs we run on are built, to keep CI fast: sm_90a machine code for H100/H200 (wgmma and
+# TMA need the "a" variant) plus compute_90 PTX, which the driver can JIT for a later GPU.
 set(SLUICE_HAVE_CUDA OFF)
 if(SLUICE_ENABLE_CUDA)
   include(CheckLanguage)
@@ -9,9 +10,15 @@ if(SLUICE_ENABLE_CUDA)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-      set(CMAKE_CUDA_ARCHITECTURES 90)
+      set(CMAKE_CUDA_ARCHITECTURES "90a-real;90-virtual")
     endif()
     enable_language(CUDA)
+    # CMake 3.25 predates nvcc's C++20 dialect flag; targets that carry cxx_std_20 into CUDA
+    # sources need it spelled out.
+    if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    endif()
     find_package(CUDAToolkit REQUIRED)
     find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/include)
     find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/lib)
