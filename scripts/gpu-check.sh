@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The one-command GPU check, run on a machine with an NVIDIA GPU, its driver and CUDA 13 (runtime,
+# cuBLAS, NCCL) and none of Sluice's other dependencies, from a bundle made by
+# scripts/gpu-bundle.sh on a machine without a GPU:
+#
+#   scripts/gpu-check.sh [BUNDLE=.gpubundle/sluice-gpu-bundle.tar.xz] [OUT=gpu-check-out]
+#
+# Runs `sluice env`, every test labelled gpu (one log and JUnit XML each), compute-sanitizer
+# memcheck over the CUDA kernel tests, and the kernel benchmark; writes every log and record into
+# OUT and a one-line verdict per step into OUT/summary.txt. Exits non-zero if any step failed.
+set -uo pipefail
+
+bundle=${1:-.gpubundle/sluice-gpu-bundle.tar.xz}
+out=$(realpath -m "${2:-gpu-check-out}")
+mkdir -p "$out"
+start=$(date +%s)
+work=$(mktemp -d /tmp/sluice-gpu.XXXXXX)
+tar -C "$work" -xJf "$bundle" || { echo "gpu-check: cannot unpack $bundle" >&2; exit 2; }
+root=$work/sluice-gpu
+
+# CUDA's libraries where this machine keeps them: the toolkit, or the pip wheels of a PyTorch
+# environment (nvidia/<lib>/lib).
+cuda_dirs=()
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+  [[ -d $d ]] && cuda_dirs+=("$d")
+done
+while IFS= read -r lib; do cuda_dirs+=("$(dirname "$lib")"); done < <(
+  find /usr /opt -maxdepth 9 \( -name 'libcublasLt.so.13*' -o -name 'libnccl.so.2*' -o -name 'libcudnn.so.9*' \) 2>/dev/null |
+  sort -u)
+export LD_LIBRARY_PATH="$root/lib:$(IFS=:; echo "${cuda_dirs[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+# The carried Open MPI, found through OPAL_PREFIX (its layout mirrors Debian's under /usr) and run
+# by absolute path, so that an MPI of this machine's own is never mixed with it.
+mpirun=()
+if [[ -x $root/ompi/usr/bin/orterun ]]; then
+  export OPAL_PREFIX=$root/ompi/usr
+  mpirun=("$root/ompi/usr/bin/orterun")
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
+
+summary=$out/summary.txt
+: >"$summary"
+failed=0
+step() {  # step NAME TIMEOUT_S COMMAND...: runs it, logs to OUT/NAME.log, records the verdict
+  local name=$1 limit=$2
+  shift 2
+  local t0=$(date +%s.%N) rc
+  timeout --kill-after=10 "$limit" "$@" >"$out/$name.log" 2>&1
+  rc=$?
+  local secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
+  if ((rc == 0)); then
+    echo "PASS $name (${secs}s)" | tee -a "$summary"
+  else
+    failed=1
+    echo "FAIL $name rc=$rc (${secs}s): $(grep -m3 -E 'FAILED|Error|error' "$out/$name.log" | tr '\n' ' ' | cut -c1-300)" | tee -a "$summary"
+  fi
+}
+
+{ nvidia-smi; nvidia-smi -q -d CLOCK,POWER | head -60; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; } \
+  >"$out/nvidia-smi.log" 2>&1
+if [[ -x $root/bin/sluice ]]; then
+  step env 60 "$root/bin/sluice" env
+else
+  echo "SKIP env: the bundle has no sluice binary" | tee -a "$summary"
+fi
+
+for t in "$root"/tests/*; do
+  name=$(basename "$t")
+  case $name in
+    comm_nccl_test) step "$name" 120 "${mpirun[@]:-mpirun}" -np 1 "$t" --gtest_output="xml:$out/$name.xml" ;;
+    *) step "$name" 180 "$t" --gtest_output="xml:$out/$name.xml" ;;
+  esac
+done
+
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+if [[ -n $sanitizer ]]; then
+  for t in "$root"/tests/cuda_*_test; do
+    step "memcheck_$(basename "$t")" "${SLUICE_MEMCHECK_TIMEOUT:-240}" "$sanitizer" --tool memcheck --error-exitcode 1 \
+      --print-limit 20 "$t" --gtest_filter="${SLUICE_MEMCHECK_FILTER:-*}"
+  done
+else
+  echo "SKIP memcheck: compute-sanitizer not found" | tee -a "$summary"
+fi
+
+if [[ -x $root/bin/bench_kernels ]]; then
+  step bench_kernels 240 "$root/bin/bench_kernels" --json "$out/bench_kernels.json"
+fi
+
+echo "gpu-check: $(grep -c ^PASS "$summary") passed, $(grep -c ^FAIL "$summary") failed in" \
+  "$(($(date +%s) - start)) s; logs in $out" | tee -a "$summary"
+rm -rf "$work"
+exit $failed
