@@ -12,10 +12,14 @@ namespace sluice::kernels::cuda {
 namespace {
 
 constexpr unsigned kThreads = 256;
-constexpr int64_t kMaxHeadDim = 8192;  // the cos / sin table of a position fits 32 KiB of smem
-// Enough blocks to fill the device when seq is short; each block covers one position, so the
-// fp64 table is computed once per (position, block) rather than per element.
-constexpr int64_t kTargetBlocks = 2048;
+constexpr int64_t kMaxHeadDim = 8192;
+// Rotations (a lo pack and its hi pack) a thread holds in registers at once: their loads are all
+// issued before the block computes its cos / sin table, so the fp64 latency hides under them.
+constexpr int kRounds = 2;
+// A block covers kItemsPerBlock rotations of one sequence: several positions when a position has
+// few (the k of GQA, short heads), so that no thread idles and the fp64 table is computed once
+// per (position, block). Positions x half <= 4096 keeps the table within 32 KiB of smem.
+constexpr int64_t kItemsPerBlock = kRounds * kThreads;
 constexpr int64_t kMaxGridY = 65535;
 
 // Elements per 16-byte access.
@@ -40,49 +44,77 @@ __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
 
-// Block (t, j) rotates position t of sequences j, j + gridDim.y, ...; sign +1 is the forward,
-// -1 the backward. The angles follow kernels/cpu/ops_rope.cpp: inv_freq and the angle in fp64,
-// cos and sin in fp64, each rounded once to fp32.
+// Block (p, j) rotates positions [p * positions, (p + 1) * positions) of sequences j,
+// j + gridDim.y, ...; sign +1 is the forward, -1 the backward. The angles follow
+// kernels/cpu/ops_rope.cpp: inv_freq and the angle in fp64, cos and sin in fp64, each rounded once
+// to fp32. A rotation (item) is one pack of V pairs (i, i + half) of one head of one token; items
+// run over (position, head, pack) in memory order, so neighbouring threads read neighbouring
+// 16-byte packs.
 template <typename T, int V>
 __global__ void __launch_bounds__(kThreads)
-    RopeKernel(const T* x, T* y, int64_t batch, int64_t seq, int64_t heads, int head_dim,
-               float theta, float sign) {
-  extern __shared__ float table[];  // cos [half], then sign * sin [half]
+    RopeKernel(const T* x, T* y, int64_t batch, int64_t seq, int heads, int head_dim,
+               int positions, float theta, float sign) {
+  extern __shared__ float table[];  // cos [positions][half], then sign * sin [positions][half]
   const int half = head_dim / 2;
-  const int64_t t = blockIdx.x;
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const double inv_freq =
-        pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / head_dim);
-    const double angle = static_cast<double>(t) * inv_freq;
-    table[i] = static_cast<float>(cos(angle));
-    table[half + i] = sign * static_cast<float>(sin(angle));
-  }
-  __syncthreads();
   const int packs = half / V;  // per head; V divides half
-  const int64_t work = heads * packs;
+  const int64_t t0 = int64_t{blockIdx.x} * positions;
+  const int here = static_cast<int>(seq - t0 < positions ? seq - t0 : positions);
+  const int entries = here * half;
+  const int items = entries / V * heads;  // here * heads * packs
+  bool table_ready = false;
   for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
-    const int64_t token = b * seq + t;
-    for (int64_t w = threadIdx.x; w < work; w += blockDim.x) {
-      const int64_t head = w / packs;
-      const int i0 = static_cast<int>(w % packs) * V;
-      const int64_t base = (token * heads + head) * head_dim + i0;
-      const Pack<T, V> lo = *reinterpret_cast<const Pack<T, V>*>(x + base);
-      const Pack<T, V> hi = *reinterpret_cast<const Pack<T, V>*>(x + base + half);
-      Pack<T, V> out_lo;
-      Pack<T, V> out_hi;
+    const int64_t first_row = (b * seq + t0) * heads;  // (token, head) row of the block's first
+    for (int base = 0; base < items; base += kRounds * kThreads) {  // block-uniform trip count
+      Pack<T, V> lo[kRounds];
+      Pack<T, V> hi[kRounds];
+      int64_t at[kRounds] = {};
+      int angle[kRounds] = {};
 #pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const float c = table[i0 + k];
-        const float s = table[half + i0 + k];
-        const float l = ToFloat(lo.v[k]);
-        const float h = ToFloat(hi.v[k]);
-        // Explicit FMAs: the same rounding in every instantiation (the compiler's contraction
-        // could otherwise pick a different product to fuse for V = 1 and V = 8).
-        out_lo.v[k] = FromFloat<T>(__fmaf_rn(l, c, -(h * s)));
-        out_hi.v[k] = FromFloat<T>(__fmaf_rn(h, c, l * s));
+      for (int r = 0; r < kRounds; ++r) {
+        const int item = base + r * kThreads + static_cast<int>(threadIdx.x);
+        if (item < items) {
+          const int row = item / packs;  // position_in_block * heads + head
+          const int i0 = (item - row * packs) * V;
+          at[r] = (first_row + row) * head_dim + i0;
+          angle[r] = row / heads * half + i0;
+          lo[r] = *reinterpret_cast<const Pack<T, V>*>(x + at[r]);
+          hi[r] = *reinterpret_cast<const Pack<T, V>*>(x + at[r] + half);
+        }
       }
-      *reinterpret_cast<Pack<T, V>*>(y + base) = out_lo;
-      *reinterpret_cast<Pack<T, V>*>(y + base + half) = out_hi;
+      if (!table_ready) {  // once per block, while the first loads are in flight
+        for (int e = threadIdx.x; e < entries; e += blockDim.x) {
+          const int p = e / half;
+          const int i = e - p * half;
+          const double inv_freq =
+              pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / head_dim);
+          const double a = static_cast<double>(t0 + p) * inv_freq;
+          table[e] = static_cast<float>(cos(a));
+          table[entries + e] = sign * static_cast<float>(sin(a));
+        }
+        __syncthreads();
+        table_ready = true;
+      }
+#pragma unroll
+      for (int r = 0; r < kRounds; ++r) {
+        const int item = base + r * kThreads + static_cast<int>(threadIdx.x);
+        if (item < items) {
+          Pack<T, V> out_lo;
+          Pack<T, V> out_hi;
+#pragma unroll
+          for (int k = 0; k < V; ++k) {
+            const float c = table[angle[r] + k];
+            const float s = table[entries + angle[r] + k];
+            const float l = ToFloat(lo[r].v[k]);
+            const float h = ToFloat(hi[r].v[k]);
+            // Explicit FMAs: the same rounding in every instantiation (the compiler's contraction
+            // could otherwise pick a different product to fuse for V = 1 and V = 8).
+            out_lo.v[k] = FromFloat<T>(__fmaf_rn(l, c, -(h * s)));
+            out_hi.v[k] = FromFloat<T>(__fmaf_rn(h, c, l * s));
+          }
+          *reinterpret_cast<Pack<T, V>*>(y + at[r]) = out_lo;
+          *reinterpret_cast<Pack<T, V>*>(y + at[r] + half) = out_hi;
+        }
+      }
     }
   }
 }
@@ -100,17 +132,29 @@ LaunchStatus Rotate(const T* x, T* y, int64_t batch, int64_t seq, int64_t heads,
   if (batch == 0 || seq == 0 || heads == 0 || head_dim == 0) return LaunchStatus::Ok();
   SLUICE_CUDA_LAUNCH_REQUIRE(x != nullptr && y != nullptr,
                              std::string(what) + ": a pointer is null with a non-empty shape");
+  SLUICE_CUDA_LAUNCH_REQUIRE(heads * head_dim < (int64_t{1} << 31),
+                             std::string(what) + ": heads * head_dim must be < 2^31");
   const int64_t half = head_dim / 2;
-  const int64_t grid_y =
-      std::clamp<int64_t>((kTargetBlocks + seq - 1) / seq, 1, std::min(batch, kMaxGridY));
-  const dim3 grid(static_cast<unsigned>(seq), static_cast<unsigned>(grid_y));
-  const size_t smem = 2 * half * sizeof(float);
   constexpr int V = kVec<T>;
+  const bool vec = half % V == 0 && Aligned16(x) && Aligned16(y);
+  // Positions per block: a function of the shape and the path (not of the device), and the same
+  // rotation math whichever is chosen, so the bits are too.
+  const int64_t per_position = heads * (vec ? half / V : half);
+  const int64_t positions =
+      std::clamp<int64_t>(kItemsPerBlock / per_position, 1, std::min(seq, 4096 / half));
+  const int64_t blocks_x = (seq + positions - 1) / positions;
+  const int64_t grid_y = std::min(batch, kMaxGridY);
+  const dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(grid_y));
+  const size_t smem = 2 * positions * half * sizeof(float);
   const int dim = static_cast<int>(head_dim);
-  if (half % V == 0 && Aligned16(x) && Aligned16(y)) {
-    RopeKernel<T, V><<<grid, kThreads, smem, stream>>>(x, y, batch, seq, heads, dim, theta, sign);
+  const int h = static_cast<int>(heads);
+  const int pos = static_cast<int>(positions);
+  if (vec) {
+    RopeKernel<T, V>
+        <<<grid, kThreads, smem, stream>>>(x, y, batch, seq, h, dim, pos, theta, sign);
   } else {
-    RopeKernel<T, 1><<<grid, kThreads, smem, stream>>>(x, y, batch, seq, heads, dim, theta, sign);
+    RopeKernel<T, 1>
+        <<<grid, kThreads, smem, stream>>>(x, y, batch, seq, h, dim, pos, theta, sign);
   }
   return internal::AfterLaunch(what);
 }
