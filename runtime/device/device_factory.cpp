@@ -9,7 +9,8 @@ Result<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& options) {
   switch (options.kind) {
     case DeviceKind::kCpu: {
       SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<CpuDevice> device,
-                              CpuDevice::Create(options.index, options.memory_limit_bytes));
+                              CpuDevice::Create(options.index, options.memory_limit_bytes,
+                                                options.memory_protection));
       return std::unique_ptr<Device>(std::move(device));
     }
     case DeviceKind::kCuda:

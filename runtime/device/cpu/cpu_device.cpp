@@ -7,11 +7,13 @@
 #include "runtime/device/cpu/cpu_event.h"
 #include "runtime/device/cpu/cpu_stream.h"
 #include "runtime/device/cpu/pinned_host_memory.h"
+#include "runtime/logging.h"
 #include "runtime/size_format.h"
 
 namespace sluice {
 
-Result<std::unique_ptr<CpuDevice>> CpuDevice::Create(int index, uint64_t memory_limit_bytes) {
+Result<std::unique_ptr<CpuDevice>> CpuDevice::Create(int index, uint64_t memory_limit_bytes,
+                                                     DeviceMemoryProtection protection) {
   if (index < 0) return InvalidArgumentError("cpu device index {} is negative", index);
   const uint64_t capacity = memory_limit_bytes & ~static_cast<uint64_t>(kDeviceAlignment - 1);
   if (capacity == 0) {
@@ -20,13 +22,34 @@ Result<std::unique_ptr<CpuDevice>> CpuDevice::Create(int index, uint64_t memory_
         "e.g. \"8GiB\"",
         memory_limit_bytes, kDeviceAlignment);
   }
+  Result<DeviceProtectionDecision> decision = DecideDeviceMemoryProtection(protection);
+  if (!decision.ok()) {
+    return Status(decision.status()).WithContext(fmt::format("creating device cpu:{}", index));
+  }
+  if (decision->requested == DeviceMemoryProtection::kAuto && !decision->active) {
+    SLUICE_LOG_ONCE(kInfo, "device", "device memory protection is {}", decision->explanation);
+  }
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<CpuArena> arena,
                           CpuArena::Create(capacity, kDeviceAlignment));
-  return std::unique_ptr<CpuDevice>(new CpuDevice(index, std::move(arena)));
+  std::unique_ptr<DeviceMemoryGuard> guard;
+  if (decision->active) {
+    Result<std::unique_ptr<DeviceMemoryGuard>> created =
+        DeviceMemoryGuard::Create(index, decision->pkey, arena->base(), arena->capacity());
+    if (!created.ok()) {
+      return Status(created.status()).WithContext(fmt::format("creating device cpu:{}", index));
+    }
+    guard = std::move(created).value();
+  }
+  return std::unique_ptr<CpuDevice>(
+      new CpuDevice(index, std::move(arena), std::move(decision).value(), std::move(guard)));
 }
 
-CpuDevice::CpuDevice(int index, std::unique_ptr<CpuArena> arena)
-    : Device(DeviceKind::kCpu, index), arena_(std::move(arena)) {}
+CpuDevice::CpuDevice(int index, std::unique_ptr<CpuArena> arena,
+                     DeviceProtectionDecision protection, std::unique_ptr<DeviceMemoryGuard> guard)
+    : Device(DeviceKind::kCpu, index),
+      arena_(std::move(arena)),
+      protection_(std::move(protection)),
+      guard_(std::move(guard)) {}
 
 CpuDevice::~CpuDevice() {
   {
@@ -63,7 +86,10 @@ Result<DeviceBuffer> CpuDevice::AllocateOnArena(size_t bytes, MemoryCategory cat
     }
     return DeviceMemoryExhaustedError(*this, bytes, category, stats.used, stats.capacity, detail);
   }
-  return MakeDeviceBuffer(data, bytes, AlignUp(bytes, kDeviceAlignment), stream_id, category);
+  const size_t reserved = AlignUp(bytes, kDeviceAlignment);
+  // The fault report names the buffer a host thread touched from this table.
+  if (guard_ != nullptr) guard_->RecordAllocation(data, bytes, reserved, category, stream_id);
+  return MakeDeviceBuffer(data, bytes, reserved, stream_id, category);
 }
 
 Result<DeviceBuffer> CpuDevice::Allocate(size_t bytes, MemoryCategory category) {
@@ -197,6 +223,7 @@ void CpuDevice::FreeOnQueue(void* data, CpuStreamQueue& queue, uint64_t stream_i
 }
 
 void CpuDevice::FreeDeviceMemory(void* data, size_t reserved, uint64_t stream_id) {
+  if (guard_ != nullptr) guard_->ForgetAllocation(data);
   std::shared_ptr<CpuStreamQueue> queue;
   if (stream_id != 0) {
     std::lock_guard<std::mutex> lock(streams_mu_);
@@ -211,6 +238,7 @@ void CpuDevice::FreeDeviceMemory(void* data, size_t reserved, uint64_t stream_id
 }
 
 void CpuDevice::FreeDeviceMemoryAsync(void* data, size_t reserved, Stream& stream) {
+  if (guard_ != nullptr) guard_->ForgetAllocation(data);
   FreeOnQueue(data, QueueOf(stream), stream.id());
 }
 

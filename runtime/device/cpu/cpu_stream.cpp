@@ -7,8 +7,8 @@ namespace sluice {
 
 CpuStream::CpuStream(CpuDevice& device)
     : Stream(device),
-      queue_(std::make_shared<CpuStreamQueue>(name(),
-                                              fmt::format("sluice-c{}s{}", device.index(), id()))) {
+      queue_(std::make_shared<CpuStreamQueue>(
+          name(), fmt::format("sluice-c{}s{}", device.index(), id()), device.protection_key())) {
   device.RegisterStream(id(), queue_);
 }
 

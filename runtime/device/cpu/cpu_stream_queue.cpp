@@ -3,7 +3,10 @@
 #include <pthread.h>
 
 #include <exception>
+#include <optional>
 #include <utility>
+
+#include "runtime/device/cpu/memory_protection.h"
 
 namespace sluice {
 namespace {
@@ -20,8 +23,8 @@ Status RunGuarded(const std::function<Status()>& work) {
 
 }  // namespace
 
-CpuStreamQueue::CpuStreamQueue(std::string name, const std::string& thread_name)
-    : name_(std::move(name)) {
+CpuStreamQueue::CpuStreamQueue(std::string name, const std::string& thread_name, int device_pkey)
+    : name_(std::move(name)), device_pkey_(device_pkey) {
   worker_ = std::thread([this] { Run(); });
   worker_id_ = worker_.get_id();
   pthread_setname_np(worker_.native_handle(), thread_name.substr(0, 15).c_str());
@@ -49,8 +52,15 @@ bool CpuStreamQueue::EnqueueBookkeeping(std::function<void(const Status& sticky)
 }
 
 void CpuStreamQueue::Run() {
+  // Device memory is reachable while the worker drains its queue, and by the threads its tasks
+  // start (they inherit this thread's rights), so host code elsewhere faults as on a GPU. The
+  // rights are dropped whenever the queue runs dry rather than after every task: between tasks
+  // the worker runs only this loop, and a back-to-back stream of small tasks pays for one
+  // grant instead of one per task (WRPKRU is not free).
+  std::optional<ScopedDeviceAccess> access;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
+    if (queue_.empty()) access.reset();
     work_cv_.wait(lock, [this] { return !queue_.empty() || stopping_; });
     if (queue_.empty()) return;  // stopping, and everything ran
     Task task = std::move(queue_.front());
@@ -62,6 +72,7 @@ void CpuStreamQueue::Run() {
     if (task.bookkeeping) {
       task.bookkeeping(sticky);
     } else if (sticky.ok()) {
+      if (device_pkey_ >= 0 && !access.has_value()) access.emplace(device_pkey_);
       failure = RunGuarded(task.work);
     }
     if (!failure.ok()) {

@@ -19,8 +19,10 @@ namespace sluice {
 class CpuStreamQueue {
  public:
   // `name` prefixes errors ("cpu:0/stream3"); `thread_name` (at most 15 characters) names the
-  // worker thread for debuggers and profilers.
-  CpuStreamQueue(std::string name, const std::string& thread_name);
+  // worker thread for debuggers and profilers. With `device_pkey` >= 0 the worker grants itself
+  // access to device memory protected with that key while it has tasks to run
+  // (runtime/device/cpu/memory_protection.h).
+  CpuStreamQueue(std::string name, const std::string& thread_name, int device_pkey = -1);
   ~CpuStreamQueue();  // Shutdown()
   CpuStreamQueue(const CpuStreamQueue&) = delete;
   CpuStreamQueue& operator=(const CpuStreamQueue&) = delete;
@@ -53,6 +55,7 @@ class CpuStreamQueue {
   void Run();
 
   const std::string name_;
+  const int device_pkey_;
   mutable std::mutex mu_;
   std::condition_variable work_cv_;          // a task was queued, or shutdown
   mutable std::condition_variable done_cv_;  // a task finished
