@@ -18,28 +18,14 @@ constexpr int kItems = 16;
 // 512 threads keep the register cap at 128, enough for the backward's five cached arrays.
 constexpr int kMaxBlock = 512;
 constexpr int kWarpRowsPerBlock = 8;
-// The forward's one-warp-per-row kernel: a lane keeps up to kMaxWarpPacks 16-byte packs of the
-// row in registers (in T, 4 registers each), so it issues all its loads at once, and the row needs
-// no block barrier; blocks of kFwdWarps warps.
-constexpr int kMaxWarpPacks = 16;
-constexpr int kFwdWarps = 4;
-// Resident blocks per SM asked of the register allocator (without it the compiler keeps the row
-// converted to fp32, twice the registers, and fewer rows are in flight): at least 20 warps per SM
-// up to 8 packs a lane (4 KiB rows of bf16 in flight per warp); 12 at 16 packs, where 8 KiB rows
-// keep 96 KiB per SM in flight all the same and a tighter cap would spill.
-template <int P>
-constexpr int kFwdMinBlocks = P >= 16 ? 3 : 5;
 // The backward aims at about this many threads in total (row groups x threads per group). A
 // constant rather than the device's size, so the split of rows into groups, hence the bits of
 // dgamma, is a function of the shape alone.
-constexpr int64_t kBackwardThreads = 128 * 1024;
-// ... and at most this many bytes of partials (the wide kernel: 128 groups).
-constexpr int64_t kMaxPartialBytes = int64_t{8} << 20;
-constexpr int64_t kWideGroups = 128;
+constexpr int64_t kBackwardThreads = 64 * 1024;
 constexpr int64_t kGridCap = int64_t{1} << 20;  // forward rows beyond it go round a stride loop
 constexpr int64_t kMaxCols = int64_t{1} << 30;  // keeps column arithmetic in int
 constexpr int kFinalCols = 32;
-constexpr int kFinalSlices = 32;
+constexpr int kFinalSlices = 8;
 
 // Elements per 16-byte access.
 template <typename T>
@@ -257,108 +243,6 @@ __global__ void __launch_bounds__(kMaxBlock) NormForwardKernel(ForwardArgs<T> ar
   }
 }
 
-template <typename T, int V>
-__device__ __forceinline__ Pack<T, V> ZeroPack() {
-  Pack<T, V> p;
-#pragma unroll
-  for (int k = 0; k < V; ++k) p.v[k] = FromFloat<T>(0.0f);
-  return p;
-}
-
-// Elements [c0, c0 + V) of a row in T; those at or past cols read as 0. Same bits as LoadPack
-// after conversion, whichever form loads them.
-template <typename T, int V>
-__device__ __forceinline__ Pack<T, V> LoadRaw(const T* row, int c0, int cols, bool vec) {
-  if (vec) return *reinterpret_cast<const Pack<T, V>*>(row + c0);
-  Pack<T, V> p = ZeroPack<T, V>();
-#pragma unroll
-  for (int k = 0; k < V; ++k) {
-    if (c0 + k < cols) p.v[k] = row[c0 + k];
-  }
-  return p;
-}
-
-// One warp per row (rows <= 32 * P packs). Lane l owns packs l, l + 32, ..., kept in T in
-// registers: the sum, the centred sum of squares and y all come from them, so the row is read
-// from memory once, with every load of the lane in flight together. gamma and beta are read per
-// row (L1-resident) rather than held, which keeps the registers for the row.
-template <typename T, int P, bool kCenter, bool kAdd>
-__global__ void __launch_bounds__(kWarp* kFwdWarps, kFwdMinBlocks<P>)
-    NormForwardWarpKernel(ForwardArgs<T> args) {
-  constexpr int V = kVec<T>;
-  const int cols = args.cols;
-  const int packs = (cols + V - 1) / V;
-  const int lane = threadIdx.x % kWarp;
-  const bool has_beta = kCenter && args.beta != nullptr;
-  const int64_t stride = int64_t{gridDim.x} * kFwdWarps;
-  for (int64_t row = int64_t{blockIdx.x} * kFwdWarps + threadIdx.x / kWarp; row < args.rows;
-       row += stride) {
-    const int64_t offset = row * cols;
-    Pack<T, V> raw[P];
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-      const int pack = lane + p * kWarp;
-      raw[p] = ZeroPack<T, V>();
-      if (pack < packs) {
-        if constexpr (kAdd) {
-          float v[V];
-          LoadInput<T, V, kAdd>(args, offset, pack, v);
-#pragma unroll
-          for (int k = 0; k < V; ++k) raw[p].v[k] = FromFloat<T>(v[k]);  // exact: v is in T
-        } else {
-          raw[p] = LoadRaw<T, V>(args.x + offset, pack * V, cols, args.vec);
-        }
-      }
-    }
-    float mean = 0.0f;
-    if constexpr (kCenter) {
-      float sum[1] = {0.0f};
-#pragma unroll
-      for (int p = 0; p < P; ++p) {
-#pragma unroll
-        for (int k = 0; k < V; ++k) sum[0] += ToFloat(raw[p].v[k]);  // padding reads as 0
-      }
-      GroupSum<true>(sum, nullptr);
-      mean = sum[0] / static_cast<float>(cols);
-    }
-    float sq[1] = {0.0f};
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-      const int c0 = (lane + p * kWarp) * V;
-#pragma unroll
-      for (int k = 0; k < V; ++k) {
-        if (c0 + k < cols) {  // padding would add mean^2
-          const float d = ToFloat(raw[p].v[k]) - mean;
-          sq[0] += d * d;
-        }
-      }
-    }
-    GroupSum<true>(sq, nullptr);
-    const float rstd = 1.0f / sqrtf(sq[0] / static_cast<float>(cols) + args.eps);
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-      const int pack = lane + p * kWarp;
-      if (pack < packs) {
-        float gamma[V];
-        float beta[V];
-        LoadPack<T, V>(args.gamma, pack * V, cols, args.vec, gamma);
-        if (has_beta) LoadPack<T, V>(args.beta, pack * V, cols, args.vec, beta);
-        float out[V];
-#pragma unroll
-        for (int k = 0; k < V; ++k) {
-          const float n = (ToFloat(raw[p].v[k]) - mean) * rstd * gamma[k];
-          out[k] = has_beta ? n + beta[k] : n;
-        }
-        StorePack<T, V>(args.y + offset, pack * V, cols, args.vec, out);
-      }
-    }
-    if (lane == 0) {
-      if constexpr (kCenter) args.mean[row] = mean;
-      args.rstd[row] = rstd;
-    }
-  }
-}
-
 // Rows too long for registers: one block per row, reading the row again for each pass. With kAdd
 // the later passes read r, which this same thread wrote in the first pass.
 template <typename T, bool kCenter, bool kAdd>
@@ -436,17 +320,17 @@ struct BackwardArgs {
   bool vec = false;
 };
 
-// Row group g takes rows [g * rows_per_group, ...) in order, R at a time, writes dx for each, and
-// keeps its share of dgamma / dbeta in registers (a thread owns the same P packs in every row),
-// written once to the group's partial row at the end. The R rows' loads are all issued before
-// any of them is used, and their 2R sums share one group reduction (one barrier pair).
-template <typename T, bool kWarpRows, bool kCenter, int P, int R>
+// Row group g takes rows [g * rows_per_group, ...) in order, writes dx for each, and keeps its
+// share of dgamma / dbeta in registers (a thread owns the same columns in every row), written
+// once to the group's partial row at the end.
+template <typename T, bool kWarpRows, bool kCenter>
 __global__ void __launch_bounds__(kMaxBlock) NormBackwardKernel(BackwardArgs<T> args) {
   constexpr int V = kVec<T>;
-  constexpr int kSums = kCenter ? 2 : 1;  // [sum g,] sum g * xhat, per row
+  constexpr int P = kItems / V;
+  constexpr int kSums = kCenter ? 2 : 1;  // [sum g,] sum g * xhat
   constexpr int kGx = kSums - 1;
   using Group = RowGroup<kWarpRows>;
-  __shared__ float scratch[R * kSums * kWarp];
+  __shared__ float scratch[kSums * kWarp];
   const int64_t group = Group::Index();
   // Only whole warps of the last block leave here, and the warp mode has no block barrier.
   if (group >= args.groups) return;
@@ -455,84 +339,61 @@ __global__ void __launch_bounds__(kMaxBlock) NormBackwardKernel(BackwardArgs<T> 
   const int rank = Group::Rank();
   const int size = Group::Size();
 
-  Pack<T, V> gamma[P];  // in T: fewer registers
+  float gamma[P][V];
   float acc_gamma[P][V];
   float acc_beta[P][V];
 #pragma unroll
   for (int p = 0; p < P; ++p) {
     const int pack = rank + p * size;
 #pragma unroll
-    for (int k = 0; k < V; ++k) acc_gamma[p][k] = acc_beta[p][k] = 0.0f;
-    gamma[p] = ZeroPack<T, V>();
-    if (pack < packs) gamma[p] = LoadRaw<T, V>(args.gamma, pack * V, cols, args.vec);
+    for (int k = 0; k < V; ++k) gamma[p][k] = acc_gamma[p][k] = acc_beta[p][k] = 0.0f;
+    if (pack < packs) LoadPack<T, V>(args.gamma, pack * V, cols, args.vec, gamma[p]);
   }
 
   const int64_t first = group * args.rows_per_group;
   const int64_t last = std::min(args.rows, first + args.rows_per_group);
-  for (int64_t row0 = first; row0 < last; row0 += R) {
-    float mean[R];
-    float rstd[R];
-    Pack<T, V> x[R][P];
-    Pack<T, V> dy[R][P];
+  for (int64_t row = first; row < last; ++row) {
+    const int64_t offset = row * cols;
+    const float mean = kCenter ? args.mean[row] : 0.0f;
+    const float rstd = args.rstd[row];
+    float xhat[P][V];
+    float g[P][V];
+    float sums[kSums];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int64_t row = row0 + r;
-      const bool live = row < last;
-      mean[r] = kCenter && live ? args.mean[row] : 0.0f;
-      rstd[r] = live ? args.rstd[row] : 0.0f;
+    for (int j = 0; j < kSums; ++j) sums[j] = 0.0f;
 #pragma unroll
-      for (int p = 0; p < P; ++p) {
-        const int pack = rank + p * size;
-        x[r][p] = dy[r][p] = ZeroPack<T, V>();
-        if (live && pack < packs) {
-          x[r][p] = LoadRaw<T, V>(args.x + row * cols, pack * V, cols, args.vec);
-          dy[r][p] = LoadRaw<T, V>(args.dy + row * cols, pack * V, cols, args.vec);
-        }
+    for (int p = 0; p < P; ++p) {
+      const int pack = rank + p * size;
+      float x[V];
+      float dy[V];
+#pragma unroll
+      for (int k = 0; k < V; ++k) x[k] = dy[k] = 0.0f;
+      if (pack < packs) {
+        LoadPack<T, V>(args.x + offset, pack * V, cols, args.vec, x);
+        LoadPack<T, V>(args.dy + offset, pack * V, cols, args.vec, dy);
       }
-    }
-    // Padding (columns past cols, rows past last) has dy = 0, so it adds nothing to the sums.
-    float sums[R * kSums];
+      // Padding has dy = 0, so it adds nothing below.
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const bool live = row0 + r < last;
-#pragma unroll
-      for (int j = 0; j < kSums; ++j) sums[r * kSums + j] = 0.0f;
-#pragma unroll
-      for (int p = 0; p < P; ++p) {
-#pragma unroll
-        for (int k = 0; k < V; ++k) {
-          const float d = ToFloat(dy[r][p].v[k]);
-          const float xhat = (ToFloat(x[r][p].v[k]) - mean[r]) * rstd[r];
-          const float g = d * ToFloat(gamma[p].v[k]);
-          if constexpr (kCenter) sums[r * kSums] += g;
-          sums[r * kSums + kGx] += g * xhat;
-          if (live) {  // the rows in order, each column by the one thread that owns it
-            acc_gamma[p][k] += d * xhat;
-            acc_beta[p][k] += d;
-          }
-        }
+      for (int k = 0; k < V; ++k) {
+        xhat[p][k] = (x[k] - mean) * rstd;
+        g[p][k] = dy[k] * gamma[p][k];
+        if constexpr (kCenter) sums[0] += g[p][k];
+        sums[kGx] += g[p][k] * xhat[p][k];
+        acc_gamma[p][k] += dy[k] * xhat[p][k];
+        acc_beta[p][k] += dy[k];
       }
     }
     GroupSum<kWarpRows>(sums, scratch);
+    const float mean_g = kCenter ? sums[0] / static_cast<float>(cols) : 0.0f;
+    const float mean_gx = sums[kGx] / static_cast<float>(cols);
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int64_t row = row0 + r;
-      if (row >= last) break;
-      const float mean_g = kCenter ? sums[r * kSums] / static_cast<float>(cols) : 0.0f;
-      const float mean_gx = sums[r * kSums + kGx] / static_cast<float>(cols);
+    for (int p = 0; p < P; ++p) {
+      const int pack = rank + p * size;
+      if (pack < packs) {
+        float out[V];
 #pragma unroll
-      for (int p = 0; p < P; ++p) {
-        const int pack = rank + p * size;
-        if (pack < packs) {
-          float out[V];
-#pragma unroll
-          for (int k = 0; k < V; ++k) {
-            const float xhat = (ToFloat(x[r][p].v[k]) - mean[r]) * rstd[r];
-            const float g = ToFloat(dy[r][p].v[k]) * ToFloat(gamma[p].v[k]);
-            out[k] = rstd[r] * (g - mean_g - xhat * mean_gx);
-          }
-          StorePack<T, V>(args.dx + row * cols, pack * V, cols, args.vec, out);
-        }
+        for (int k = 0; k < V; ++k) out[k] = rstd * (g[p][k] - mean_g - xhat[p][k] * mean_gx);
+        StorePack<T, V>(args.dx + offset, pack * V, cols, args.vec, out);
       }
     }
   }
@@ -621,27 +482,18 @@ __global__ void __launch_bounds__(kMaxBlock) NormBackwardWideKernel(BackwardArgs
 }
 
 // dgamma[c] += sum over groups of part_gamma[group, c] (and dbeta alike), in a fixed order: each
-// of kFinalSlices warps sums every kFinalSlices-th group (several loads in flight, from L2: the
-// partials were just written), then one thread adds the slices in slice order.
+// of kFinalSlices threads sums every kFinalSlices-th group, then one thread adds the slices.
 __global__ void __launch_bounds__(kFinalCols* kFinalSlices)
     NormParamFinalizeKernel(const float* part_gamma, const float* part_beta, float* dgamma,
                             float* dbeta, int64_t groups, int cols) {
-  __shared__ float slices[2][kFinalSlices][kFinalCols + 1];
+  __shared__ float slices[2][kFinalSlices][kFinalCols];
   const int c = blockIdx.x * kFinalCols + threadIdx.x;
   float sum_gamma = 0.0f;
   float sum_beta = 0.0f;
   if (c < cols) {
-    if (part_beta != nullptr) {
-#pragma unroll 4
-      for (int64_t g = threadIdx.y; g < groups; g += kFinalSlices) {
-        sum_gamma += part_gamma[g * cols + c];
-        sum_beta += part_beta[g * cols + c];
-      }
-    } else {
-#pragma unroll 8
-      for (int64_t g = threadIdx.y; g < groups; g += kFinalSlices) {
-        sum_gamma += part_gamma[g * cols + c];
-      }
+    for (int64_t g = threadIdx.y; g < groups; g += kFinalSlices) {
+      sum_gamma += part_gamma[g * cols + c];
+      if (part_beta != nullptr) sum_beta += part_beta[g * cols + c];
     }
   }
   slices[0][threadIdx.y][threadIdx.x] = sum_gamma;
@@ -665,47 +517,22 @@ __global__ void __launch_bounds__(kFinalCols* kFinalSlices)
 
 // How rows map to threads; a function of T and cols only, so the summation order is too.
 struct Plan {
-  bool warp_rows;  // one warp per row (group of rows, backward)
+  bool warp_rows;  // one warp per row, kWarpRowsPerBlock rows per block
   bool wide;       // the row does not fit in registers
   int threads;     // per block
-  int packs;       // per thread (the forward's warp kernel, and the backward's P)
-  int rows_at_once;  // the backward's R
 };
 
-int64_t Packs(int64_t cols, int64_t v) { return (cols + v - 1) / v; }
-int64_t WarpMultiple(int64_t n) { return (n + kWarp - 1) / kWarp * kWarp; }
-
 template <typename T>
-Plan ForwardPlan(int64_t cols) {
-  constexpr int64_t P = kItems / kVec<T>;
-  const int64_t packs = Packs(cols, kVec<T>);
-  if (packs <= kWarp * kMaxWarpPacks) {
-    int per_lane = 1;
-    while (kWarp * per_lane < packs) per_lane *= 2;
-    return {true, false, kWarp * kFwdWarps, per_lane, 1};
-  }
+Plan PlanFor(int64_t cols) {
+  constexpr int64_t V = kVec<T>;
+  constexpr int64_t P = kItems / V;
+  const int64_t packs = (cols + V - 1) / V;
+  if (packs <= kWarp * P) return {true, false, kWarp * kWarpRowsPerBlock};
   if (packs <= kMaxBlock * P) {
-    return {false, false, static_cast<int>(WarpMultiple((packs + P - 1) / P)), 0, 1};
+    const int64_t needed = (packs + P - 1) / P;
+    return {false, false, static_cast<int>((needed + kWarp - 1) / kWarp * kWarp)};
   }
-  return {false, true, kMaxBlock, 0, 1};
-}
-
-// Two packs per thread and two rows at once (four for fp32 rows over 4096 columns): 128 bytes of
-// loads in flight per thread, and few enough registers that two 512-thread blocks fit an SM.
-template <typename T>
-Plan BackwardPlan(int64_t cols) {
-  constexpr int64_t kMaxP = kItems / kVec<T>;
-  const int64_t packs = Packs(cols, kVec<T>);
-  // Short rows: a warp per group, a row at a time (many groups run side by side; two rows at once
-  // would spill at the 256-thread block's register cap).
-  if (packs <= kWarp * 2) return {true, false, kWarp * kWarpRowsPerBlock, 2, 1};
-  if (packs <= kMaxBlock * 2) {
-    return {false, false, static_cast<int>(WarpMultiple((packs + 1) / 2)), 2, 2};
-  }
-  if (packs <= kMaxBlock * kMaxP) {
-    return {false, false, static_cast<int>(WarpMultiple((packs + 3) / 4)), 4, 1};
-  }
-  return {false, true, kMaxBlock, 0, 1};
+  return {false, true, kMaxBlock};
 }
 
 struct BackwardSplit {
@@ -713,23 +540,17 @@ struct BackwardSplit {
   int64_t groups;
 };
 
-// Enough row groups to fill the device, few enough that the partials stay within
-// kMaxPartialBytes; a group's rows a multiple of R where that costs no groups.
-BackwardSplit SplitRows(const Plan& plan, int64_t rows, int64_t cols) {
+BackwardSplit SplitRows(const Plan& plan, int64_t rows) {
   const int64_t group_threads = plan.warp_rows ? kWarp : plan.threads;
-  const int64_t max_groups =
-      plan.wide ? kWideGroups
-                : std::max<int64_t>(1, std::min(kBackwardThreads / group_threads,
-                                                kMaxPartialBytes / (cols * 2 * int64_t{4})));
-  int64_t rows_per_group = (rows + max_groups - 1) / max_groups;
-  rows_per_group = (rows_per_group + plan.rows_at_once - 1) / plan.rows_at_once * plan.rows_at_once;
+  const int64_t max_groups = std::max<int64_t>(1, kBackwardThreads / group_threads);
+  const int64_t rows_per_group = (rows + max_groups - 1) / max_groups;
   return {rows_per_group, (rows + rows_per_group - 1) / rows_per_group};
 }
 
 template <typename T>
 size_t WorkspaceBytesFor(int64_t rows, int64_t cols) {
   if (rows <= 0 || cols <= 0) return 0;
-  const BackwardSplit split = SplitRows(BackwardPlan<T>(cols), rows, cols);
+  const BackwardSplit split = SplitRows(PlanFor<T>(cols), rows);
   return static_cast<size_t>(split.groups) * static_cast<size_t>(cols) * 2 * sizeof(float);
 }
 
@@ -750,27 +571,10 @@ unsigned Blocks(int64_t n, int64_t per_block) {
 
 template <typename T, bool kCenter, bool kAdd>
 LaunchStatus LaunchForward(const ForwardArgs<T>& args, const char* what, cudaStream_t stream) {
-  const Plan plan = ForwardPlan<T>(args.cols);
-  const unsigned warp_blocks = Blocks(args.rows, kFwdWarps);
+  const Plan plan = PlanFor<T>(args.cols);
   if (plan.warp_rows) {
-    switch (plan.packs) {
-      case 1:
-        NormForwardWarpKernel<T, 1, kCenter, kAdd><<<warp_blocks, plan.threads, 0, stream>>>(args);
-        break;
-      case 2:
-        NormForwardWarpKernel<T, 2, kCenter, kAdd><<<warp_blocks, plan.threads, 0, stream>>>(args);
-        break;
-      case 4:
-        NormForwardWarpKernel<T, 4, kCenter, kAdd><<<warp_blocks, plan.threads, 0, stream>>>(args);
-        break;
-      case 8:
-        NormForwardWarpKernel<T, 8, kCenter, kAdd><<<warp_blocks, plan.threads, 0, stream>>>(args);
-        break;
-      default:
-        NormForwardWarpKernel<T, kMaxWarpPacks, kCenter, kAdd>
-            <<<warp_blocks, plan.threads, 0, stream>>>(args);
-        break;
-    }
+    NormForwardKernel<T, true, kCenter, kAdd>
+        <<<Blocks(args.rows, kWarpRowsPerBlock), plan.threads, 0, stream>>>(args);
   } else if (!plan.wide) {
     NormForwardKernel<T, false, kCenter, kAdd>
         <<<Blocks(args.rows, 1), plan.threads, 0, stream>>>(args);
@@ -784,23 +588,22 @@ LaunchStatus LaunchForward(const ForwardArgs<T>& args, const char* what, cudaStr
 template <typename T, bool kCenter>
 LaunchStatus LaunchBackward(BackwardArgs<T> args, float* dgamma, float* dbeta, void* workspace,
                             const char* what, cudaStream_t stream) {
-  const Plan plan = BackwardPlan<T>(args.cols);
-  const BackwardSplit split = SplitRows(plan, args.rows, args.cols);
+  const Plan plan = PlanFor<T>(args.cols);
+  const BackwardSplit split = SplitRows(plan, args.rows);
   args.rows_per_group = split.rows_per_group;
   args.groups = split.groups;
   args.part_gamma = static_cast<float*>(workspace);
   args.part_beta = dbeta != nullptr ? args.part_gamma + split.groups * args.cols : nullptr;
-  const auto groups = static_cast<unsigned>(split.groups);
   if (plan.warp_rows) {
     const auto blocks =
         static_cast<unsigned>((split.groups + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
-    NormBackwardKernel<T, true, kCenter, 2, 1><<<blocks, plan.threads, 0, stream>>>(args);
-  } else if (plan.wide) {
-    NormBackwardWideKernel<T, kCenter><<<groups, plan.threads, 0, stream>>>(args);
-  } else if (plan.packs == 2) {
-    NormBackwardKernel<T, false, kCenter, 2, 2><<<groups, plan.threads, 0, stream>>>(args);
-  } else if constexpr (kItems / kVec<T> >= 4) {  // fp32 only
-    NormBackwardKernel<T, false, kCenter, 4, 1><<<groups, plan.threads, 0, stream>>>(args);
+    NormBackwardKernel<T, true, kCenter><<<blocks, plan.threads, 0, stream>>>(args);
+  } else if (!plan.wide) {
+    NormBackwardKernel<T, false, kCenter>
+        <<<static_cast<unsigned>(split.groups), plan.threads, 0, stream>>>(args);
+  } else {
+    NormBackwardWideKernel<T, kCenter>
+        <<<static_cast<unsigned>(split.groups), plan.threads, 0, stream>>>(args);
   }
   const cudaError_t error = cudaGetLastError();
   if (error != cudaSuccess) return internal::FromCuda(error, what);

@@ -52,8 +52,8 @@ __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
 // 16-byte packs.
 template <typename T, int V>
 __global__ void __launch_bounds__(kThreads)
-    RopeKernel(const T* x, T* y, int64_t batch, int64_t seq, int heads, int head_dim,
-               int positions, float theta, float sign) {
+    RopeKernel(const T* x, T* y, int64_t batch, int64_t seq, int heads, int head_dim, int positions,
+               float theta, float sign) {
   extern __shared__ float table[];  // cos [positions][half], then sign * sin [positions][half]
   const int half = head_dim / 2;
   const int packs = half / V;  // per head; V divides half
@@ -150,11 +150,9 @@ LaunchStatus Rotate(const T* x, T* y, int64_t batch, int64_t seq, int64_t heads,
   const int h = static_cast<int>(heads);
   const int pos = static_cast<int>(positions);
   if (vec) {
-    RopeKernel<T, V>
-        <<<grid, kThreads, smem, stream>>>(x, y, batch, seq, h, dim, pos, theta, sign);
+    RopeKernel<T, V><<<grid, kThreads, smem, stream>>>(x, y, batch, seq, h, dim, pos, theta, sign);
   } else {
-    RopeKernel<T, 1>
-        <<<grid, kThreads, smem, stream>>>(x, y, batch, seq, h, dim, pos, theta, sign);
+    RopeKernel<T, 1><<<grid, kThreads, smem, stream>>>(x, y, batch, seq, h, dim, pos, theta, sign);
   }
   return internal::AfterLaunch(what);
 }
