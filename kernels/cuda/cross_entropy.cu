@@ -9,8 +9,15 @@ namespace {
 
 // One block per row; a multiple of 32 (the reductions are warp trees).
 constexpr int kRowThreads = 512;
+// The forward's row blocks: fewer threads than kRowThreads, each with kLseUnroll 16-byte loads in
+// flight, so that a 64 KB row (vocab 32000 in bf16) still keeps every thread busy.
+constexpr int kLseThreads = 256;
+constexpr int kLseUnroll = 4;
 // The single block that reduces over rows (mean loss, counted rows).
 constexpr int kReduceThreads = 1024;
+constexpr int kLossUnroll = 4;
+
+constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ float ToFloat(float x) { return x; }
 __device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
@@ -40,16 +47,61 @@ __device__ __forceinline__ void ReportInvalid(int32_t* flag) {
   if (flag != nullptr) atomicExch(flag, 1);
 }
 
-// Online softmax normaliser: s = sum exp(x - m) over the values seen, m their maximum. A -inf
-// value adds nothing (guarding exp(-inf - -inf) = NaN); a NaN value makes s NaN, as in the
-// reference.
-__device__ __forceinline__ void OnlineAdd(float x, float& m, float& s) {
-  if (x > m) {
-    s = s * expf(m - x) + 1.0f;
-    m = x;
-  } else {
-    s += x == -INFINITY ? 0.0f : expf(x - m);
+// 2^x on the SFU alone (one MUFU op): relative error about 2^-22, far below the fp32 rounding
+// of lse, and -inf gives 0. expf adds a range reduction that would make the forward issue-bound.
+__device__ __forceinline__ float Exp2Fast(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// A thread's online softmax normaliser: s = sum exp(x - off) over the values seen, m their
+// maximum, off = m once m is finite (0 before, so that -inf values add exp(-inf) = 0 rather than
+// exp(-inf - -inf) = NaN). A NaN value makes s NaN, as in the reference.
+struct LseState {
+  float m = -INFINITY;
+  float off = 0.0f;
+  float s = 0.0f;
+};
+
+// Adds K values: the rescale runs once per K values and only when their maximum exceeds m (rare
+// after the first few), so each value costs a subtract, a multiply, one MUFU op and an add.
+template <int K>
+__device__ __forceinline__ void LseAdd(const float (&x)[K], LseState& st) {
+  float pm = x[0];
+#pragma unroll
+  for (int k = 1; k < K; ++k) pm = fmaxf(pm, x[k]);
+  if (pm > st.m) {  // false for NaN
+    if (st.m != -INFINITY) st.s *= Exp2Fast((st.m - pm) * kLog2e);
+    st.m = pm;
+    st.off = pm;
   }
+  float e[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) e[k] = Exp2Fast((x[k] - st.off) * kLog2e);
+    // A pairwise tree: shorter dependency chains than adding each value to s.
+#pragma unroll
+  for (int width = 1; width < K; width *= 2) {
+#pragma unroll
+    for (int k = 0; k + width < K; k += 2 * width) e[k] += e[k + width];
+  }
+  st.s += e[0];
+}
+
+// Unpacks 16 bytes of logits to fp32 (bf16 is the high half of an fp32).
+__device__ __forceinline__ void Unpack(const uint4& raw, float (&x)[8]) {
+  const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    x[2 * k] = __uint_as_float(w[k] << 16);
+    x[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+  }
+}
+__device__ __forceinline__ void Unpack(const uint4& raw, float (&x)[4]) {
+  x[0] = __uint_as_float(raw.x);
+  x[1] = __uint_as_float(raw.y);
+  x[2] = __uint_as_float(raw.z);
+  x[3] = __uint_as_float(raw.w);
 }
 
 __device__ __forceinline__ void Combine(float& m, float& s, float m2, float s2) {
@@ -113,43 +165,86 @@ __device__ V BlockSum(V value) {
   return value;
 }
 
+// One block per row. Each thread keeps its own (m, s) over the 16-byte packs p = tid,
+// tid + kLseThreads, ... (kLseUnroll loads issued before any is used), then the block combines
+// them in a fixed tree: the result depends only on the row, bitwise.
 template <typename T, bool kVector>
-__global__ void __launch_bounds__(kRowThreads)
+__global__ void __launch_bounds__(kLseThreads)
     LseKernel(const T* logits, float* lse, int64_t rows, int64_t vocab) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* row = logits + r * vocab;
-    float m = -INFINITY;
-    float s = 0.0f;
+    LseState st;
     if constexpr (kVector) {
-      const auto* packs = reinterpret_cast<const Pack<T>*>(row);
-      const int64_t num_packs = vocab / Pack<T>::kSize;
-      for (int64_t p = threadIdx.x; p < num_packs; p += blockDim.x) {
-        const Pack<T> pack = packs[p];
+      constexpr int kSize = Pack<T>::kSize;
+      const auto* packs = reinterpret_cast<const uint4*>(row);
+      const int64_t num_packs = vocab / kSize;
+      for (int64_t p = threadIdx.x; p < num_packs; p += kLseUnroll * kLseThreads) {
+        uint4 raw[kLseUnroll] = {};
 #pragma unroll
-        for (int k = 0; k < Pack<T>::kSize; ++k) OnlineAdd(ToFloat(pack.v[k]), m, s);
+        for (int u = 0; u < kLseUnroll; ++u) {
+          const int64_t q = p + u * kLseThreads;
+          if (q < num_packs) raw[u] = __ldg(packs + q);
+        }
+#pragma unroll
+        for (int u = 0; u < kLseUnroll; ++u) {
+          if (p + u * kLseThreads < num_packs) {
+            float x[kSize];
+            Unpack(raw[u], x);
+            LseAdd(x, st);
+          }
+        }
       }
     } else {
-      for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) OnlineAdd(ToFloat(row[v]), m, s);
+      for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) {
+        const float x[1] = {ToFloat(row[v])};
+        LseAdd(x, st);
+      }
     }
+    // Combine expects s relative to m; off differs from m only while m is -inf, when s is 0 or
+    // NaN and any scale leaves it so.
+    float m = st.m;
+    float s = st.s;
     BlockMaxSum(m, s);
     if (threadIdx.x == 0) lse[r] = m + logf(s);
   }
 }
 
-// loss_r = lse[r] - logits[r, target] in fp64, summed over the counted rows by one block.
+// loss_r = lse[r] - logits[r, target] in fp64, summed over the counted rows by one block: each
+// thread adds its rows r = tid, tid + blockDim, ... in that order, kLossUnroll rows' loads at a
+// time (the target, then lse and the gathered logit), so the latency is paid a few times only.
 template <typename T>
 __global__ void __launch_bounds__(kReduceThreads)
     MeanLossKernel(const T* logits, const int32_t* targets, const float* lse, int64_t rows,
                    int64_t vocab, float* loss_out, int32_t* invalid_target) {
   double sum = 0.0;
   long long count = 0;
-  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
-    const int32_t target = targets[r];
-    if (Counted(target, vocab)) {
-      sum += static_cast<double>(lse[r]) - static_cast<double>(ToFloat(logits[r * vocab + target]));
-      ++count;
-    } else if (target != kIgnoreIndex) {
-      ReportInvalid(invalid_target);
+  for (int64_t base = threadIdx.x; base < rows; base += kLossUnroll * blockDim.x) {
+    int32_t target[kLossUnroll];
+#pragma unroll
+    for (int u = 0; u < kLossUnroll; ++u) {
+      const int64_t r = base + u * static_cast<int64_t>(blockDim.x);
+      target[u] = r < rows ? targets[r] : kIgnoreIndex;
+    }
+    float row_lse[kLossUnroll];
+    float logit[kLossUnroll];
+#pragma unroll
+    for (int u = 0; u < kLossUnroll; ++u) {
+      const int64_t r = base + u * static_cast<int64_t>(blockDim.x);
+      row_lse[u] = 0.0f;
+      logit[u] = 0.0f;
+      if (Counted(target[u], vocab)) {
+        row_lse[u] = lse[r];
+        logit[u] = ToFloat(logits[r * vocab + target[u]]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kLossUnroll; ++u) {
+      if (Counted(target[u], vocab)) {
+        sum += static_cast<double>(row_lse[u]) - static_cast<double>(logit[u]);
+        ++count;
+      } else if (target[u] != kIgnoreIndex) {
+        ReportInvalid(invalid_target);
+      }
     }
   }
   sum = BlockSum(sum);
@@ -242,9 +337,9 @@ LaunchStatus CrossEntropyForward(const T* logits, const int32_t* targets, float*
   SLUICE_CUDA_LAUNCH_REQUIRE(logits != nullptr && targets != nullptr && lse != nullptr,
                              "CrossEntropyForward: null logits, targets or lse");
   if (vocab % Pack<T>::kSize == 0 && Aligned16(logits)) {
-    LseKernel<T, true><<<RowGrid(rows), kRowThreads, 0, stream>>>(logits, lse, rows, vocab);
+    LseKernel<T, true><<<RowGrid(rows), kLseThreads, 0, stream>>>(logits, lse, rows, vocab);
   } else {
-    LseKernel<T, false><<<RowGrid(rows), kRowThreads, 0, stream>>>(logits, lse, rows, vocab);
+    LseKernel<T, false><<<RowGrid(rows), kLseThreads, 0, stream>>>(logits, lse, rows, vocab);
   }
   SLUICE_CUDA_LAUNCH_TRY(cudaGetLastError());
   MeanLossKernel<T><<<1, kReduceThreads, 0, stream>>>(logits, targets, lse, rows, vocab, loss_out,

@@ -30,16 +30,16 @@ LaunchStatus EmbeddingForward(const int32_t* tokens, const T* table, T* out, int
                               int64_t vocab, int64_t dim, int32_t* invalid_token,
                               cudaStream_t stream);
 
-// Bytes of workspace EmbeddingBackward needs (a radix sort of the token ids) on the current
-// device; 0 when num_tokens is 0, or when the CUDA runtime cannot answer (no device), in which
-// case the launcher reports the runtime's error.
+// Bytes of workspace EmbeddingBackward needs: the first and last token of each id, 8 bytes per
+// vocabulary entry plus alignment slack; 0 when num_tokens is 0. Its contents need not be
+// initialised.
 size_t EmbeddingBackwardWorkspaceBytes(int64_t num_tokens, int64_t vocab);
 
 // dout [num_tokens, dim] in T, dtable [vocab, dim] fp32: dtable[tokens[i], :] += dout[i, :].
-// Deterministic without atomics: the ids are stably sorted on the device (CUB radix sort over
-// the ceil(log2(vocab + 1)) low bits), and one thread per (distinct id, column) adds that id's
-// rows in token order in fp32, then adds the sum to dtable. The result is bitwise the same run to
-// run, and the host never waits for the device. num_tokens <= INT32_MAX.
+// Deterministic without float atomics: one single-block kernel finds each id's first and last
+// token (integer atomicMin/atomicMax), then the block of each id's first token adds that id's
+// rows in token order in fp32, starting from 0, and adds the sum to dtable. The result is bitwise
+// the same run to run, and the host never waits for the device. num_tokens <= INT32_MAX.
 template <typename T>
 LaunchStatus EmbeddingBackward(const int32_t* tokens, const T* dout, float* dtable,
                                int64_t num_tokens, int64_t vocab, int64_t dim,

@@ -251,6 +251,29 @@ TYPED_TEST(CudaCrossEntropy, LargeMagnitudeAndInfiniteLogits) {
   }
 }
 
+// Rising logits raise each thread's running maximum at every pack (the rescale path), falling
+// ones never after the first; a row whose first packs are all -inf starts the sum from nothing.
+TYPED_TEST(CudaCrossEntropy, MonotoneRowsAndLeadingInfinities) {
+  SLUICE_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  Rng rng(215);
+  for (int64_t vocab : {4096, 32000}) {
+    const int64_t rows = 4;
+    std::vector<float> logits(rows * vocab);
+    for (int64_t v = 0; v < vocab; ++v) {
+      const float t = static_cast<float>(v) / static_cast<float>(vocab);
+      logits[0 * vocab + v] = 40.0f * t - 20.0f;
+      logits[1 * vocab + v] = 20.0f - 40.0f * t;
+      logits[2 * vocab + v] = v < vocab / 2 ? -std::numeric_limits<float>::infinity() : 8.0f * t;
+      logits[3 * vocab + v] = v < vocab - 3 ? -std::numeric_limits<float>::infinity() : 1.0f;
+    }
+    const std::vector<int32_t> targets = {static_cast<int32_t>(vocab - 1), 0,
+                                          static_cast<int32_t>(vocab - 2),
+                                          static_cast<int32_t>(vocab - 1)};
+    Check<T>(logits, targets, rows, vocab, 1.0f, "monotone rows");
+  }
+}
+
 TYPED_TEST(CudaCrossEntropy, AllRowsIgnoredGiveZeroLossAndGradient) {
   SLUICE_SKIP_WITHOUT_GPU();
   using T = TypeParam;

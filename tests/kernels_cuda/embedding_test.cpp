@@ -247,6 +247,15 @@ TYPED_TEST(CudaEmbedding, BackwardRepeatedTokens) {
     skewed[i] = static_cast<int32_t>(50257 * u[i] * u[i] * u[i] * u[i]);
   }
   CheckBackward<T>(skewed, 50257, 96, 44, "skewed");
+  // 16-byte columns (dim a multiple of 8): one id over several 256-token scan chunks, and
+  // rows wider than one block's column tile.
+  CheckBackward<T>(std::vector<int32_t>(700, 3), 5, 2048, 45, "one id, wide rows");
+  std::vector<int32_t> pairs = rng.Ints(600, 0, 299);
+  pairs.insert(pairs.end(), pairs.begin(), pairs.end());  // every id again 600 tokens later
+  CheckBackward<T>(pairs, 300, 4104, 46, "repeated half, wider than a tile");
+  // The benchmark's mix: a few thousand tokens, nearly all of distinct ids.
+  CheckBackward<T>(rng.Ints(4096, 0, 3999), 4000, 264, 47, "mostly distinct");
+  CheckBackward<T>(rng.Ints(33, 0, 9), 10, 8, 48, "one warp per row");
 }
 
 TYPED_TEST(CudaEmbedding, BackwardOutOfRangeTokenSetsFlagAndIsSkipped) {
