@@ -33,3 +33,26 @@ if(SLUICE_ENABLE_CUDA)
   endif()
 endif()
 message(STATUS "Sluice CUDA backends: ${SLUICE_HAVE_CUDA}")
+
+# cuDNN's fused attention (kernels/cuda/attention_cudnn.cpp) needs libcudnn 9 and the header-only
+# cuDNN frontend, which scripts/install-deps.sh installs from PyPI (nvidia-cudnn-frontend) into
+# Python's site-packages/include. Without either the attention launchers run our own kernels only.
+# The library is looked for here but loaded at run time (kernels/cuda/CMakeLists.txt).
+set(SLUICE_HAVE_CUDNN OFF)
+if(SLUICE_HAVE_CUDA)
+  find_package(Python3 COMPONENTS Interpreter QUIET)
+  set(sluice_cudnn_frontend_hint "")
+  if(Python3_Interpreter_FOUND)
+    execute_process(
+      COMMAND ${Python3_EXECUTABLE} -c
+              "import os, sysconfig; print(os.path.join(sysconfig.get_paths()['platlib'], 'include'))"
+      OUTPUT_VARIABLE sluice_cudnn_frontend_hint OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  endif()
+  find_path(CUDNN_FRONTEND_INCLUDE_DIR cudnn_frontend.h HINTS ${sluice_cudnn_frontend_hint})
+  find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/include /usr/local/include)
+  find_library(CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu)
+  if(CUDNN_FRONTEND_INCLUDE_DIR AND CUDNN_INCLUDE_DIR AND CUDNN_LIBRARY)
+    set(SLUICE_HAVE_CUDNN ON)
+  endif()
+endif()
+message(STATUS "Sluice cuDNN attention: ${SLUICE_HAVE_CUDNN}")

@@ -1,6 +1,7 @@
 // The CUDA attention kernels against the fp64 reference (kernels/ref/ops_attention.h), both
-// implementations (SIMT, and tensor cores for bf16 with head_dim 64 or 128), run on the same
-// inputs as the reference sees them (bf16-rounded for bf16).
+// implementations (SIMT, and tensor cores for bf16 with head_dim 64 or 128), and cuDNN's fused
+// attention for bf16 (kernels/cuda/attention_cudnn.h) on the same cases and tolerances, run on the
+// same inputs as the reference sees them (bf16-rounded for bf16).
 //
 // Tolerances (ExpectClose: |got - want| <= tol * (|want| + max |want|)):
 //   float: 2e-5. Everything is fp32 with fp32 accumulation over at most a few hundred terms
@@ -12,11 +13,14 @@
 //     the errors seen are a few 1e-3 of the largest element; 2e-2 leaves headroom while a wrong
 //     index, mask or scale (errors of order 1) still fails.
 //   lse (fp32 in both cases): 2e-5 for float, 1e-4 for bf16 (fp32 math on exact bf16 products).
+//   cuDNN is held to the bf16 bounds above: it also rounds P and dS to bf16 for its tensor-core
+//   products and keeps fp32 statistics.
 #include "kernels/cuda/attention.h"
 
 #include <cuda_runtime.h>  // DeviceArray's cudaMalloc(T**, size_t) is its template overload
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +30,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cuda/attention_cudnn.h"
 #include "kernels/ref/ops_attention.h"
 #include "tests/kernels_cuda/cuda_test_util.h"
 
@@ -42,7 +47,40 @@ using testing::ToFloat;
 
 using Bf16 = __nv_bfloat16;
 
-enum class Path { kAuto, kSimt };
+enum class Path { kAuto, kSimt, kCudnn };
+
+const char* PathName(Path path) {
+  switch (path) {
+    case Path::kAuto:
+      return "";
+    case Path::kSimt:
+      return " simt";
+    case Path::kCudnn:
+      return " cudnn";
+  }
+  return "";
+}
+
+// One cuDNN context for the whole binary (it caches a graph per shape); null with the reason
+// where the build has no cuDNN or libcudnn cannot be loaded.
+CudnnAttention* SharedCudnn(std::string* why) {
+  static std::unique_ptr<CudnnAttention> context;
+  static std::string error;
+  static const bool created = [] {
+    const LaunchStatus status = CudnnAttention::Create(&context);
+    if (!status.ok()) error = status.ToString();
+    return status.ok();
+  }();
+  if (!created && why != nullptr) *why = error;
+  return created ? context.get() : nullptr;
+}
+
+// Skips the calling test where there is no cuDNN context.
+#define SLUICE_SKIP_WITHOUT_CUDNN()                                                        \
+  do {                                                                                     \
+    std::string sluice_why_;                                                               \
+    if (SharedCudnn(&sluice_why_) == nullptr) GTEST_SKIP() << "no cuDNN: " << sluice_why_; \
+  } while (0)
 
 struct Case {
   AttentionDims dims;
@@ -128,9 +166,21 @@ void RunCase(const Case& c, Path path) {
   const size_t nq = dims.batch * dims.seq * dims.q_heads * dims.head_dim;
   const size_t nkv = dims.batch * dims.seq * dims.kv_heads * dims.head_dim;
   const size_t nlse = dims.batch * dims.q_heads * dims.seq;
-  const std::string where =
-      CaseName(c) + (kFloat ? " float" : " bf16") + (path == Path::kSimt ? " simt" : "");
+  const std::string where = CaseName(c) + (kFloat ? " float" : " bf16") + PathName(path);
   SCOPED_TRACE(where);
+  // cuDNN's own workspaces (its launchers run on bf16 only; the callers make sure of that).
+  CudnnAttention* cudnn = path == Path::kCudnn ? SharedCudnn(nullptr) : nullptr;
+  ASSERT_TRUE(path != Path::kCudnn || cudnn != nullptr);
+  size_t cudnn_forward_bytes = 0;
+  size_t cudnn_backward_bytes = 0;
+  if (cudnn != nullptr) {
+    SLUICE_EXPECT_LAUNCH_OK(
+        CudnnAttentionWorkspaceBytes(*cudnn, dims, AttentionPass::kForward, &cudnn_forward_bytes));
+    SLUICE_EXPECT_LAUNCH_OK(CudnnAttentionWorkspaceBytes(*cudnn, dims, AttentionPass::kBackward,
+                                                         &cudnn_backward_bytes));
+  }
+  DeviceArray<unsigned char> cudnn_workspace(
+      std::max<size_t>(std::max(cudnn_forward_bytes, cudnn_backward_bytes), 1));
 
   Rng rng(1000 + dims.seq * 31 + dims.head_dim * 7 + dims.q_heads * 3 + dims.kv_heads);
   const std::vector<float> q = Scaled(rng.Uniform(nq), c.q_scale);
@@ -153,6 +203,15 @@ void RunCase(const Case& c, Path path) {
   DeviceArray<T> v_dev(Cast<T>(v));
   TestStream stream;
   auto forward = [&](Output<T>& out, Output<float>& lse) {
+    if constexpr (std::is_same_v<T, Bf16>) {
+      if (path == Path::kCudnn) {
+        cudnn_workspace.Fill(0xff);  // nothing may be carried over from an earlier launch
+        Settle();
+        return AttentionForwardCudnn(*cudnn, q_dev.data(), k_dev.data(), v_dev.data(), out.data(),
+                                     lse.data(), dims, cudnn_workspace.data(), cudnn_forward_bytes,
+                                     stream.get());
+      }
+    }
     Settle();
     return path == Path::kSimt ? AttentionForwardSimt(q_dev.data(), k_dev.data(), v_dev.data(),
                                                       out.data(), lse.data(), dims, stream.get())
@@ -190,6 +249,16 @@ void RunCase(const Case& c, Path path) {
   const size_t workspace_bytes = AttentionBackwardWorkspaceBytes(dims);
   DeviceArray<unsigned char> workspace_dev(workspace_bytes);
   auto backward = [&](Output<T>& dq, Output<T>& dk, Output<T>& dv) {
+    if constexpr (std::is_same_v<T, Bf16>) {
+      if (path == Path::kCudnn) {
+        cudnn_workspace.Fill(0xff);
+        Settle();
+        return AttentionBackwardCudnn(*cudnn, q_dev.data(), k_dev.data(), v_dev.data(),
+                                      out_in_dev.data(), lse_in_dev.data(), dout_dev.data(),
+                                      dq.data(), dk.data(), dv.data(), dims, cudnn_workspace.data(),
+                                      cudnn_backward_bytes, stream.get());
+      }
+    }
     workspace_dev.Fill(0xff);  // D is recomputed each time, not carried over
     Settle();
     return path == Path::kSimt
@@ -240,6 +309,27 @@ TEST_P(AttentionCaseTest, Bf16SimtMatchesReference) {
   const int64_t head_dim = GetParam().dims.head_dim;
   if (head_dim != 64 && head_dim != 128) GTEST_SKIP() << "Bf16MatchesReference runs SIMT here";
   RunCase<Bf16>(GetParam(), Path::kSimt);
+}
+
+// cuDNN's fused attention on every case. The product's head_dims (64, 128) must be supported
+// past one token; for the others a "not supported" from cuDNN skips the case with its reason
+// (kAuto runs our kernels there: AutoFallsBackWhereCudnnRefuses).
+TEST_P(AttentionCaseTest, Bf16CudnnMatchesReference) {
+  SLUICE_SKIP_WITHOUT_GPU();
+  SLUICE_SKIP_WITHOUT_CUDNN();
+  const AttentionDims& dims = GetParam().dims;
+  CudnnAttention* cudnn = SharedCudnn(nullptr);
+  for (const AttentionPass pass : {AttentionPass::kForward, AttentionPass::kBackward}) {
+    size_t bytes = 0;
+    const LaunchStatus status = CudnnAttentionWorkspaceBytes(*cudnn, dims, pass, &bytes);
+    const bool product_shape = (dims.head_dim == 64 || dims.head_dim == 128) && dims.seq > 1;
+    if (!status.ok() && !product_shape &&
+        status.message().find("not supported") != std::string::npos) {
+      GTEST_SKIP() << status.ToString();
+    }
+    ASSERT_TRUE(status.ok()) << cudnn->Describe() << ": " << status.ToString();
+  }
+  RunCase<Bf16>(GetParam(), Path::kCudnn);
 }
 
 // {batch, seq, q_heads, kv_heads, head_dim}, q scale. Seqs 1, 17, 64, 129 and 300 give a
@@ -321,6 +411,89 @@ TEST_F(AttentionArgumentTest, EmptyShapesAreNoOps) {
   }
 }
 
+// The choice of the AttentionOptions launchers. Host logic: it runs without a GPU.
+TEST(AttentionDispatchTest, ResolvesWithoutAContextToOurs) {
+  const AttentionDims dims{1, 16, 4, 2, 64};
+  EXPECT_EQ(ResolveAttentionImpl<Bf16>(dims, {}), AttentionImpl::kOwn);
+  EXPECT_EQ(ResolveAttentionImpl<float>(dims, {}), AttentionImpl::kOwn);
+  EXPECT_EQ(ResolveAttentionImpl<Bf16>(dims, {AttentionImpl::kCudnn, nullptr}),
+            AttentionImpl::kCudnn);
+  size_t bytes = 0;
+  SLUICE_EXPECT_LAUNCH_OK(
+      AttentionWorkspaceBytes<Bf16>(dims, AttentionPass::kBackward, {}, &bytes));
+  EXPECT_EQ(bytes, AttentionBackwardWorkspaceBytes(dims));
+  // kCudnn without a context, or for float, is refused before anything is launched.
+  const AttentionOptions cudnn_without_context{AttentionImpl::kCudnn, nullptr};
+  EXPECT_EQ(AttentionForward<Bf16>(nullptr, nullptr, nullptr, nullptr, nullptr, dims,
+                                   cudnn_without_context, nullptr, 0, nullptr)
+                .code(),
+            LaunchStatus::Code::kInvalidArgument);
+  EXPECT_EQ(
+      AttentionWorkspaceBytes<float>(dims, AttentionPass::kForward, cudnn_without_context, &bytes)
+          .code(),
+      LaunchStatus::Code::kInvalidArgument);
+  if (!CudnnAttentionBuilt()) {
+    std::unique_ptr<CudnnAttention> context;
+    EXPECT_EQ(CudnnAttention::Create(&context).code(), LaunchStatus::Code::kInvalidArgument);
+  }
+}
+
+// kAuto with a context runs what kAttentionAutoBf16 names, for bf16: bitwise the same as that
+// launcher called directly.
+TEST(AttentionDispatchTest, AutoRunsTheConfiguredImplementation) {
+  SLUICE_SKIP_WITHOUT_GPU();
+  SLUICE_SKIP_WITHOUT_CUDNN();
+  CudnnAttention* cudnn = SharedCudnn(nullptr);
+  const AttentionDims dims{2, 129, 8, 2, 64};
+  const AttentionOptions automatic{AttentionImpl::kAuto, cudnn};
+  EXPECT_EQ(ResolveAttentionImpl<Bf16>(dims, automatic), kAttentionAutoBf16);
+  EXPECT_EQ(ResolveAttentionImpl<float>(dims, automatic), AttentionImpl::kOwn);
+  // Where cuDNN refuses the shape (a single token), kAuto runs ours.
+  EXPECT_EQ(ResolveAttentionImpl<Bf16>(AttentionDims{2, 1, 8, 2, 64}, automatic),
+            AttentionImpl::kOwn);
+  const AttentionOptions chosen{kAttentionAutoBf16, cudnn};
+  const size_t nq = dims.batch * dims.seq * dims.q_heads * dims.head_dim;
+  const size_t nkv = dims.batch * dims.seq * dims.kv_heads * dims.head_dim;
+  Rng rng(11);
+  DeviceArray<Bf16> q(Cast<Bf16>(rng.Uniform(nq)));
+  DeviceArray<Bf16> k(Cast<Bf16>(rng.Uniform(nkv)));
+  DeviceArray<Bf16> v(Cast<Bf16>(rng.Uniform(nkv)));
+  DeviceArray<Bf16> dout(Cast<Bf16>(rng.Uniform(nq)));
+  size_t forward_bytes = 0;
+  size_t backward_bytes = 0;
+  SLUICE_EXPECT_LAUNCH_OK(
+      AttentionWorkspaceBytes<Bf16>(dims, AttentionPass::kForward, automatic, &forward_bytes));
+  SLUICE_EXPECT_LAUNCH_OK(
+      AttentionWorkspaceBytes<Bf16>(dims, AttentionPass::kBackward, automatic, &backward_bytes));
+  DeviceArray<unsigned char> workspace(
+      std::max<size_t>(std::max(forward_bytes, backward_bytes), 1));
+  TestStream stream;
+  std::vector<std::vector<Bf16>> results[2];
+  std::vector<float> lses[2];
+  for (int run = 0; run < 2; ++run) {
+    const AttentionOptions& options = run == 0 ? automatic : chosen;
+    DeviceArray<Bf16> out(nq);
+    DeviceArray<float> lse(dims.batch * dims.q_heads * dims.seq);
+    DeviceArray<Bf16> dq(nq);
+    DeviceArray<Bf16> dk(nkv);
+    DeviceArray<Bf16> dv(nkv);
+    Settle();
+    SLUICE_EXPECT_LAUNCH_OK(AttentionForward<Bf16>(q.data(), k.data(), v.data(), out.data(),
+                                                   lse.data(), dims, options, workspace.data(),
+                                                   forward_bytes, stream.get()));
+    SLUICE_EXPECT_LAUNCH_OK(AttentionBackward<Bf16>(
+        q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(), dk.data(),
+        dv.data(), dims, options, workspace.data(), backward_bytes, stream.get()));
+    SLUICE_ASSERT_CUDA(cudaStreamSynchronize(stream.get()));
+    results[run] = {out.Download(), dq.Download(), dk.Download(), dv.Download()};
+    lses[run] = lse.Download();
+  }
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(BitwiseEqual(results[0][i], results[1][i])) << "tensor " << i;
+  }
+  EXPECT_TRUE(BitwiseEqual(lses[0], lses[1]));
+}
+
 // Not a check: with SLUICE_ATTENTION_TIMING set, prints the forward and backward throughput of
 // both implementations at the product's shape (seq 2048), in FlashAttention's convention (causal
 // forward 2 * 2 * b * h * s^2 * d / 2 FLOP, backward 2.5 times that).
@@ -353,14 +526,37 @@ TEST(AttentionTiming, ReportsThroughput) {
     SLUICE_ASSERT_CUDA(cudaEventCreate(&stop));
     const double forward_flop =
         2.0 * dims.batch * dims.q_heads * dims.seq * dims.seq * static_cast<double>(dims.head_dim);
-    for (const Path path : {Path::kAuto, Path::kSimt}) {
+    CudnnAttention* cudnn = SharedCudnn(nullptr);
+    size_t cudnn_forward_bytes = 0;
+    size_t cudnn_backward_bytes = 0;
+    if (cudnn != nullptr) {  // builds both graphs outside the timed loops
+      SLUICE_EXPECT_LAUNCH_OK(CudnnAttentionWorkspaceBytes(*cudnn, dims, AttentionPass::kForward,
+                                                           &cudnn_forward_bytes));
+      SLUICE_EXPECT_LAUNCH_OK(CudnnAttentionWorkspaceBytes(*cudnn, dims, AttentionPass::kBackward,
+                                                           &cudnn_backward_bytes));
+    }
+    DeviceArray<unsigned char> cudnn_workspace(
+        std::max<size_t>(std::max(cudnn_forward_bytes, cudnn_backward_bytes), 1));
+    for (const Path path : {Path::kAuto, Path::kSimt, Path::kCudnn}) {
+      if (path == Path::kCudnn && cudnn == nullptr) continue;
       auto forward = [&] {
+        if (path == Path::kCudnn) {
+          return AttentionForwardCudnn(*cudnn, q.data(), k.data(), v.data(), out.data(), lse.data(),
+                                       dims, cudnn_workspace.data(), cudnn_forward_bytes,
+                                       stream.get());
+        }
         return path == Path::kSimt ? AttentionForwardSimt(q.data(), k.data(), v.data(), out.data(),
                                                           lse.data(), dims, stream.get())
                                    : AttentionForward(q.data(), k.data(), v.data(), out.data(),
                                                       lse.data(), dims, stream.get());
       };
       auto backward = [&] {
+        if (path == Path::kCudnn) {
+          return AttentionBackwardCudnn(*cudnn, q.data(), k.data(), v.data(), out.data(),
+                                        lse.data(), dout.data(), dq.data(), dk.data(), dv.data(),
+                                        dims, cudnn_workspace.data(), cudnn_backward_bytes,
+                                        stream.get());
+        }
         return path == Path::kSimt
                    ? AttentionBackwardSimt(q.data(), k.data(), v.data(), out.data(), lse.data(),
                                            dout.data(), dq.data(), dk.data(), dv.data(), dims,
@@ -387,11 +583,12 @@ TEST(AttentionTiming, ReportsThroughput) {
       forward_ms /= iterations;
       backward_ms /= iterations;
       std::printf(
-          "attention bf16 b%lld s%lld h%lld/%lld d%lld %-4s: forward %.3f ms (%.0f TFLOP/s), "
+          "attention bf16 b%lld s%lld h%lld/%lld d%lld %-5s: forward %.3f ms (%.0f TFLOP/s), "
           "backward %.3f ms (%.0f TFLOP/s)\n",
           static_cast<long long>(dims.batch), static_cast<long long>(dims.seq),
           static_cast<long long>(dims.q_heads), static_cast<long long>(dims.kv_heads),
-          static_cast<long long>(dims.head_dim), path == Path::kSimt ? "simt" : "auto", forward_ms,
+          static_cast<long long>(dims.head_dim),
+          path == Path::kSimt ? "simt" : (path == Path::kCudnn ? "cudnn" : "auto"), forward_ms,
           forward_flop / (forward_ms * 1e9), backward_ms, 2.5 * forward_flop / (backward_ms * 1e9));
     }
     cudaEventDestroy(start);

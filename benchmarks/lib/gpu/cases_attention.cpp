@@ -1,11 +1,17 @@
 // Causal attention (kernels/cuda/attention.h) at seq 2048, forward, backward and both, in
-// TFLOP/s against the cuBLAS peak measured in the same run.
+// TFLOP/s against the cuBLAS peak measured in the same run: our kernels (attention.*) and, where
+// the build has cuDNN, cuDNN's fused attention with its deterministic backward
+// (attention.cudnn.*), at the same shapes and FLOP counts, so that one run compares the two.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
+#include <string>
 
 #include "benchmarks/lib/gpu/cases.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_cudnn.h"
 
 namespace sluice::bench::gpu {
 namespace {
@@ -14,6 +20,21 @@ namespace kc = kernels::cuda;
 using bf16 = __nv_bfloat16;
 
 enum class Pass { kForward, kBackward, kBoth };
+enum class Impl { kOwn, kCudnn };
+
+// One cuDNN context for the process (it keeps the graph of each shape); null with the reason
+// where libcudnn cannot be loaded or has no device.
+kc::CudnnAttention* SharedCudnn(std::string* why) {
+  static std::unique_ptr<kc::CudnnAttention> context;
+  static std::string error;
+  static const bool created = [] {
+    const kc::LaunchStatus status = kc::CudnnAttention::Create(&context);
+    if (!status.ok()) error = status.ToString();
+    return status.ok();
+  }();
+  if (!created) *why = error;
+  return context.get();
+}
 
 // One instance's tensors. The backward's out and lse come from a real forward, enqueued when
 // the instance is built: random values there would be softmax statistics of nothing.
@@ -50,7 +71,7 @@ Result<AttentionTensors> Allocate(CaseRun& run, const kernels::AttentionDims& d,
   return t;
 }
 
-BenchCase MakeCase(const LlamaShape& model, Pass pass) {
+BenchCase MakeCase(const LlamaShape& model, Pass pass, Impl impl) {
   const kernels::AttentionDims dims{.batch = model.batch,
                                     .seq = model.seq,
                                     .q_heads = model.heads,
@@ -68,40 +89,66 @@ BenchCase MakeCase(const LlamaShape& model, Pass pass) {
   c.dtype = "bf16";
   c.work = Work::kFlops;
   c.footprint_bytes = 5 * q_bytes + 4 * kv_bytes;
+  const std::string prefix = impl == Impl::kCudnn ? "attention.cudnn" : "attention";
   switch (pass) {
     case Pass::kForward:
-      c.op = "attention.fwd";
+      c.op = prefix + ".fwd";
       c.amount = forward_flops;
       c.formula = "F = 4*b*hq*s^2*d/2 (causal)";
       break;
     case Pass::kBackward:
-      c.op = "attention.bwd";
+      c.op = prefix + ".bwd";
       c.amount = 2.5 * forward_flops;
       c.formula = "2.5*F (five products of the forward's size)";
       break;
     case Pass::kBoth:
-      c.op = "attention.fwd+bwd";
+      c.op = prefix + ".fwd+bwd";
       c.amount = 3.5 * forward_flops;
       c.formula = "3.5*F";
       // The target is on forward + backward together.
       c.target = kAttentionTarget;
       break;
   }
-  c.build = [dims, pass](CaseRun& run, int instances) -> Status {
+  c.build = [dims, pass, impl](CaseRun& run, int instances) -> Status {
     const std::string dims_error = kernels::AttentionDimsError(dims);
     if (!dims_error.empty()) return InvalidArgumentError("attention dims: {}", dims_error);
-    const size_t ws_bytes = kc::AttentionBackwardWorkspaceBytes(dims);
+    kc::CudnnAttention* cudnn = nullptr;
+    size_t ws_bytes = kc::AttentionBackwardWorkspaceBytes(dims);
+    size_t forward_ws_bytes = 0;
+    if (impl == Impl::kCudnn) {
+      std::string why;
+      cudnn = SharedCudnn(&why);
+      if (cudnn == nullptr) return InvalidArgumentError("no cuDNN: {}", why);
+      // These build the two graphs, outside the timed launches.
+      SLUICE_RETURN_IF_ERROR(
+          FromLaunch(kc::CudnnAttentionWorkspaceBytes(*cudnn, dims, kc::AttentionPass::kForward,
+                                                      &forward_ws_bytes),
+                     "CudnnAttentionWorkspaceBytes"));
+      SLUICE_RETURN_IF_ERROR(FromLaunch(
+          kc::CudnnAttentionWorkspaceBytes(*cudnn, dims, kc::AttentionPass::kBackward, &ws_bytes),
+          "CudnnAttentionWorkspaceBytes"));
+    }
+    // One workspace for every instance (and both passes): they run one after the other on one
+    // stream.
     void* ws = nullptr;
-    if (pass != Pass::kForward) {
-      // One workspace for every instance: they run one after the other on one stream.
-      SLUICE_ASSIGN_OR_RETURN(ws, run.Scratch(ws_bytes));
+    if (pass != Pass::kForward || forward_ws_bytes > 0) {
+      SLUICE_ASSIGN_OR_RETURN(
+          ws, run.Scratch(std::max<size_t>(std::max(ws_bytes, forward_ws_bytes), 1)));
     }
     for (int i = 0; i < instances; ++i) {
       SLUICE_ASSIGN_OR_RETURN(AttentionTensors t, Allocate(run, dims, pass));
-      auto forward = [t, dims](cudaStream_t s) {
+      auto forward = [t, dims, cudnn, ws, forward_ws_bytes](cudaStream_t s) {
+        if (cudnn != nullptr) {
+          return kc::AttentionForwardCudnn(*cudnn, t.q, t.k, t.v, t.out, t.lse, dims, ws,
+                                           forward_ws_bytes, s);
+        }
         return kc::AttentionForward<bf16>(t.q, t.k, t.v, t.out, t.lse, dims, s);
       };
-      auto backward = [t, dims, ws, ws_bytes](cudaStream_t s) {
+      auto backward = [t, dims, cudnn, ws, ws_bytes](cudaStream_t s) {
+        if (cudnn != nullptr) {
+          return kc::AttentionBackwardCudnn(*cudnn, t.q, t.k, t.v, t.out, t.lse, t.dout, t.dq, t.dk,
+                                            t.dv, dims, ws, ws_bytes, s);
+        }
         return kc::AttentionBackward<bf16>(t.q, t.k, t.v, t.out, t.lse, t.dout, t.dq, t.dk, t.dv,
                                            dims, ws, ws_bytes, s);
       };
@@ -110,7 +157,9 @@ BenchCase MakeCase(const LlamaShape& model, Pass pass) {
           run.AddLaunch(forward);
           break;
         case Pass::kBackward:
-          SLUICE_RETURN_IF_ERROR(FromLaunch(forward(run.stream()), "AttentionForward"));
+          SLUICE_RETURN_IF_ERROR(FromLaunch(forward(run.stream()), cudnn != nullptr
+                                                                       ? "AttentionForwardCudnn"
+                                                                       : "AttentionForward"));
           run.AddLaunch(backward);
           break;
         case Pass::kBoth:
@@ -129,8 +178,15 @@ BenchCase MakeCase(const LlamaShape& model, Pass pass) {
 }  // namespace
 
 std::vector<BenchCase> AttentionCases(const LlamaShape& model) {
-  return {MakeCase(model, Pass::kForward), MakeCase(model, Pass::kBackward),
-          MakeCase(model, Pass::kBoth)};
+  std::vector<BenchCase> cases = {MakeCase(model, Pass::kForward, Impl::kOwn),
+                                  MakeCase(model, Pass::kBackward, Impl::kOwn),
+                                  MakeCase(model, Pass::kBoth, Impl::kOwn)};
+  if (kc::CudnnAttentionBuilt()) {
+    for (const Pass pass : {Pass::kForward, Pass::kBackward, Pass::kBoth}) {
+      cases.push_back(MakeCase(model, pass, Impl::kCudnn));
+    }
+  }
+  return cases;
 }
 
 }  // namespace sluice::bench::gpu
