@@ -185,6 +185,8 @@ class AdamCase {
     ASSERT_EQ(cudaMemcpy(device.data() + offset_, host.data(), host.size() * sizeof(T),
                          cudaMemcpyHostToDevice),
               cudaSuccess);
+    // The kernels run on a non-blocking stream, which does not wait for a pageable upload's DMA.
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
 
  private:

@@ -75,6 +75,9 @@ class Placed {
           cudaMemcpy(device_.data() + offset, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice),
           cudaSuccess);
     }
+    // A pageable upload may return before its last DMA lands; the ops run on a non-blocking
+    // stream that does not wait for it (seen on an H100: the tail past 1 MiB kept the sentinel).
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
   Placed(size_t n, size_t offset) : Placed(std::vector<T>(n, Sentinel<T>()), offset) {}
 
