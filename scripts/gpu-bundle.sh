@@ -38,7 +38,7 @@ cp scripts/gpu-check.sh "$root/scripts/"
 
 # Shared libraries: everything ldd resolves except the C runtime, the driver and CUDA's own
 # (the GPU machine's CUDA 13 must be used: its cuBLAS alone is larger than the bundle).
-skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.|libgcc_s|libstdc\+\+|libcuda\.|libcudart|libcublas|libnccl|libnvidia|libcudnn)'
+skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.|libgcc_s|libstdc\+\+|libcuda\.|libcudart|libcublas|libnccl|libnvidia|libcudnn|libnvrtc|libnvJitLink)'
 for f in "$root"/bin/* "$root"/tests/*; do
   ldd "$f" | awk '/=> \//{print $1, $3}' | while read -r name path; do
     [[ $name =~ $skip ]] && continue

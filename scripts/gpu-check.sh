@@ -25,7 +25,7 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
   [[ -d $d ]] && cuda_dirs+=("$d")
 done
 while IFS= read -r lib; do cuda_dirs+=("$(dirname "$lib")"); done < <(
-  find /usr /opt -maxdepth 9 \( -name 'libcublasLt.so.13*' -o -name 'libnccl.so.2*' -o -name 'libcudnn.so.9*' \) 2>/dev/null |
+  find /usr /opt -maxdepth 9 \( -name 'libcublasLt.so.13*' -o -name 'libnccl.so.2*' -o -name 'libcudnn.so.9*' -o -name 'libnvrtc.so.13*' \) 2>/dev/null |
   sort -u)
 export LD_LIBRARY_PATH="$root/lib:$(IFS=:; echo "${cuda_dirs[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
