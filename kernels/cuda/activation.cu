@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/cuda/activation.h"
+#include "kernels/cuda/element_access.cuh"
 #include "kernels/cuda/launch_check.h"
 
 namespace sluice::kernels::cuda {
@@ -14,27 +15,10 @@ constexpr unsigned kThreads = 256;
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluA = 0.044715f;
 
-// Elements per 16-byte access.
-template <typename T>
-constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-
-template <typename T, int V>
-struct alignas(sizeof(T) * V) Pack {
-  T v[V];
-};
-
-__device__ __forceinline__ float ToFloat(float v) { return v; }
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T>
-__device__ __forceinline__ T FromFloat(float v);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
+using internal::FromFloat;
+using internal::kVec;
+using internal::Pack;
+using internal::ToFloat;
 
 // The per-element math, in fp32, with accurate expf (the build has no fast math).
 __device__ __forceinline__ float Sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "kernels/cuda/element_access.cuh"
 #include "kernels/cuda/launch_check.h"
 #include "kernels/cuda/norm.h"
 
@@ -27,27 +28,10 @@ constexpr int64_t kMaxCols = int64_t{1} << 30;  // keeps column arithmetic in in
 constexpr int kFinalCols = 32;
 constexpr int kFinalSlices = 8;
 
-// Elements per 16-byte access.
-template <typename T>
-constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-
-template <typename T, int V>
-struct alignas(sizeof(T) * V) Pack {
-  T v[V];
-};
-
-__device__ __forceinline__ float ToFloat(float v) { return v; }
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T>
-__device__ __forceinline__ T FromFloat(float v);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
+using internal::FromFloat;
+using internal::kVec;
+using internal::Pack;
+using internal::ToFloat;
 
 // Elements [c0, c0 + V) of a row as floats; those at or past cols read as 0. vec: the launcher
 // found every base 16-byte aligned and cols % V == 0, so the pack is whole and aligned.

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/cuda/element_access.cuh"
 #include "kernels/cuda/launch_check.h"
 #include "kernels/cuda/rope.h"
 
@@ -22,27 +23,10 @@ constexpr int kRounds = 2;
 constexpr int64_t kItemsPerBlock = kRounds * kThreads;
 constexpr int64_t kMaxGridY = 65535;
 
-// Elements per 16-byte access.
-template <typename T>
-constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-
-template <typename T, int V>
-struct alignas(sizeof(T) * V) Pack {
-  T v[V];
-};
-
-__device__ __forceinline__ float ToFloat(float v) { return v; }
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T>
-__device__ __forceinline__ T FromFloat(float v);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
+using internal::FromFloat;
+using internal::kVec;
+using internal::Pack;
+using internal::ToFloat;
 
 // Block (p, j) rotates positions [p * positions, (p + 1) * positions) of sequences j,
 // j + gridDim.y, ...; sign +1 is the forward, -1 the backward. The angles follow
