@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "kernels/cuda/cross_entropy.h"
+#include "kernels/cuda/element_access.cuh"
 #include "kernels/cuda/launch_check.h"
 
 namespace sluice::kernels::cuda {
@@ -19,18 +20,8 @@ constexpr int kLossUnroll = 4;
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-__device__ __forceinline__ float ToFloat(float x) { return x; }
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T>
-__device__ __forceinline__ T FromFloat(float x);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
+using internal::FromFloat;
+using internal::ToFloat;
 
 // 16 bytes of logits, loaded and stored as one vector when the row length and pointers allow.
 template <typename T>

@@ -2,24 +2,15 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/cuda/element_access.cuh"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/launch_check.h"
 
 namespace sluice::kernels::cuda {
 namespace {
 
-__device__ __forceinline__ float ToFloat(float x) { return x; }
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T>
-__device__ __forceinline__ T FromFloat(float x);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
+using internal::FromFloat;
+using internal::ToFloat;
 
 __device__ __forceinline__ void ReportInvalid(int32_t* flag) {
   if (flag != nullptr) atomicExch(flag, 1);
