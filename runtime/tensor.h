@@ -51,17 +51,19 @@ class Shape {
   int rank_ = 0;
 };
 
-// The element type a C++ type stands for in `Tensor::data<T>()`: float is f32; uint16_t holds
-// the bits of bf16 and f16 alike, so either dtype matches it.
+// The element type a C++ type stands for in `Tensor::data<T>()`: float is f32, double f64;
+// uint16_t holds the bits of bf16 and f16 alike, so either dtype matches it.
 template <typename T>
 constexpr bool DTypeHolds(DType dtype) {
   using U = std::remove_cv_t<T>;
   if constexpr (std::is_same_v<U, float>) {
     return dtype == DType::kF32;
+  } else if constexpr (std::is_same_v<U, double>) {
+    return dtype == DType::kF64;
   } else if constexpr (std::is_same_v<U, uint16_t>) {
     return dtype == DType::kBF16 || dtype == DType::kF16;
   } else {
-    static_assert(sizeof(U) == 0, "Tensor::data<T>() supports float and uint16_t");
+    static_assert(sizeof(U) == 0, "Tensor::data<T>() supports float, double and uint16_t");
     return false;
   }
 }

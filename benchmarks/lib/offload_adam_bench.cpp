@@ -175,6 +175,9 @@ Result<OffloadAdamBenchReport> RunOffloadAdamBench(const OffloadAdamBenchOptions
   check = std::min(check, count);
   SLUICE_ASSIGN_OR_RETURN(const DType param_dtype, ParseDType(o.param_dtype));
   SLUICE_ASSIGN_OR_RETURN(const DType grad_dtype, ParseDType(o.grad_dtype));
+  if (param_dtype == DType::kF64 || grad_dtype == DType::kF64) {
+    return InvalidArgumentError("--param-dtype and --grad-dtype: use f32, bf16 or f16");
+  }
   if (o.steps < 1 || o.warmup < 0) {
     return InvalidArgumentError("--steps must be >= 1 and --warmup >= 0");
   }

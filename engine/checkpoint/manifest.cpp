@@ -157,6 +157,8 @@ Result<Manifest> ManifestFromJson(const Json& j, const std::filesystem::path& pa
     SLUICE_ASSIGN_OR_RETURN(std::string dtype, f.String(t, "dtype", field + ".dtype"));
     Result<DType> parsed_dtype = ParseDType(dtype);
     if (!parsed_dtype.ok()) return f.Error(field + ".dtype", parsed_dtype.status().message());
+    // f64 is a compute dtype of the reference ops backend, never a stored one.
+    if (*parsed_dtype == DType::kF64) return f.Error(field + ".dtype", "f64 is not a stored dtype");
     mt.dtype = *parsed_dtype;
     SLUICE_ASSIGN_OR_RETURN(const Json* shape,
                             f.Member(t, "shape", field + ".shape", Json::value_t::array));

@@ -57,6 +57,8 @@ SafetensorsDType ToSafetensorsDType(DType dtype) {
       return SafetensorsDType::kBF16;
     case DType::kF16:
       return SafetensorsDType::kF16;
+    case DType::kF64:
+      return SafetensorsDType::kF64;
   }
   return SafetensorsDType::kF32;
 }

@@ -76,6 +76,8 @@ void ConvertFromF32(const float* src, void* dst, DType dtype, int64_t n, int num
     case DType::kF16:
       kernels::cpu::ConvertF32ToF16(src, static_cast<uint16_t*>(dst), n, num_threads);
       return;
+    case DType::kF64:  // not a parameter dtype (reference ops only)
+      break;
   }
   SLUICE_CHECK(false) << "dtype " << static_cast<int>(dtype);
 }
@@ -91,6 +93,8 @@ void ConvertToF32(const void* src, DType dtype, float* dst, int64_t n, int num_t
     case DType::kF16:
       kernels::cpu::ConvertF16ToF32(static_cast<const uint16_t*>(src), dst, n, num_threads);
       return;
+    case DType::kF64:  // not a parameter dtype (reference ops only)
+      break;
   }
   SLUICE_CHECK(false) << "dtype " << static_cast<int>(dtype);
 }

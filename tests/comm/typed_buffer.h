@@ -19,6 +19,8 @@ inline float RoundTo(DType dtype, float value) {
       return kernels::Bf16ToF32(kernels::F32ToBf16(value));
     case DType::kF16:
       return kernels::F16ToF32(kernels::F32ToF16(value));
+    case DType::kF64:
+      return value;
   }
   return value;
 }

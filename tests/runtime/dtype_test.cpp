@@ -277,6 +277,16 @@ TEST(DTypeTest, ParseRoundTripsNamesAndAcceptsAliases) {
   }
 }
 
+TEST(DTypeTest, F64IsTheReferenceComputeDType) {
+  EXPECT_EQ(DTypeSize(DType::kF64), 8u);
+  EXPECT_EQ(DTypeName(DType::kF64), "f64");
+  for (const char* name : {"f64", "fp64", "float64", "double"}) {
+    Result<DType> parsed = ParseDType(name);
+    ASSERT_TRUE(parsed.ok()) << name;
+    EXPECT_EQ(*parsed, DType::kF64) << name;
+  }
+}
+
 TEST(DTypeTest, UnknownNameIsAnErrorNamingItAndTheChoices) {
   Result<DType> parsed = ParseDType("int8");
   ASSERT_FALSE(parsed.ok());

@@ -87,12 +87,22 @@ bool MpiFinalized() {
 }
 
 MPI_Datatype MpiTransferType(DType dtype) {
-  return dtype == DType::kF32 ? MPI_FLOAT : MPI_UINT16_T;
+  switch (dtype) {
+    case DType::kF32:
+      return MPI_FLOAT;
+    case DType::kF64:
+      return MPI_DOUBLE;
+    case DType::kBF16:
+    case DType::kF16:
+      return MPI_UINT16_T;
+  }
+  return MPI_UINT16_T;
 }
 
 MPI_Op MpiSumOp(DType dtype) {
   switch (dtype) {
     case DType::kF32:
+    case DType::kF64:
       return MPI_SUM;
     case DType::kBF16:
       return State().bf16_sum;
@@ -107,6 +117,11 @@ void DivideInPlace(void* data, size_t count, DType dtype, int world) {
   if (dtype == DType::kF32) {
     auto* values = static_cast<float*>(data);
     for (size_t i = 0; i < count; ++i) values[i] /= divisor;
+    return;
+  }
+  if (dtype == DType::kF64) {
+    auto* values = static_cast<double*>(data);
+    for (size_t i = 0; i < count; ++i) values[i] /= static_cast<double>(world);
     return;
   }
   auto* values = static_cast<uint16_t*>(data);

@@ -22,6 +22,8 @@ ncclDataType_t NcclType(DType dtype) {
       return ncclBfloat16;
     case DType::kF16:
       return ncclFloat16;
+    case DType::kF64:
+      return ncclFloat64;
   }
   return ncclFloat32;
 }

@@ -1,0 +1,565 @@
+#include "runtime/ops/ops_backend.h"
+
+#include <fmt/format.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/ref/ops_attention.h"
+
+namespace sluice::ops {
+namespace {
+
+// "f32[8, 32]": what error messages show of a tensor (its place is checked apart).
+std::string Describe(const Tensor& t) {
+  if (IsAbsent(t)) return "empty";
+  return fmt::format("{}{}", DTypeName(t.dtype()), t.shape().ToString());
+}
+
+Shape WithLastDim(const Shape& shape, int64_t last) {
+  std::vector<int64_t> dims(shape.dims().begin(), shape.dims().end());
+  if (dims.empty()) dims.push_back(last);
+  dims.back() = last;
+  return Shape(std::span<const int64_t>(dims));
+}
+
+// Checks the tensors of one op call against what the op expects and builds the message of the
+// first mismatch: "LinearForward: w is bf16[64, 32], expected f32[64, 32] (x is f32[8, 32])".
+class ArgCheck {
+ public:
+  ArgCheck(std::string_view op, const Device& device, std::string_view anchor_name,
+           const Tensor& anchor)
+      : op_(op), device_(device), anchor_(fmt::format("{} is {}", anchor_name, Describe(anchor))) {}
+
+  // A tensor that must be present with exactly this dtype and shape.
+  ArgCheck& Exact(std::string_view name, const Tensor& t, DType dtype, const Shape& shape) {
+    if (!status_.ok()) return *this;
+    if (IsAbsent(t) || t.dtype() != dtype || !(t.shape() == shape)) {
+      Fail(name, t, fmt::format("{}{}", DTypeName(dtype), shape.ToString()));
+      return *this;
+    }
+    return Place(name, t);
+  }
+  // As Exact, but an empty tensor (not wanted) passes.
+  ArgCheck& Optional(std::string_view name, const Tensor& t, DType dtype, const Shape& shape) {
+    if (IsAbsent(t)) return *this;
+    return Exact(name, t, dtype, shape);
+  }
+  // A tensor that must hold `numel` elements of `dtype`, any shape; `expected` describes it.
+  ArgCheck& Numel(std::string_view name, const Tensor& t, DType dtype, int64_t numel,
+                  std::string_view expected) {
+    if (!status_.ok()) return *this;
+    if (IsAbsent(t) || t.dtype() != dtype || t.numel() != numel) {
+      Fail(name, t, fmt::format("{}{}", DTypeName(dtype), expected));
+      return *this;
+    }
+    return Place(name, t);
+  }
+  // A condition the message explains on its own.
+  ArgCheck& Require(bool ok, std::string_view name, const Tensor& t, std::string_view expected) {
+    if (status_.ok() && !ok) Fail(name, t, expected);
+    return *this;
+  }
+  ArgCheck& Place(std::string_view name, const Tensor& t) {
+    if (!status_.ok() || IsAbsent(t)) return *this;
+    if (t.tier() != MemoryTier::kDevice || t.device_index() != device_.index()) {
+      status_ = InvalidArgumentError("{}: {} is {}, expected memory of device {}", op_, name,
+                                     t.ToString(), device_.name());
+    } else if (t.raw_data() == nullptr && t.numel() > 0) {
+      status_ = InvalidArgumentError("{}: {} is {} with no data", op_, name, Describe(t));
+    }
+    return *this;
+  }
+  ArgCheck& Int32(std::string_view name, const Int32View& v, int64_t count) {
+    if (!status_.ok()) return *this;
+    if (v.count != count || (v.data == nullptr && count > 0)) {
+      status_ = InvalidArgumentError("{}: {} is i32[{}]{}, expected i32[{}] ({})", op_, name,
+                                     v.count, v.data == nullptr ? " with no data" : "", count,
+                                     anchor_);
+    }
+    return *this;
+  }
+
+  Status status() const { return status_; }
+
+ private:
+  void Fail(std::string_view name, const Tensor& t, std::string_view expected) {
+    status_ = InvalidArgumentError("{}: {} is {}, expected {} ({})", op_, name, Describe(t),
+                                   expected, anchor_);
+  }
+
+  std::string_view op_;
+  const Device& device_;
+  std::string anchor_;
+  Status status_;
+};
+
+// Rows of a [..., last] tensor: the product of the leading dimensions.
+int64_t RowsOf(const Tensor& t) {
+  const int64_t last = t.rank() == 0 ? 1 : t.dim(t.rank() - 1);
+  return last == 0 ? 0 : t.numel() / last;
+}
+int64_t LastDim(const Tensor& t) { return t.rank() == 0 ? 1 : t.dim(t.rank() - 1); }
+
+}  // namespace
+
+Status OpsBackend::UnsupportedDType(std::string_view op, std::string_view what,
+                                    const Tensor& t) const {
+  return UnimplementedError("{}: {} {} is not supported by the {} ops backend", op, what,
+                            Describe(t), name());
+}
+
+Status OpsBackend::CheckCompute(std::string_view op, std::string_view name,
+                                const Tensor& t) const {
+  if (IsAbsent(t)) return InvalidArgumentError("{}: {} is empty, expected a tensor", op, name);
+  if (!Supports(t.dtype())) {
+    return UnimplementedError(
+        "{}: compute dtype {} ({} is {}) is not supported by the {} ops backend", op,
+        DTypeName(t.dtype()), name, Describe(t), this->name());
+  }
+  if (t.rank() == 0) {
+    return InvalidArgumentError("{}: {} is {}, expected at least one dimension", op, name,
+                                Describe(t));
+  }
+  return OkStatus();
+}
+
+Status OpsBackend::LinearForward(Stream& stream, const LinearForwardArgs& a) {
+  constexpr std::string_view kOp = "LinearForward";
+  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "x", a.x));
+  const DType t = a.x.dtype();
+  const int64_t in = LastDim(a.x);
+  const int64_t out = a.w.rank() == 2 ? a.w.dim(0) : -1;
+  ArgCheck check(kOp, device(), "x", a.x);
+  check.Place("x", a.x)
+      .Require(a.w.rank() == 2, "w", a.w, fmt::format("{}[out, {}]", DTypeName(t), in))
+      .Exact("w", a.w, t, Shape{out, in})
+      .Optional("b", a.b, t, Shape{out})
+      .Exact("y", a.y, t, WithLastDim(a.x.shape(), out));
+  SLUICE_RETURN_IF_ERROR(check.status());
+  return DoLinearForward(stream, a);
+}
+
+Status OpsBackend::LinearBackward(Stream& stream, const LinearBackwardArgs& a) {
+  constexpr std::string_view kOp = "LinearBackward";
+  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "x", a.x));
+  const DType t = a.x.dtype();
+  const DType acc = AccumDType(t);
+  const int64_t in = LastDim(a.x);
+  const int64_t out = a.w.rank() == 2 ? a.w.dim(0) : -1;
+  ArgCheck check(kOp, device(), "x", a.x);
+  check.Place("x", a.x)
+      .Require(a.w.rank() == 2, "w", a.w, fmt::format("{}[out, {}]", DTypeName(t), in))
+      .Exact("w", a.w, t, Shape{out, in})
+      .Exact("dy", a.dy, t, WithLastDim(a.x.shape(), out))
+      .Optional("dx", a.dx, t, a.x.shape())
+      .Optional("dw", a.dw, acc, Shape{out, in})
+      .Optional("db", a.db, acc, Shape{out});
+  SLUICE_RETURN_IF_ERROR(check.status());
+  return DoLinearBackward(stream, a);
+}
+
+Status OpsBackend::EmbeddingForward(Stream& stream, const EmbeddingForwardArgs& a) {
+  constexpr std::string_view kOp = "EmbeddingForward";
+  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "table", a.table));
+  const DType t = a.table.dtype();
+  const int64_t dim = LastDim(a.table);
+  ArgCheck check(kOp, device(), "table", a.table);
+  check.Require(a.table.rank() == 2, "table", a.table, fmt::format("{}[vocab, dim]", DTypeName(t)))
+      .Place("table", a.table)
+      .Require(a.tokens.count >= 0, "out", a.out, "a non-negative token count")
+      .Numel("out", a.out, t, a.tokens.count * dim, fmt::format("[{}, {}]", a.tokens.count, dim))
+      .Require(LastDim(a.out) == dim, "out", a.out,
+               fmt::format("{}[{}, {}]", DTypeName(t), a.tokens.count, dim))
+      .Int32("tokens", a.tokens, RowsOf(a.out));
+  SLUICE_RETURN_IF_ERROR(check.status());
+  return DoEmbeddingForward(stream, a);
+}
+
+Status OpsBackend::EmbeddingBackward(Stream& stream, const EmbeddingBackwardArgs& a) {
+  constexpr std::string_view kOp = "EmbeddingBackward";
+  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "dout", a.dout));
+  const DType t = a.dout.dtype();
+  const int64_t dim = LastDim(a.dout);
+  const int64_t vocab = a.dtable.rank() == 2 ? a.dtable.dim(0) : -1;
+  ArgCheck check(kOp, device(), "dout", a.dout);
+  check.Place("dout", a.dout)
+      .Require(a.dtable.rank() == 2, "dtable", a.dtable,
+               fmt::format("{}[vocab, {}]", DTypeName(AccumDType(t)), dim))
+      .Exact("dtable", a.dtable, AccumDType(t), Shape{vocab, dim})
+      .Int32("tokens", a.tokens, RowsOf(a.dout));
+  SLUICE_RETURN_IF_ERROR(check.status());
+  return DoEmbeddingBackward(stream, a);
+}
+
+Status OpsBackend::PositionEmbeddingForward(Stream& stream,
+                                            const PositionEmbeddingForwardArgs& a) {
+  constexpr std::string_view kOp = "PositionEmbeddingForward";
+  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "x", a.x));
+  const DType t = a.x.dtype();
+  ArgCheck check(kOp, device(), "x", a.x);
+  check.Require(a.x.rank() == 3, "x", a.x, fmt::format("{}[batch, seq, dim]", DTypeName(t)))
+      .Place("x", a.x);
+  SLUICE_RETURN_IF_ERROR(check.status());
+  const int64_t seq = a.x.dim(1);
+  const int64_t dim = a.x.dim(2);
+  check
+      .Require(a.wpe.rank() == 2 && a.wpe.dim(0) >= seq, "wpe", a.wpe,
+               fmt::format("{}[positions >= {}, {}]", DTypeName(t), seq, dim))
+      .Exact("wpe", a.wpe, t, Shape{a.wpe.dim(0), dim});
+  SLUICE_RETURN_IF_ERROR(check.status());
+  return DoPositionEmbeddingForward(stream, a);
+}
+
+Status OpsBackend::PositionEmbeddingBackward(Stream& stream,
+                                             const PositionEmbeddingBackwardArgs& a) {
+  constexpr std::string_view kOp = "PositionEmbeddingBackward";
+  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "dx", a.dx));
+  const DType acc = AccumDType(a.dx.dtype());
+  ArgCheck check(kOp, device(), "dx", a.dx);
+  check
+      .Require(a.dx.rank() == 3, "dx", a.dx,
+               fmt::format("{}[batch, seq, dim]", DTypeName(a.dx.dtype())))
+      .Place("dx", a.dx);
+  SLUICE_RETURN_IF_ERROR(check.status());
+  const int64_t seq = a.dx.dim(1);
+  const int64_t dim = a.dx.dim(2);
+  check
+      .Require(a.dwpe.rank() == 2 && a.dwpe.dim(0) >= seq, "dwpe", a.dwpe,
+               fmt::format("{}[positions >= {}, {}]", DTypeName(acc), seq, dim))
+      .Exact("dwpe", a.dwpe, acc, Shape{a.dwpe.dim(0), dim});
+  SLUICE_RETURN_IF_ERROR(check.status());
+  return DoPositionEmbeddingBackward(stream, a);
+}
+
+namespace {
+
+// The attention dims of q [b, s, hq, d] and k [b, s, hkv, d], or the error naming what is wrong.
+Status AttentionShapes(std::string_view op, const Device& device, const Tensor& q,
+                       const Tensor& k, kernels::AttentionDims* dims) {
+  const DType t = q.dtype();
+  ArgCheck check(op, device, "q", q);
+  check
+      .Require(q.rank() == 4, "q", q,
+               fmt::format("{}[batch, seq, q_heads, head_dim]", DTypeName(t)))
+      .Place("q", q);
+  SLUICE_RETURN_IF_ERROR(check.status());
+  check.Require(k.rank() == 4, "k", k,
+                fmt::format("{}[{}, {}, kv_heads, {}]", DTypeName(t), q.dim(0), q.dim(1),
+                            q.dim(3)));
+  SLUICE_RETURN_IF_ERROR(check.status());
+  check.Exact("k", k, t, Shape{q.dim(0), q.dim(1), k.dim(2), q.dim(3)});
+  SLUICE_RETURN_IF_ERROR(check.status());
+  *dims = kernels::AttentionDims{.batch = q.dim(0),
+                                 .seq = q.dim(1),
+                                 .q_heads = q.dim(2),
+                                 .kv_heads = k.dim(2),
+                                 .head_dim = q.dim(3)};
+  const std::string error = kernels::AttentionDimsError(*dims);
+  if (!error.empty()) {
+    return InvalidArgumentError("{}: {} (q is {}, k is {})", op, error, Describe(q), Describe(k));
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Status OpsBackend::AttentionForward(Stream& stream, const AttentionForwardArgs& a) {
+  constexpr std::string_view kOp = "AttentionForward";
+  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "q", a.q));
+  kernels::AttentionDims d;
+  SLUICE_RETURN_IF_ERROR(AttentionShapes(kOp, device(), a.q, a.k, &d));
+  const DType t = a.q.dtype();
+  ArgCheck check(kOp, device(), "q", a.q);
+  check.Exact("v", a.v, t, a.k.shape())
+      .Exact("out", a.out, t, a.q.shape())
+      .Exact("lse", a.lse, AccumDType(t), Shape{d.batch, d.q_heads, d.seq});
+  SLUICE_RETURN_IF_ERROR(check.status());
+  return DoAttentionForward(stream, a);
+}
+
+Status OpsBackend::AttentionBackward(Stream& stream, const AttentionBackwardArgs& a) {
+  constexpr std::string_view kOp = "AttentionBackward";
+  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "q", a.q));
+  kernels::AttentionDims d;
+  SLUICE_RETURN_IF_ERROR(AttentionShapes(kOp, device(), a.q, a.k, &d));
+  const DType t = a.q.dtype();
+  ArgCheck check(kOp, device(), "q", a.q);
+  check.Exact("v", a.v, t, a.k.shape())
+      .Exact("out", a.out, t, a.q.shape())
+      .Exact("lse", a.lse, AccumDType(t), Shape{d.batch, d.q_heads, d.seq})
+      .Exact("dout", a.dout, t, a.q.shape())
+      .Exact("dq", a.dq, t, a.q.shape())
+      .Exact("dk", a.dk, t, a.k.shape())
+      .Exact("dv", a.dv, t, a.k.shape());
+  SLUICE_RETURN_IF_ERROR(check.status());
+  return DoAttentionBackward(stream, a);
+}
+
+Status OpsBackend::CrossEntropyForward(Stream& stream, const CrossEntropyForwardArgs& a) {
+  constexpr std::string_view kOp = "CrossEntropyForward";
+  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "logits", a.logits));
+  const DType acc = AccumDType(a.logits.dtype());
+  const int64_t rows = RowsOf(a.logits);
+  ArgCheck check(kOp, device(), "logits", a.logits);
+  check.Place("logits", a.logits)
+      .Int32("targets", a.targets, rows)
+      .Numel("lse", a.lse, acc, rows, fmt::format("[{}]", rows))
+      .Numel("loss", a.loss, acc, 1, "[] (one element)");
+  SLUICE_RETURN_IF_ERROR(check.status());
+  return DoCrossEntropyForward(stream, a);
+}
+
+Status OpsBackend::CrossEntropyBackward(Stream& stream, const CrossEntropyBackwardArgs& a) {
+  constexpr std::string_view kOp = "CrossEntropyBackward";
+  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "logits", a.logits));
+  const DType acc = AccumDType(a.logits.dtype());
+  const int64_t rows = RowsOf(a.logits);
+  ArgCheck check(kOp, device(), "logits", a.logits);
+  check.Place("logits", a.logits)
+      .Int32("targets", a.targets, rows)
+      .Numel("lse", a.lse, acc, rows, fmt::format("[{}]", rows))
+      .Exact("dlogits", a.dlogits, a.logits.dtype(), a.logits.shape());
+  SLUICE_RETURN_IF_ERROR(check.status());
+  return DoCrossEntropyBackward(stream, a);
+}
+
+Status OpsBackend::LayerNormForward(Stream& stream, const LayerNormForwardArgs& a) {
+  constexpr std::string_view kOp = "LayerNormForward";
+  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "x", a.x));
+  const DType t = a.x.dtype();
+  const int64_t rows = RowsOf(a.x);
+  const int64_t cols = LastDim(a.x);
+  ArgCheck check(kOp, device(), "x", a.x);
+  check.Place("x", a.x)
+      .Exact("gamma", a.gamma, t, Shape{cols})
+      .Optional("beta", a.beta, t, Shape{cols})
+      .Exact("y", a.y, t, a.x.shape())
+      .Numel("mean", a.mean, AccumDType(t), rows, fmt::format("[{}]", rows))
+      .Numel("rstd", a.rstd, AccumDType(t), rows, fmt::format("[{}]", rows));
+  SLUICE_RETURN_IF_ERROR(check.status());
+  return DoLayerNormForward(stream, a);
+}
+
+Status OpsBackend::LayerNormBackward(Stream& stream, const LayerNormBackwardArgs& a) {
+  constexpr std::string_view kOp = "LayerNormBackward";
+  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "x", a.x));
+  const DType t = a.x.dtype();
+  const DType acc = AccumDType(t);
+  const int64_t rows = RowsOf(a.x);
+  const int64_t cols = LastDim(a.x);
+  ArgCheck check(kOp, device(), "x", a.x);
+  check.Place("x", a.x)
+      .Exact("gamma", a.gamma, t, Shape{cols})
+      .Numel("mean", a.mean, acc, rows, fmt::format("[{}]", rows))
+      .Numel("rstd", a.rstd, acc, rows, fmt::format("[{}]", rows))
+      .Exact("dy", a.dy, t, a.x.shape())
+      .Exact("dx", a.dx, t, a.x.shape())
+      .Exact("dgamma", a.dgamma, acc, Shape{cols})
+      .Optional("dbeta", a.dbeta, acc, Shape{cols});
+  SLUICE_RETURN_IF_ERROR(check.status());
+  return DoLayerNormBackward(stream, a);
+}
+
+Status OpsBackend::RmsNormForward(Stream& stream, const RmsNormForwardArgs& a) {
+  constexpr std::string_view kOp = "RmsNormForward";
+  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "x", a.x));
+  const DType t = a.x.dtype();
+  const int64_t rows = RowsOf(a.x);
+  ArgCheck check(kOp, device(), "x", a.x);
+  check.Place("x", a.x)
+      .Exact("gamma", a.gamma, t, Shape{LastDim(a.x)})
+      .Exact("y", a.y, t, a.x.shape())
+      .Numel("rstd", a.rstd, AccumDType(t), rows, fmt::format("[{}]", rows));
+  SLUICE_RETURN_IF_ERROR(check.status());
+  return DoRmsNormForward(stream, a);
+}
+
+Status OpsBackend::RmsNormBackward(Stream& stream, const RmsNormBackwardArgs& a) {
+  constexpr std::string_view kOp = "RmsNormBackward";
+  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "x", a.x));
+  const DType t = a.x.dtype();
+  const int64_t rows = RowsOf(a.x);
+  const int64_t cols = LastDim(a.x);
+  ArgCheck check(kOp, device(), "x", a.x);
+  check.Place("x", a.x)
+      .Exact("gamma", a.gamma, t, Shape{cols})
+      .Numel("rstd", a.rstd, AccumDType(t), rows, fmt::format("[{}]", rows))
+      .Exact("dy", a.dy, t, a.x.shape())
+      .Exact("dx", a.dx, t, a.x.shape())
+      .Exact("dgamma", a.dgamma, AccumDType(t), Shape{cols});
+  SLUICE_RETURN_IF_ERROR(check.status());
+  return DoRmsNormBackward(stream, a);
+}
+
+Status OpsBackend::GeluForward(Stream& stream, const GeluForwardArgs& a) {
+  SLUICE_RETURN_IF_ERROR(CheckCompute("GeluForward", "x", a.x));
+  ArgCheck check("GeluForward", device(), "x", a.x);
+  check.Place("x", a.x).Exact("y", a.y, a.x.dtype(), a.x.shape());
+  SLUICE_RETURN_IF_ERROR(check.status());
+  return DoGeluForward(stream, a);
+}
+
+Status OpsBackend::GeluBackward(Stream& stream, const GeluBackwardArgs& a) {
+  SLUICE_RETURN_IF_ERROR(CheckCompute("GeluBackward", "x", a.x));
+  ArgCheck check("GeluBackward", device(), "x", a.x);
+  check.Place("x", a.x)
+      .Exact("dy", a.dy, a.x.dtype(), a.x.shape())
+      .Exact("dx", a.dx, a.x.dtype(), a.x.shape());
+  SLUICE_RETURN_IF_ERROR(check.status());
+  return DoGeluBackward(stream, a);
+}
+
+Status OpsBackend::SwiGluForward(Stream& stream, const SwiGluForwardArgs& a) {
+  SLUICE_RETURN_IF_ERROR(CheckCompute("SwiGluForward", "gate", a.gate));
+  ArgCheck check("SwiGluForward", device(), "gate", a.gate);
+  check.Place("gate", a.gate)
+      .Exact("up", a.up, a.gate.dtype(), a.gate.shape())
+      .Exact("y", a.y, a.gate.dtype(), a.gate.shape());
+  SLUICE_RETURN_IF_ERROR(check.status());
+  return DoSwiGluForward(stream, a);
+}
+
+Status OpsBackend::SwiGluBackward(Stream& stream, const SwiGluBackwardArgs& a) {
+  SLUICE_RETURN_IF_ERROR(CheckCompute("SwiGluBackward", "gate", a.gate));
+  ArgCheck check("SwiGluBackward", device(), "gate", a.gate);
+  check.Place("gate", a.gate)
+      .Exact("up", a.up, a.gate.dtype(), a.gate.shape())
+      .Exact("dy", a.dy, a.gate.dtype(), a.gate.shape())
+      .Exact("dgate", a.dgate, a.gate.dtype(), a.gate.shape())
+      .Exact("dup", a.dup, a.gate.dtype(), a.gate.shape());
+  SLUICE_RETURN_IF_ERROR(check.status());
+  return DoSwiGluBackward(stream, a);
+}
+
+namespace {
+
+Status CheckRope(std::string_view op, const Device& device, std::string_view in_name,
+                 const Tensor& in, std::string_view out_name, const Tensor& out) {
+  ArgCheck check(op, device, in_name, in);
+  check
+      .Require(in.rank() == 4 && in.dim(3) % 2 == 0, in_name, in,
+               fmt::format("{}[batch, seq, heads, even head_dim]", DTypeName(in.dtype())))
+      .Place(in_name, in)
+      .Exact(out_name, out, in.dtype(), in.shape());
+  return check.status();
+}
+
+}  // namespace
+
+Status OpsBackend::RopeForward(Stream& stream, const RopeForwardArgs& a) {
+  SLUICE_RETURN_IF_ERROR(CheckCompute("RopeForward", "x", a.x));
+  SLUICE_RETURN_IF_ERROR(CheckRope("RopeForward", device(), "x", a.x, "y", a.y));
+  return DoRopeForward(stream, a);
+}
+
+Status OpsBackend::RopeBackward(Stream& stream, const RopeBackwardArgs& a) {
+  SLUICE_RETURN_IF_ERROR(CheckCompute("RopeBackward", "dy", a.dy));
+  SLUICE_RETURN_IF_ERROR(CheckRope("RopeBackward", device(), "dy", a.dy, "dx", a.dx));
+  return DoRopeBackward(stream, a);
+}
+
+Status OpsBackend::Add(Stream& stream, const Tensor& a, const Tensor& b, const Tensor& y) {
+  SLUICE_RETURN_IF_ERROR(CheckCompute("Add", "a", a));
+  ArgCheck check("Add", device(), "a", a);
+  check.Place("a", a).Exact("b", b, a.dtype(), a.shape()).Exact("y", y, a.dtype(), a.shape());
+  SLUICE_RETURN_IF_ERROR(check.status());
+  return DoAdd(stream, a, b, y);
+}
+
+Status OpsBackend::Accumulate(Stream& stream, const Tensor& x, const Tensor& y) {
+  constexpr std::string_view kOp = "Accumulate";
+  if (IsAbsent(x)) return InvalidArgumentError("Accumulate: x is empty, expected a tensor");
+  ArgCheck check(kOp, device(), "x", x);
+  const bool widening = y.dtype() == DType::kF32 &&
+                        (x.dtype() == DType::kBF16 || x.dtype() == DType::kF16);
+  check.Place("x", x)
+      .Require(!IsAbsent(y) && (y.dtype() == x.dtype() || widening), "y", y,
+               fmt::format("{} or f32{}", DTypeName(x.dtype()), x.shape().ToString()))
+      .Require(y.numel() == x.numel(), "y", y,
+               fmt::format("{}{}", DTypeName(y.dtype()), x.shape().ToString()))
+      .Place("y", y);
+  SLUICE_RETURN_IF_ERROR(check.status());
+  return DoAccumulate(stream, x, y);
+}
+
+Status OpsBackend::AdamStep(Stream& stream, const AdamStepArgs& a) {
+  constexpr std::string_view kOp = "AdamStep";
+  const std::string hyper_error = kernels::AdamHyperparamsError(a.hyper);
+  if (!hyper_error.empty()) return InvalidArgumentError("{}: {}", kOp, hyper_error);
+  const int64_t n = a.params.numel();
+  const std::string flat = fmt::format("[{}]", n);
+  ArgCheck check(kOp, device(), "params", a.params);
+  check.Numel("params", a.params, DType::kF32, n, flat)
+      .Numel("exp_avg", a.exp_avg, DType::kF32, n, flat)
+      .Numel("exp_avg_sq", a.exp_avg_sq, DType::kF32, n, flat)
+      .Require(!IsAbsent(a.grads) && a.grads.dtype() != DType::kF64 && a.grads.numel() == n,
+               "grads", a.grads, fmt::format("f32, bf16 or f16[{}]", n))
+      .Place("grads", a.grads)
+      .Require(IsAbsent(a.param_copy) || ((a.param_copy.dtype() == DType::kBF16 ||
+                                           a.param_copy.dtype() == DType::kF16) &&
+                                          a.param_copy.numel() == n),
+               "param_copy", a.param_copy, fmt::format("empty, or bf16 or f16[{}]", n))
+      .Place("param_copy", a.param_copy);
+  SLUICE_RETURN_IF_ERROR(check.status());
+  return DoAdamStep(stream, a);
+}
+
+Status OpsBackend::Convert(Stream& stream, const Tensor& src, const Tensor& dst) {
+  ArgCheck check("Convert", device(), "src", src);
+  const bool pair =
+      (src.dtype() == DType::kF32 && (dst.dtype() == DType::kBF16 || dst.dtype() == DType::kF16)) ||
+      (dst.dtype() == DType::kF32 && (src.dtype() == DType::kBF16 || src.dtype() == DType::kF16));
+  check.Place("src", src)
+      .Require(!IsAbsent(dst) && pair && dst.numel() == src.numel(), "dst", dst,
+               fmt::format("{}[{} elements] (f32 <-> bf16 or f16)",
+                           src.dtype() == DType::kF32 ? "bf16 or f16" : "f32", src.numel()))
+      .Place("dst", dst);
+  SLUICE_RETURN_IF_ERROR(check.status());
+  return DoConvert(stream, src, dst);
+}
+
+Status OpsBackend::SquaredSum(Stream& stream, const Tensor& x, const Tensor& out) {
+  ArgCheck check("SquaredSum", device(), "x", x);
+  check.Place("x", x).Numel("out", out, DType::kF64, 1, "[] (one element)");
+  SLUICE_RETURN_IF_ERROR(check.status());
+  return DoSquaredSum(stream, x, out);
+}
+
+Status OpsBackend::FlagInfOrNan(Stream& stream, const Tensor& x, int32_t* flag) {
+  ArgCheck check("FlagInfOrNan", device(), "x", x);
+  check.Place("x", x);
+  SLUICE_RETURN_IF_ERROR(check.status());
+  if (flag == nullptr) return InvalidArgumentError("FlagInfOrNan: flag is null (x is {})",
+                                                   Describe(x));
+  return DoFlagInfOrNan(stream, x, flag);
+}
+
+Status OpsBackend::Fill(Stream& stream, const Tensor& y, double value) {
+  ArgCheck check("Fill", device(), "y", y);
+  check.Place("y", y);
+  SLUICE_RETURN_IF_ERROR(check.status());
+  return DoFill(stream, y, value);
+}
+
+Status OpsBackend::CopySegments(Stream& stream, const Tensor& src, const Tensor& dst,
+                                const CopySegmentList& segments) {
+  ArgCheck check("CopySegments", device(), "src", src);
+  const bool pair = src.dtype() == dst.dtype() ||
+                    (src.dtype() == DType::kF32 && dst.dtype() != DType::kF64) ||
+                    (dst.dtype() == DType::kF32 && src.dtype() != DType::kF64);
+  check.Place("src", src)
+      .Require(!IsAbsent(dst) && pair, "dst", dst,
+               "the same dtype as src, or f32 <-> bf16 / f16")
+      .Place("dst", dst);
+  SLUICE_RETURN_IF_ERROR(check.status());
+  if (segments.count < 0 || (segments.count > 0 && segments.data == nullptr)) {
+    return InvalidArgumentError("CopySegments: {} segments at {}, expected a device array",
+                                segments.count, static_cast<const void*>(segments.data));
+  }
+  if (segments.count == 0) return OkStatus();
+  return DoCopySegments(stream, src, dst, segments);
+}
+
+}  // namespace sluice::ops
