@@ -1,5 +1,6 @@
-// `sluice env`: what this machine offers Sluice — CPU ISA, cores and NUMA, memory, GPUs, MPI,
-// io_uring and O_DIRECT, the memlock limit — as text or JSON.
+// `sluice env`: what this machine offers Sluice — CPU ISA, the OpenBLAS kernel and the CPU GEMM
+// setting, cores and NUMA, memory, GPUs, MPI, io_uring and O_DIRECT, the memlock limit — as text
+// or JSON.
 #include "runtime/comm/mpi/mpi_call.h"
 #include <sys/resource.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include "cli/command_registry.h"
 #include "cli/env_probes.h"
 #include "kernels/cpu/cpu_features.h"
+#include "runtime/device/cpu/memory_protection.h"
 #include "runtime/size_format.h"
 #include "runtime/topology.h"
 
@@ -59,6 +61,7 @@ nlohmann::json CollectEnv(const EnvOptions& options) {
                 {"avx512_bf16", cpu.avx512_bf16},
                 {"amx", cpu.amx},
                 {"kernel_isa", kernels::IsaName(kernels::SelectedIsa())}};
+  env["gemm"] = ProbeGemm();
 
   Result<Topology> topo = DetectTopology();
   if (topo.ok()) {
@@ -82,6 +85,9 @@ nlohmann::json CollectEnv(const EnvOptions& options) {
   env["memlock"] = {
       {"limit_bytes", memlock.rlim_cur == RLIM_INFINITY ? -1 : static_cast<int64_t>(memlock.rlim_cur)},
       {"root", geteuid() == 0}};
+  // What a cpu device gets with device.memory_protection at its default (SLUICE_DEVICE_PROTECT
+  // applied): whether the host would fault on device memory, or why not.
+  env["device_memory_protection"] = DescribeDeviceMemoryProtection();
 
   env["gpus"] = ProbeGpus();
   env["mpi"] = {{"library", MpiLibraryVersion()},
@@ -101,6 +107,26 @@ void PrintEnv(const nlohmann::json& env) {
             << yes_no(cpu["avx512"]) << ", AVX512_BF16 " << yes_no(cpu["avx512_bf16"])
             << ", AMX " << yes_no(cpu["amx"]) << "; kernels use "
             << cpu["kernel_isa"].get<std::string>() << "\n";
+  const auto& gemm = env["gemm"];
+  std::cout << "OpenBLAS       core " << gemm["openblas"]["core"].get<std::string>() << ", "
+            << gemm["openblas"]["threads"] << " threads ("
+            << gemm["openblas"]["config"].get<std::string>() << ")\n";
+  // "device.cpu_gemm blas (default): OpenBLAS Prescott; deterministic: GemmFixed avx512"
+  const auto& setting = gemm["cpu_gemm"];
+  const std::string value = setting["value"].get<std::string>();
+  std::cout << "CPU GEMM       device.cpu_gemm " << value << " ("
+            << (setting["source"] == "env" ? setting["env_var"].get<std::string>() : "default")
+            << ")";
+  const auto& kernels = setting["kernels"];
+  if (kernels.contains(value)) {
+    std::cout << ": " << kernels[value].get<std::string>();
+  } else {
+    std::cout << ": not a value it takes (a run would refuse it)";
+  }
+  for (const auto& [name, kernel] : kernels.items()) {
+    if (name != value) std::cout << "; " << name << ": " << kernel.get<std::string>();
+  }
+  std::cout << "\n";
   const auto& topo = env["topology"];
   if (topo.contains("error")) {
     std::cout << "Topology       unavailable: " << topo["error"].get<std::string>() << "\n";
@@ -121,6 +147,8 @@ void PrintEnv(const nlohmann::json& env) {
             << (memlock < 0 ? std::string("unlimited") : FormatBytes(memlock))
             << (env["memlock"]["root"].get<bool>() ? " (root: CAP_IPC_LOCK lifts it)" : "")
             << "\n";
+  std::cout << "Device memory  protection "
+            << env["device_memory_protection"].get<std::string>() << "\n";
   const auto& gpus = env["gpus"];
   if (gpus.contains("error")) {
     std::cout << "GPUs           none: " << gpus["error"].get<std::string>() << "\n";

@@ -13,6 +13,12 @@ namespace sluice::cli {
 // or {"error": why there are none}.
 nlohmann::json ProbeGpus();
 
+// The CPU GEMM: what OpenBLAS picked on this machine ({"openblas": {"core", "config",
+// "threads"}}) and the device.cpu_gemm setting ({"cpu_gemm": {"value", "source", "env_var",
+// "kernels": {"blas", "deterministic"}}}): its default, or the SLUICE_CFG_ override in this
+// environment, and the kernel each choice runs here.
+nlohmann::json ProbeGemm();
+
 Status ProbeIoUringSupport();
 Status ProbeODirectSupport(const std::string& dir);
 

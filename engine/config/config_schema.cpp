@@ -375,6 +375,17 @@ void AddDevice(SettingsRegistry& r) {
   r.Add("device.threads", T::kInt, "CPU threads for kernels and CPU Adam; 0 = all cores")
       .Default(int64_t{0})
       .Min(0);
+  r.Add("device.cpu_gemm", T::kEnum,
+        "Matrix products of the CPU ops: deterministic (Sluice's fixed-order GEMM: the same "
+        "bits on any x86-64 CPU and thread count, as fast as OpenBLAS's best kernel) or blas "
+        "(OpenBLAS; its bits depend on the kernel it picks for the CPU and on its threads)")
+      .Default(std::string("deterministic"))
+      .Allowed({"blas", "deterministic"});
+  r.Add("device.memory_protection", T::kEnum,
+        "Fault on host access to cpu device memory (protection keys): off, on (fails where the "
+        "CPU or kernel has none) or auto; SLUICE_DEVICE_PROTECT overrides it")
+      .Default(std::string("off"))
+      .Allowed({"off", "on", "auto"});
 }
 
 void AddRun(SettingsRegistry& r) {

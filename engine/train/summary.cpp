@@ -70,6 +70,11 @@ std::string FormatSummaryTable(const TrainSummary& s) {
   } else {
     out += Row("validation loss", "not evaluated (no validation data or run.eval_interval 0)");
   }
+  if (!s.kernels.cpu_gemm.empty()) {
+    out += Row("kernels",
+               fmt::format("GEMM {} ({}), OpenBLAS core {}, ISA {}", s.kernels.cpu_gemm,
+                           s.kernels.gemm_kernel, s.kernels.openblas_core, s.kernels.kernel_isa));
+  }
   if (s.memory.has_value()) out += FormatMemoryReport(*s.memory);
   return out;
 }
@@ -103,6 +108,11 @@ nlohmann::ordered_json SummaryToJson(const TrainSummary& s) {
   json["initial_val_loss"] = Optional(s.initial_val_loss);
   json["final_val_loss"] = Optional(s.final_val_loss);
   json["final_loss_scale"] = Number(s.final_loss_scale);
+  json["kernels"] = {{"cpu_gemm", s.kernels.cpu_gemm},
+                     {"gemm_kernel", s.kernels.gemm_kernel},
+                     {"openblas_core", s.kernels.openblas_core},
+                     {"openblas_config", s.kernels.openblas_config},
+                     {"kernel_isa", s.kernels.kernel_isa}};
   return json;
 }
 

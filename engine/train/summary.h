@@ -22,6 +22,18 @@ struct PhaseTimes {
   double other_s = 0.0;  // set-up, data loading, logging: wall time minus the phases above
 };
 
+// The CPU kernels the run computed with, so that two records can be told apart by more than the
+// machine: the GEMM setting and the kernel behind it, the core OpenBLAS picked here (named even
+// when the deterministic GEMM ran: the setting could be flipped) and the ISA of Sluice's own
+// kernels (Adam, GemmFixed).
+struct ComputeKernels {
+  std::string cpu_gemm;         // device.cpu_gemm: "blas" or "deterministic"
+  std::string gemm_kernel;      // "OpenBLAS Haswell", "GemmFixed avx512"
+  std::string openblas_core;    // openblas_get_corename()
+  std::string openblas_config;  // openblas_get_config()
+  std::string kernel_isa;       // "avx512", "avx2", "scalar"
+};
+
 struct TrainSummary {
   std::string run_dir;
   std::string model;  // "gpt2, 4 layers, d_model 256"
@@ -43,6 +55,7 @@ struct TrainSummary {
   std::optional<double> initial_val_loss;  // before the first step
   std::optional<double> final_val_loss;    // after the last step
   double final_loss_scale = 1.0;
+  ComputeKernels kernels;
 };
 
 inline constexpr int64_t kFinalLossWindow = 10;

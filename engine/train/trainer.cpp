@@ -21,6 +21,8 @@
 #include "engine/train/train_world.h"
 #include "engine/zero/split_optimizer.h"
 #include "engine/zero/zero_options.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemm.h"
 #include "runtime/device/device_factory.h"
 #include "runtime/logging.h"
 #include "runtime/memory_accounting.h"
@@ -107,6 +109,23 @@ void ApplyThreadCount(int threads) {
   if (threads > 0) openblas_set_num_threads(threads);
 }
 
+// device.cpu_gemm is process-wide in the kernels (kernels/cpu/gemm.h), like OpenBLAS's thread
+// count: each trainer sets it for the model it builds.
+void ApplyCpuGemm(CpuGemm gemm) {
+  kernels::cpu::SetGemmBackend(gemm == CpuGemm::kDeterministic
+                                   ? kernels::cpu::GemmBackend::kDeterministic
+                                   : kernels::cpu::GemmBackend::kBlas);
+}
+
+ComputeKernels DescribeComputeKernels(CpuGemm gemm) {
+  const kernels::cpu::BlasInfo blas = kernels::cpu::DescribeBlas();
+  return {.cpu_gemm = std::string(CpuGemmName(gemm)),
+          .gemm_kernel = kernels::cpu::GemmKernelName(),
+          .openblas_core = blas.core,
+          .openblas_config = blas.config,
+          .kernel_isa = std::string(kernels::IsaName(kernels::SelectedIsa()))};
+}
+
 }  // namespace
 
 TrainIntervals IntervalsFromConfig(const Config& config) {
@@ -168,6 +187,7 @@ Status Trainer::Build() {
   // offload_optimizer.ratio "auto": what the device budget leaves for optimizer state.
   SLUICE_RETURN_IF_ERROR(estimate::ResolveAutoRatioBudget(&config_, world_->size()));
   ApplyThreadCount(num_threads_);
+  ApplyCpuGemm(config_.device.cpu_gemm);
   // Each phase ends with every rank agreeing that it succeeded: a rank that failed alone would
   // otherwise leave the others waiting in the next collective until run.comm_timeout.
   SLUICE_RETURN_IF_ERROR(
@@ -182,6 +202,9 @@ Status Trainer::Build() {
                PrecisionName(precision_), config_.zero.stage, world_->size(),
                DescribeStatePlacement(engine_->memory(), engine_->optimizer().offload_ratio(),
                                       device_->name()));
+    SLUICE_LOG(kInfo, "train", "CPU GEMM: device.cpu_gemm {} runs {} (OpenBLAS core {})",
+               CpuGemmName(config_.device.cpu_gemm), kernels::cpu::GemmKernelName(),
+               kernels::cpu::DescribeBlas().core);
   }
   return OkStatus();
 }
@@ -195,6 +218,8 @@ Status Trainer::BuildModel() {
   device_options.kind = DeviceKind::kCpu;
   device_options.index = config_.device.index;
   device_options.memory_limit_bytes = static_cast<uint64_t>(*config_.device.memory_limit);
+  SLUICE_ASSIGN_OR_RETURN(device_options.memory_protection,
+                          ParseDeviceMemoryProtection(config_.device.memory_protection));
   SLUICE_ASSIGN_OR_RETURN(device_, CreateDevice(device_options));
   allocator_ = std::make_unique<model::DeviceAllocator>(*device_);
 
@@ -501,6 +526,7 @@ TrainSummary Trainer::Summarize(const std::vector<StepMetrics>& steps) const {
   s.parameters = model_->ParameterCount();
   s.precision = std::string(PrecisionName(precision_));
   s.world_size = world_->size();
+  s.kernels = DescribeComputeKernels(config_.device.cpu_gemm);
   s.steps = static_cast<int64_t>(steps.size());
   for (const StepMetrics& m : steps) {
     if (m.skipped) ++s.skipped_steps;

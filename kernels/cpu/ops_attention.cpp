@@ -1,11 +1,10 @@
 #include "kernels/cpu/ops_attention.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <string>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/ops_parallel.h"
 
 namespace sluice::kernels::cpu {
@@ -33,12 +32,15 @@ Layout MakeLayout(const AttentionDims& dims) {
           static_cast<int>(dims.kv_heads * dims.head_dim)};
 }
 
+// The products' team: the calling thread, as for the softmax rows. OpenBLAS threads its own
+// calls; GemmFixed (device.cpu_gemm deterministic) is not given the cores for one head's small
+// products, whose fork and join would cost about what they save at the demo's shapes.
+constexpr int kGemmThreads = 1;
+
 // s [seq, seq] = scale * q_h · k_gᵀ (every entry; the caller masks).
 void Scores(const float* qh, const float* kg, float* s, const Layout& l, float scale) {
-  const int n = static_cast<int>(l.seq);
-  const int d = static_cast<int>(l.dim);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, d, scale, qh, l.ld_q, kg, l.ld_kv,
-              0.0f, s, n);
+  Gemm(false, true, l.seq, l.seq, l.dim, scale, qh, l.ld_q, kg, l.ld_kv, 0.0f, s, l.seq,
+       kGemmThreads);
 }
 
 }  // namespace
@@ -73,8 +75,8 @@ void AttentionForward(const float* q, const float* k, const float* v, float* out
         lse_h[i] = max + std::log(sum);
       }
       // out_h [seq, dim] = P [seq, seq] · v_g [seq, dim]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d, n, 1.0f, p, n,
-                  v + l.KvOffset(b, g), l.ld_kv, 0.0f, out + l.QOffset(b, h), l.ld_q);
+      Gemm(false, false, n, d, n, 1.0f, p, n, v + l.KvOffset(b, g), l.ld_kv, 0.0f,
+           out + l.QOffset(b, h), l.ld_q, kGemmThreads);
     }
   }
 }
@@ -105,8 +107,7 @@ void AttentionBackward(const float* q, const float* k, const float* v, const flo
       const float* lse_h = lse + (b * dims.q_heads + h) * dims.seq;
       Scores(qh, kg, p, l, scale);
       // ds [seq, seq] = dout_h · v_gᵀ, the gradient of the probabilities.
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, d, 1.0f, doh, l.ld_q, vg, l.ld_kv,
-                  0.0f, ds, n);
+      Gemm(false, true, n, n, d, 1.0f, doh, l.ld_q, vg, l.ld_kv, 0.0f, ds, n, kGemmThreads);
       for (int64_t i = 0; i < dims.seq; ++i) {
         const float* o_i = oh + i * l.ld_q;
         const float* do_i = doh + i * l.ld_q;
@@ -125,14 +126,14 @@ void AttentionBackward(const float* q, const float* k, const float* v, const flo
         }
       }
       // dv_g (+)= Pᵀ · dout_h
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, d, n, 1.0f, p, n, doh, l.ld_q, beta,
-                  dv + l.KvOffset(b, g), l.ld_kv);
+      Gemm(true, false, n, d, n, 1.0f, p, n, doh, l.ld_q, beta, dv + l.KvOffset(b, g), l.ld_kv,
+           kGemmThreads);
       // dq_h = scale * dS · k_g
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d, n, scale, ds, n, kg, l.ld_kv,
-                  0.0f, dq + l.QOffset(b, h), l.ld_q);
+      Gemm(false, false, n, d, n, scale, ds, n, kg, l.ld_kv, 0.0f, dq + l.QOffset(b, h), l.ld_q,
+           kGemmThreads);
       // dk_g (+)= scale * dSᵀ · q_h
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, d, n, scale, ds, n, qh, l.ld_q, beta,
-                  dk + l.KvOffset(b, g), l.ld_kv);
+      Gemm(true, false, n, d, n, scale, ds, n, qh, l.ld_q, beta, dk + l.KvOffset(b, g), l.ld_kv,
+           kGemmThreads);
     }
   }
 }

@@ -1,12 +1,13 @@
 // CPU backend of causal self-attention (multi-head or grouped-query): fp32, one (batch, head)
-// at a time, the score and value products as OpenBLAS cblas_sgemm calls reading the heads in
-// place through leading dimensions. Same semantics, layouts and saved state (lse only;
-// probabilities recomputed in the backward) as kernels/ref/ops_attention.h.
+// at a time, the score and value products through Gemm (gemm.h: OpenBLAS or the deterministic
+// GemmFixed, as device.cpu_gemm says) reading the heads in place through leading dimensions.
+// Same semantics, layouts and saved state (lse only; probabilities recomputed in the backward)
+// as kernels/ref/ops_attention.h.
 //
-// Threads: OpenBLAS threads the products (OPENBLAS_NUM_THREADS); the softmax rows between them
-// run on the calling thread. An OpenMP region there, between two OpenBLAS calls, put two thread
-// pools on the same cores and measured 10-30x slower on a loaded 2-core machine, while the
-// rows cost O(seq^2) against the products' O(seq^2 * head_dim).
+// Threads: OpenBLAS threads the products (OPENBLAS_NUM_THREADS); GemmFixed runs them on the
+// calling thread, as the softmax rows between them. An OpenMP region there, between two OpenBLAS
+// calls, put two thread pools on the same cores and measured 10-30x slower on a loaded 2-core
+// machine, while the rows cost O(seq^2) against the products' O(seq^2 * head_dim).
 //
 // workspace: AttentionWorkspaceElements(dims) floats from the caller (the [seq, seq]
 // probabilities and their gradient for one head, plus a row of dout . out), so the engine can

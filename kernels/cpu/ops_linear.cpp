@@ -1,9 +1,8 @@
 #include "kernels/cpu/ops_linear.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/ops_convert.h"
 #include "kernels/cpu/ops_parallel.h"
 #include "kernels/ref/half.h"
@@ -23,17 +22,9 @@ void FillRows(float* y, int64_t rows, int64_t out, Load bias_at, int num_threads
 
 // y = x·wᵀ + beta * y.
 void ForwardGemm(const float* x, const float* w, float* y, int64_t rows, int64_t in, int64_t out,
-                 float beta) {
-  if (rows == 0 || out == 0) return;
-  if (in == 0) {  // an empty sum; BLAS would reject the leading dimension 0
-    if (beta == 0.0f) std::fill(y, y + rows * out, 0.0f);
-    return;
-  }
-  const char* op = "LinearForward";
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, internal::BlasInt(rows, op),
-              internal::BlasInt(out, op), internal::BlasInt(in, op), 1.0f, x,
-              internal::BlasInt(in, op), w, internal::BlasInt(in, op), beta, y,
-              internal::BlasInt(out, op));
+                 float beta, int num_threads) {
+  Gemm(/*trans_a=*/false, /*trans_b=*/true, rows, out, in, 1.0f, x, in, w, in, beta, y, out,
+       num_threads);
 }
 
 }  // namespace
@@ -44,28 +35,18 @@ void LinearForward(const float* x, const float* w, const float* b, float* y, int
     FillRows(
         y, rows, out, [b](int64_t o) { return b[o]; }, num_threads);
   }
-  ForwardGemm(x, w, y, rows, in, out, b != nullptr ? 1.0f : 0.0f);
+  ForwardGemm(x, w, y, rows, in, out, b != nullptr ? 1.0f : 0.0f, num_threads);
 }
 
 void LinearBackward(const float* x, const float* w, const float* dy, float* dx, float* dw,
                     float* db, int64_t rows, int64_t in, int64_t out, int num_threads) {
-  const char* op = "LinearBackward";
-  const int m = internal::BlasInt(rows, op);
-  const int k_in = internal::BlasInt(in, op);
-  const int n_out = internal::BlasInt(out, op);
-  if (dx != nullptr && rows > 0 && in > 0) {
-    if (out == 0) {
-      std::fill(dx, dx + rows * in, 0.0f);
-    } else {
-      // dx [rows, in] = dy [rows, out] · w [out, in]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, k_in, n_out, 1.0f, dy, n_out, w,
-                  k_in, 0.0f, dx, k_in);
-    }
+  if (dx != nullptr) {
+    // dx [rows, in] = dy [rows, out] · w [out, in]; out == 0 gives zeros.
+    Gemm(false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in, num_threads);
   }
-  if (dw != nullptr && out > 0 && in > 0 && rows > 0) {
+  if (dw != nullptr && rows > 0) {  // no rows: nothing to add, dw keeps every bit
     // dw [out, in] += dyᵀ [out, rows] · x [rows, in]
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n_out, k_in, m, 1.0f, dy, n_out, x, k_in,
-                1.0f, dw, k_in);
+    Gemm(true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in, num_threads);
   }
   if (db != nullptr) internal::ColumnSums(dy, db, rows, out, num_threads);
 }
@@ -78,7 +59,7 @@ void LinearForwardBf16Weight(const float* x, const uint16_t* w, const uint16_t* 
     FillRows(
         y, rows, out, [b](int64_t o) { return Bf16ToF32(b[o]); }, num_threads);
   }
-  ForwardGemm(x, workspace, y, rows, in, out, b != nullptr ? 1.0f : 0.0f);
+  ForwardGemm(x, workspace, y, rows, in, out, b != nullptr ? 1.0f : 0.0f, num_threads);
 }
 
 void LinearBackwardBf16Weight(const float* x, const uint16_t* w, const float* dy, float* dx,

@@ -1,8 +1,8 @@
 // CPU backend of the linear layer Y = X·Wᵀ + b, weight [out, in] (PyTorch / Hugging Face
-// layout). The products are OpenBLAS cblas_sgemm calls, which thread themselves
-// (OPENBLAS_NUM_THREADS); num_threads only sizes the OpenMP parts (bias, conversions). Same
-// semantics and gradient convention as kernels/ref/ops_linear.h: dx overwritten, dw and db
-// accumulated, null skips.
+// layout). The products go through Gemm (gemm.h), which the process-wide device.cpu_gemm points
+// at OpenBLAS (threading itself: OPENBLAS_NUM_THREADS) or at the deterministic GemmFixed (a team
+// of num_threads, as for the OpenMP parts: bias, conversions). Same semantics and gradient
+// convention as kernels/ref/ops_linear.h: dx overwritten, dw and db accumulated, null skips.
 //
 // Mixed precision: the *Bf16Weight variants take the bf16 parameter copy (w and b as bf16 bits),
 // widen the weight into the caller's workspace (LinearBf16WorkspaceFloats(in, out) floats, so

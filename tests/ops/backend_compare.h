@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/gemm.h"
 #include "tests/ops/ops_test_util.h"
 
 namespace sluice::kernels::testing {
@@ -52,6 +53,21 @@ void CompareBackends(Scenario scenario, double tol, const std::string& what) {
     ExpectClose(cpu[i].second, want[i].second, tol, what + " cpu " + want[i].first);
     ExpectClose(ref32[i].second, want[i].second, tol, what + " ref<float> " + want[i].first);
   }
+}
+
+// Runs body(name) once with each CPU GEMM backend (kernels/cpu/gemm.h: OpenBLAS and GemmFixed)
+// in force, for the ops whose products go through it (linear, attention); restores the backend
+// that was current.
+template <typename Body>
+void ForEachGemmBackend(Body body) {
+  const cpu::GemmBackend saved = cpu::CurrentGemmBackend();
+  for (cpu::GemmBackend backend : {cpu::GemmBackend::kBlas, cpu::GemmBackend::kDeterministic}) {
+    const std::string name(cpu::GemmBackendName(backend));
+    SCOPED_TRACE("device.cpu_gemm " + name);
+    cpu::SetGemmBackend(backend);
+    body(name);
+  }
+  cpu::SetGemmBackend(saved);
 }
 
 }  // namespace sluice::kernels::testing

@@ -1,4 +1,5 @@
-// The CPU attention kernels (OpenBLAS products, OpenMP softmax) against the fp64 reference,
+// The CPU attention kernels (products through either CPU GEMM backend, softmax rows on the
+// calling thread) against the fp64 reference,
 // multi-head and grouped-query, with odd sizes. Declared tolerance: 2e-5 of each output's
 // largest magnitude (fp32 sums over head_dim and seq terms, exp and log in fp32).
 #include <gtest/gtest.h>
@@ -33,26 +34,28 @@ TEST_P(CpuAttention, ForwardAndBackward) {
   const int64_t nkv = tokens * dims.kv_heads * dims.head_dim;
   const auto q = rng.Uniform(nq, -2, 2), k = rng.Uniform(nkv, -2, 2), v = rng.Uniform(nkv);
   const auto dout = rng.Uniform(nq);
-  CompareBackends(
-      [&](auto backend) {
-        using T = typename decltype(backend)::T;
-        std::vector<T> tq = Cast<T>(q), tk = Cast<T>(k), tv = Cast<T>(v), tdout = Cast<T>(dout);
-        std::vector<T> out(nq), lse(dims.batch * dims.q_heads * dims.seq);
-        // Gradients start as garbage: the kernels must overwrite them.
-        std::vector<T> dq(nq, T(5)), dk(nkv, T(5)), dv(nkv, T(5));
-        std::vector<T> workspace(AttentionWorkspaceElements(dims), T(-3));
-        SLUICE_OPS_CALL(backend, AttentionForward, tq.data(), tk.data(), tv.data(), out.data(),
-                        lse.data(), dims, workspace.data());
-        SLUICE_OPS_CALL(backend, AttentionBackward, tq.data(), tk.data(), tv.data(), out.data(),
-                        lse.data(), tdout.data(), dq.data(), dk.data(), dv.data(), dims,
-                        workspace.data());
-        return Outputs{{"out", AsDouble(out)},
-                       {"lse", AsDouble(lse)},
-                       {"dq", AsDouble(dq)},
-                       {"dk", AsDouble(dk)},
-                       {"dv", AsDouble(dv)}};
-      },
-      kAttentionTol, "attention");
+  testing::ForEachGemmBackend([&](const std::string& gemm) {
+    CompareBackends(
+        [&](auto backend) {
+          using T = typename decltype(backend)::T;
+          std::vector<T> tq = Cast<T>(q), tk = Cast<T>(k), tv = Cast<T>(v), tdout = Cast<T>(dout);
+          std::vector<T> out(nq), lse(dims.batch * dims.q_heads * dims.seq);
+          // Gradients start as garbage: the kernels must overwrite them.
+          std::vector<T> dq(nq, T(5)), dk(nkv, T(5)), dv(nkv, T(5));
+          std::vector<T> workspace(AttentionWorkspaceElements(dims), T(-3));
+          SLUICE_OPS_CALL(backend, AttentionForward, tq.data(), tk.data(), tv.data(), out.data(),
+                          lse.data(), dims, workspace.data());
+          SLUICE_OPS_CALL(backend, AttentionBackward, tq.data(), tk.data(), tv.data(), out.data(),
+                          lse.data(), tdout.data(), dq.data(), dk.data(), dv.data(), dims,
+                          workspace.data());
+          return Outputs{{"out", AsDouble(out)},
+                         {"lse", AsDouble(lse)},
+                         {"dq", AsDouble(dq)},
+                         {"dk", AsDouble(dk)},
+                         {"dv", AsDouble(dv)}};
+        },
+        kAttentionTol, "attention (" + gemm + ")");
+  });
 }
 
 std::string Name(const ::testing::TestParamInfo<AttentionDims>& info) {

@@ -70,21 +70,23 @@ TEST_P(CpuLinear, ForwardAndBackward) {
   const auto x = rng.Uniform(c.rows * c.in), w = rng.Uniform(c.out * c.in);
   const auto b = rng.Uniform(c.out), dy = rng.Uniform(c.rows * c.out);
   const auto dw0 = rng.Uniform(c.out * c.in), db0 = rng.Uniform(c.out);
-  CompareBackends(
-      [&](auto backend) {
-        using T = typename decltype(backend)::T;
-        std::vector<T> tx = Cast<T>(x), tw = Cast<T>(w), tb = Cast<T>(b), tdy = Cast<T>(dy);
-        std::vector<T> y(c.rows * c.out), dx(c.rows * c.in, T(9)), dw = Cast<T>(dw0),
-                                                                   db = Cast<T>(db0);
-        const T* bias = c.bias ? tb.data() : nullptr;
-        SLUICE_OPS_CALL(backend, LinearForward, tx.data(), tw.data(), bias, y.data(), c.rows, c.in,
-                        c.out);
-        SLUICE_OPS_CALL(backend, LinearBackward, tx.data(), tw.data(), tdy.data(), dx.data(),
-                        dw.data(), c.bias ? db.data() : nullptr, c.rows, c.in, c.out);
-        return Outputs{
-            {"y", AsDouble(y)}, {"dx", AsDouble(dx)}, {"dw", AsDouble(dw)}, {"db", AsDouble(db)}};
-      },
-      kReductionTol, "linear");
+  testing::ForEachGemmBackend([&](const std::string& gemm) {
+    CompareBackends(
+        [&](auto backend) {
+          using T = typename decltype(backend)::T;
+          std::vector<T> tx = Cast<T>(x), tw = Cast<T>(w), tb = Cast<T>(b), tdy = Cast<T>(dy);
+          std::vector<T> y(c.rows * c.out), dx(c.rows * c.in, T(9)), dw = Cast<T>(dw0),
+                                                                     db = Cast<T>(db0);
+          const T* bias = c.bias ? tb.data() : nullptr;
+          SLUICE_OPS_CALL(backend, LinearForward, tx.data(), tw.data(), bias, y.data(), c.rows,
+                          c.in, c.out);
+          SLUICE_OPS_CALL(backend, LinearBackward, tx.data(), tw.data(), tdy.data(), dx.data(),
+                          dw.data(), c.bias ? db.data() : nullptr, c.rows, c.in, c.out);
+          return Outputs{
+              {"y", AsDouble(y)}, {"dx", AsDouble(dx)}, {"dw", AsDouble(dw)}, {"db", AsDouble(db)}};
+        },
+        kReductionTol, "linear (" + gemm + ")");
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CpuLinear,

@@ -1,13 +1,16 @@
 // Golden loss: tiny models with fixed seeds must reproduce their stored loss curves bit for bit
 // (every step's loss and gradient norm, as hex floats, and the final validation loss). Any
 // numeric change -- a kernel's summation order, the optimizer, the data order, bucketing,
-// prefetch or offload of later stages -- fails here with the first differing step. A deliberate
-// change regenerates the curves:
+// prefetch or offload of later stages -- fails here with the first differing step. The curves
+// are made with device.cpu_gemm deterministic (train_test_util.h): Sluice's own fixed-order GEMM,
+// whose bits, like those of every other CPU kernel, do not depend on the ISA or the thread
+// count, so they hold on any x86-64 CPU (ctest also runs this test with OpenBLAS forced to its
+// SSE3 kernel, to catch a stored path that reaches OpenBLAS again). A deliberate change
+// regenerates the curves:
 //
 //   SLUICE_REGENERATE_GOLDEN=1 build/tests/train_golden_test
 //
 // and commits tests/golden/*.json with the change that explains it.
-#include <cblas.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -52,15 +55,13 @@ std::string RegenerateCommand() {
                      SLUICE_GOLDEN_TEST_BINARY);
 }
 
-// `blas_threads` > 0 overrides the OpenBLAS pool size device.threads set.
-Curve RunCurve(const std::vector<std::string>& overrides, int blas_threads = 0) {
+Curve RunCurve(const std::vector<std::string>& overrides) {
   Config config = test_util::TinyGptConfig(overrides);
   TrainerOptions options = test_util::QuietTrainerOptions();
   Result<std::unique_ptr<Trainer>> trainer = Trainer::Create(config, options);
   EXPECT_TRUE(trainer.ok()) << trainer.status().ToString();
   Curve curve;
   if (!trainer.ok()) return curve;
-  if (blas_threads > 0) openblas_set_num_threads(blas_threads);
   for (int64_t s = 0; s < config.run.steps; ++s) {
     Result<StepMetrics> m = (*trainer)->TrainStep();
     EXPECT_TRUE(m.ok()) << m.status().ToString();
@@ -143,14 +144,13 @@ INSTANTIATE_TEST_SUITE_P(Curves, GoldenLossTest,
                            return std::string(info.param.name);
                          });
 
-// The curves above are taken with device.threads 1. The OpenMP kernels (every op, the norm,
-// Adam) give the same bits for any team size; OpenBLAS does not: its multi-threaded SGEMM sums
-// in another order than its single-threaded one (measured: 30583 of 34688 step-1 gradients of
-// tiny_gpt2 differ between 1 and 2 OpenBLAS threads). So a bit-exact run needs device.threads 1
-// (which also sets OpenBLAS to one thread), or OpenBLAS pinned to one thread as below.
-TEST(GoldenLossThreadsTest, OpenMpThreadCountDoesNotChangeABit) {
-  const Curve one = RunCurve({"device.threads=1"}, /*blas_threads=*/1);
-  const Curve two = RunCurve({"device.threads=2"}, /*blas_threads=*/1);
+// The curves above are taken with device.threads 1. Every CPU kernel behind them, the GEMM
+// included (device.cpu_gemm deterministic), gives the same bits for any team size. (OpenBLAS
+// does not: its multi-threaded SGEMM sums in another order than its single-threaded one, which
+// is why the curves no longer go through it.)
+TEST(GoldenLossThreadsTest, ThreadCountDoesNotChangeABit) {
+  const Curve one = RunCurve({"device.threads=1"});
+  const Curve two = RunCurve({"device.threads=2"});
   ASSERT_EQ(one.losses.size(), two.losses.size());
   for (size_t i = 0; i < one.losses.size(); ++i) {
     ASSERT_TRUE(SameBits(one.losses[i], two.losses[i]))

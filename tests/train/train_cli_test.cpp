@@ -32,6 +32,32 @@ std::string Corpus() {
   return WriteFile(TempPath("corpus.txt"), test_util::SyntheticCorpus(32768));
 }
 
+// `sluice env` names the OpenBLAS kernel and the GEMM a run would get: the setting's default, or
+// the environment's override, and what each choice runs on this machine.
+TEST(EnvCliTest, NamesTheBlasCoreAndTheGemmSetting) {
+  CommandResult r = RunSluice("env --json", "env -u SLUICE_CFG_DEVICE__CPU_GEMM",
+                              /*merge_stderr=*/false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json env = nlohmann::json::parse(r.output);
+  const nlohmann::json& gemm = env["gemm"];
+  EXPECT_FALSE(gemm["openblas"]["core"].get<std::string>().empty()) << gemm.dump();
+  EXPECT_EQ(gemm["cpu_gemm"]["value"], "deterministic") << gemm.dump();
+  EXPECT_EQ(gemm["cpu_gemm"]["source"], "default");
+  EXPECT_EQ(gemm["cpu_gemm"]["kernels"]["blas"],
+            "OpenBLAS " + gemm["openblas"]["core"].get<std::string>());
+  EXPECT_EQ(gemm["cpu_gemm"]["kernels"]["deterministic"],
+            "GemmFixed " + env["cpu"]["kernel_isa"].get<std::string>());
+
+  r = RunSluice("env", "SLUICE_CFG_DEVICE__CPU_GEMM=blas");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("OpenBLAS       core "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("CPU GEMM       device.cpu_gemm blas "
+                          "(SLUICE_CFG_DEVICE__CPU_GEMM): OpenBLAS "),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("Device memory  protection "), std::string::npos) << r.output;
+}
+
 TEST(TrainCliTest, TrainsATinyConfigAndWritesItsFiles) {
   const std::string run_dir = TempPath("run");
   const std::string config =

@@ -61,7 +61,9 @@ inline std::string WriteFile(const std::string& path, const std::string& content
 }
 
 // A 2-layer GPT-2 (d_model 32, seq_len 32, bytes) on a 64 KiB synthetic corpus, one thread,
-// f32, constant-after-warm-up AdamW: the golden-curve model. `overrides` are --set items.
+// f32, constant-after-warm-up AdamW: the golden-curve model. Its products run on the
+// deterministic GEMM (device.cpu_gemm), so its curve, and every comparison of two runs, is the
+// same on any x86-64 CPU whatever kernel OpenBLAS would pick. `overrides` are --set items.
 inline std::string TinyGptYaml(const std::string& corpus, const std::string& run_dir) {
   return "train_micro_batch_size_per_gpu: 4\n"
          "gradient_accumulation_steps: 1\n"
@@ -78,7 +80,8 @@ inline std::string TinyGptYaml(const std::string& corpus, const std::string& run
          "data: {train_path: " +
          corpus +
          ", format: text, val_fraction: 0.1, seed: 7, eval_batches: 2}\n"
-         "device: {type: cpu, memory_limit: 64MiB, host_memory_limit: 1GiB, threads: 1}\n"
+         "device: {type: cpu, memory_limit: 64MiB, host_memory_limit: 1GiB, threads: 1, "
+         "cpu_gemm: deterministic}\n"
          "run: {dir: " +
          run_dir + ", steps: 20, seed: 1234, eval_interval: 10, log_interval: 5}\n";
 }

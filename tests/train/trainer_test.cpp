@@ -221,6 +221,12 @@ TEST(TrainerTest, RunWritesMetricsConfigAndSummary) {
   EXPECT_EQ(s["final_val_loss"].get<double>(), lines[5]["val_loss"].get<double>());
   EXPECT_NEAR(s["initial_val_loss"].get<double>(), std::log(256.0), 0.3);
   EXPECT_TRUE(s["phases_s"].contains("optimizer"));
+  // The kernels the run computed with (TinyGptConfig asks for the deterministic GEMM).
+  EXPECT_EQ(s["kernels"]["cpu_gemm"], "deterministic");
+  EXPECT_EQ(s["kernels"]["gemm_kernel"].get<std::string>().rfind("GemmFixed ", 0), 0u)
+      << s["kernels"].dump();
+  EXPECT_FALSE(s["kernels"]["openblas_core"].get<std::string>().empty());
+  EXPECT_FALSE(s["kernels"]["kernel_isa"].get<std::string>().empty());
 
   // Predicted against measured: the model states of stage 0 on one rank are exact (allocations
   // round up to 256 bytes), activations and buffers within 10%.
@@ -247,6 +253,7 @@ TEST(TrainerTest, RunWritesMetricsConfigAndSummary) {
   EXPECT_NE(table.find("predicted"), std::string::npos) << table;
   EXPECT_NE(table.find("optimizer"), std::string::npos) << table;
   EXPECT_EQ(table.find("max of"), std::string::npos) << table;
+  EXPECT_NE(table.find("GEMM deterministic (GemmFixed "), std::string::npos) << table;
 }
 
 // Offload the engine cannot do is refused before training, naming the key and the stage.
