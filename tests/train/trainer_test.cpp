@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@
 #include "engine/train/train_world.h"
 #include "engine/zero/split_optimizer.h"
 #include "kernels/ref/half.h"
+#include "runtime/device/cpu/memory_protection.h"
 #include "tests/train/train_test_util.h"
 
 namespace sluice::train {
@@ -257,6 +259,27 @@ TEST(TrainerTest, RunWritesMetricsConfigAndSummary) {
 }
 
 // Offload the engine cannot do is refused before training, naming the key and the stage.
+// device.memory_protection reaches the cpu device. Until the engine runs its ops on streams it
+// still touches device memory from the host, so with protection on the run stops at its first such
+// access, and the report names the allocation.
+TEST(TrainerDeathTest, MemoryProtectionOnStopsTheEnginesFirstHostAccessNamingTheAllocation) {
+  Result<DeviceProtectionDecision> probe =
+      DecideDeviceMemoryProtection(DeviceMemoryProtection::kAuto);
+  if (!probe.ok() || !probe->active) {
+    GTEST_SKIP() << "no memory protection here: "
+                 << (probe.ok() ? probe->explanation : probe.status().ToString());
+  }
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const Config config = TinyGptConfig({"device.memory_protection=on", "run.steps=1"});
+  EXPECT_DEATH(
+      {
+        unsetenv(kDeviceProtectEnvVar);
+        auto trainer = Trainer::Create(config, test_util::QuietTrainerOptions());
+        if (trainer.ok()) (void)(*trainer)->TrainStep();
+      },
+      "device memory at 0x[0-9a-f]+: allocation '");
+}
+
 TEST(TrainerTest, OffloadAtTheWrongStageIsRefusedNamingTheKey) {
   const struct {
     const char* stage;
