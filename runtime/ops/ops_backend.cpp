@@ -74,9 +74,9 @@ class ArgCheck {
   ArgCheck& Int32(std::string_view name, const Int32View& v, int64_t count) {
     if (!status_.ok()) return *this;
     if (v.count != count || (v.data == nullptr && count > 0)) {
-      status_ = InvalidArgumentError("{}: {} is i32[{}]{}, expected i32[{}] ({})", op_, name,
-                                     v.count, v.data == nullptr ? " with no data" : "", count,
-                                     anchor_);
+      status_ =
+          InvalidArgumentError("{}: {} is i32[{}]{}, expected i32[{}] ({})", op_, name, v.count,
+                               v.data == nullptr ? " with no data" : "", count, anchor_);
     }
     return *this;
   }
@@ -110,8 +110,7 @@ Status OpsBackend::UnsupportedDType(std::string_view op, std::string_view what,
                             Describe(t), name());
 }
 
-Status OpsBackend::CheckCompute(std::string_view op, std::string_view name,
-                                const Tensor& t) const {
+Status OpsBackend::CheckCompute(std::string_view op, std::string_view name, const Tensor& t) const {
   if (IsAbsent(t)) return InvalidArgumentError("{}: {} is empty, expected a tensor", op, name);
   if (!Supports(t.dtype())) {
     return UnimplementedError(
@@ -130,7 +129,7 @@ Status OpsBackend::LinearForward(Stream& stream, const LinearForwardArgs& a) {
   SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "x", a.x));
   const DType t = a.x.dtype();
   const int64_t in = LastDim(a.x);
-  const int64_t out = a.w.rank() == 2 ? a.w.dim(0) : -1;
+  const int64_t out = a.w.rank() == 2 ? a.w.dim(0) : 0;
   ArgCheck check(kOp, device(), "x", a.x);
   check.Place("x", a.x)
       .Require(a.w.rank() == 2, "w", a.w, fmt::format("{}[out, {}]", DTypeName(t), in))
@@ -147,7 +146,7 @@ Status OpsBackend::LinearBackward(Stream& stream, const LinearBackwardArgs& a) {
   const DType t = a.x.dtype();
   const DType acc = AccumDType(t);
   const int64_t in = LastDim(a.x);
-  const int64_t out = a.w.rank() == 2 ? a.w.dim(0) : -1;
+  const int64_t out = a.w.rank() == 2 ? a.w.dim(0) : 0;
   ArgCheck check(kOp, device(), "x", a.x);
   check.Place("x", a.x)
       .Require(a.w.rank() == 2, "w", a.w, fmt::format("{}[out, {}]", DTypeName(t), in))
@@ -182,7 +181,7 @@ Status OpsBackend::EmbeddingBackward(Stream& stream, const EmbeddingBackwardArgs
   SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "dout", a.dout));
   const DType t = a.dout.dtype();
   const int64_t dim = LastDim(a.dout);
-  const int64_t vocab = a.dtable.rank() == 2 ? a.dtable.dim(0) : -1;
+  const int64_t vocab = a.dtable.rank() == 2 ? a.dtable.dim(0) : 0;
   ArgCheck check(kOp, device(), "dout", a.dout);
   check.Place("dout", a.dout)
       .Require(a.dtable.rank() == 2, "dtable", a.dtable,
@@ -193,8 +192,7 @@ Status OpsBackend::EmbeddingBackward(Stream& stream, const EmbeddingBackwardArgs
   return DoEmbeddingBackward(stream, a);
 }
 
-Status OpsBackend::PositionEmbeddingForward(Stream& stream,
-                                            const PositionEmbeddingForwardArgs& a) {
+Status OpsBackend::PositionEmbeddingForward(Stream& stream, const PositionEmbeddingForwardArgs& a) {
   constexpr std::string_view kOp = "PositionEmbeddingForward";
   SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "x", a.x));
   const DType t = a.x.dtype();
@@ -207,7 +205,7 @@ Status OpsBackend::PositionEmbeddingForward(Stream& stream,
   check
       .Require(a.wpe.rank() == 2 && a.wpe.dim(0) >= seq, "wpe", a.wpe,
                fmt::format("{}[positions >= {}, {}]", DTypeName(t), seq, dim))
-      .Exact("wpe", a.wpe, t, Shape{a.wpe.dim(0), dim});
+      .Exact("wpe", a.wpe, t, Shape{a.wpe.rank() == 2 ? a.wpe.dim(0) : 0, dim});
   SLUICE_RETURN_IF_ERROR(check.status());
   return DoPositionEmbeddingForward(stream, a);
 }
@@ -228,7 +226,7 @@ Status OpsBackend::PositionEmbeddingBackward(Stream& stream,
   check
       .Require(a.dwpe.rank() == 2 && a.dwpe.dim(0) >= seq, "dwpe", a.dwpe,
                fmt::format("{}[positions >= {}, {}]", DTypeName(acc), seq, dim))
-      .Exact("dwpe", a.dwpe, acc, Shape{a.dwpe.dim(0), dim});
+      .Exact("dwpe", a.dwpe, acc, Shape{a.dwpe.rank() == 2 ? a.dwpe.dim(0) : 0, dim});
   SLUICE_RETURN_IF_ERROR(check.status());
   return DoPositionEmbeddingBackward(stream, a);
 }
@@ -236,8 +234,8 @@ Status OpsBackend::PositionEmbeddingBackward(Stream& stream,
 namespace {
 
 // The attention dims of q [b, s, hq, d] and k [b, s, hkv, d], or the error naming what is wrong.
-Status AttentionShapes(std::string_view op, const Device& device, const Tensor& q,
-                       const Tensor& k, kernels::AttentionDims* dims) {
+Status AttentionShapes(std::string_view op, const Device& device, const Tensor& q, const Tensor& k,
+                       kernels::AttentionDims* dims) {
   const DType t = q.dtype();
   ArgCheck check(op, device, "q", q);
   check
@@ -245,9 +243,9 @@ Status AttentionShapes(std::string_view op, const Device& device, const Tensor& 
                fmt::format("{}[batch, seq, q_heads, head_dim]", DTypeName(t)))
       .Place("q", q);
   SLUICE_RETURN_IF_ERROR(check.status());
-  check.Require(k.rank() == 4, "k", k,
-                fmt::format("{}[{}, {}, kv_heads, {}]", DTypeName(t), q.dim(0), q.dim(1),
-                            q.dim(3)));
+  check.Require(
+      k.rank() == 4, "k", k,
+      fmt::format("{}[{}, {}, kv_heads, {}]", DTypeName(t), q.dim(0), q.dim(1), q.dim(3)));
   SLUICE_RETURN_IF_ERROR(check.status());
   check.Exact("k", k, t, Shape{q.dim(0), q.dim(1), k.dim(2), q.dim(3)});
   SLUICE_RETURN_IF_ERROR(check.status());
@@ -472,8 +470,8 @@ Status OpsBackend::Accumulate(Stream& stream, const Tensor& x, const Tensor& y) 
   constexpr std::string_view kOp = "Accumulate";
   if (IsAbsent(x)) return InvalidArgumentError("Accumulate: x is empty, expected a tensor");
   ArgCheck check(kOp, device(), "x", x);
-  const bool widening = y.dtype() == DType::kF32 &&
-                        (x.dtype() == DType::kBF16 || x.dtype() == DType::kF16);
+  const bool widening =
+      y.dtype() == DType::kF32 && (x.dtype() == DType::kBF16 || x.dtype() == DType::kF16);
   check.Place("x", x)
       .Require(!IsAbsent(y) && (y.dtype() == x.dtype() || widening), "y", y,
                fmt::format("{} or f32{}", DTypeName(x.dtype()), x.shape().ToString()))
@@ -497,9 +495,9 @@ Status OpsBackend::AdamStep(Stream& stream, const AdamStepArgs& a) {
       .Require(!IsAbsent(a.grads) && a.grads.dtype() != DType::kF64 && a.grads.numel() == n,
                "grads", a.grads, fmt::format("f32, bf16 or f16[{}]", n))
       .Place("grads", a.grads)
-      .Require(IsAbsent(a.param_copy) || ((a.param_copy.dtype() == DType::kBF16 ||
-                                           a.param_copy.dtype() == DType::kF16) &&
-                                          a.param_copy.numel() == n),
+      .Require(IsAbsent(a.param_copy) ||
+                   ((a.param_copy.dtype() == DType::kBF16 || a.param_copy.dtype() == DType::kF16) &&
+                    a.param_copy.numel() == n),
                "param_copy", a.param_copy, fmt::format("empty, or bf16 or f16[{}]", n))
       .Place("param_copy", a.param_copy);
   SLUICE_RETURN_IF_ERROR(check.status());
@@ -531,8 +529,8 @@ Status OpsBackend::FlagInfOrNan(Stream& stream, const Tensor& x, int32_t* flag) 
   ArgCheck check("FlagInfOrNan", device(), "x", x);
   check.Place("x", x);
   SLUICE_RETURN_IF_ERROR(check.status());
-  if (flag == nullptr) return InvalidArgumentError("FlagInfOrNan: flag is null (x is {})",
-                                                   Describe(x));
+  if (flag == nullptr)
+    return InvalidArgumentError("FlagInfOrNan: flag is null (x is {})", Describe(x));
   return DoFlagInfOrNan(stream, x, flag);
 }
 
@@ -550,8 +548,7 @@ Status OpsBackend::CopySegments(Stream& stream, const Tensor& src, const Tensor&
                     (src.dtype() == DType::kF32 && dst.dtype() != DType::kF64) ||
                     (dst.dtype() == DType::kF32 && src.dtype() != DType::kF64);
   check.Place("src", src)
-      .Require(!IsAbsent(dst) && pair, "dst", dst,
-               "the same dtype as src, or f32 <-> bf16 / f16")
+      .Require(!IsAbsent(dst) && pair, "dst", dst, "the same dtype as src, or f32 <-> bf16 / f16")
       .Place("dst", dst);
   SLUICE_RETURN_IF_ERROR(check.status());
   if (segments.count < 0 || (segments.count > 0 && segments.data == nullptr)) {

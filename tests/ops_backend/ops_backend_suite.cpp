@@ -26,9 +26,9 @@ namespace kr = kernels::ref;
 using kernels::testing::ExpectClose;
 using kernels::testing::Rng;
 
-#define ASSERT_OK(expr)                                         \
-  do {                                                          \
-    const Status sluice_status_ = (expr);                       \
+#define ASSERT_OK(expr)                                            \
+  do {                                                             \
+    const Status sluice_status_ = (expr);                          \
     ASSERT_TRUE(sluice_status_.ok()) << sluice_status_.ToString(); \
   } while (0)
 
@@ -45,13 +45,12 @@ TEST_P(OpsBackendTest, LinearForwardAndBackward) {
          tdy = Upload(dy, compute(), {2, 3, out}), tdx = Zeros(compute(), {2, 3, in}),
          tdw = Upload(Rounded(dw0, accum()), accum(), {out, in}), tdb = Zeros(accum(), {out});
   ASSERT_OK(ops_->LinearForward(*stream_, {.x = tx, .w = tw, .b = tb, .y = ty}));
-  ASSERT_OK(ops_->LinearBackward(
-      *stream_, {.x = tx, .w = tw, .dy = tdy, .dx = tdx, .dw = tdw, .db = tdb}));
+  ASSERT_OK(ops_->LinearBackward(*stream_,
+                                 {.x = tx, .w = tw, .dy = tdy, .dx = tdx, .dw = tdw, .db = tdb}));
 
   std::vector<double> y(rows * out), dx(rows * in), dw = Rounded(dw0, accum()), db(out, 0.0);
   kr::LinearForward(x.data(), w.data(), b.data(), y.data(), rows, in, out);
-  kr::LinearBackward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(), rows, in,
-                     out);
+  kr::LinearBackward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(), rows, in, out);
   ExpectClose(Download(ty), y, tol(), "y");
   ExpectClose(Download(tdx), dx, tol(), "dx");
   ExpectClose(Download(tdw), dw, tol(), "dw");
@@ -83,14 +82,15 @@ TEST_P(OpsBackendTest, EmbeddingsForwardAndBackward) {
   const std::vector<double> wpe = Rounded(rng.Uniform<double>(positions * dim), compute());
   const std::vector<double> dout = Rounded(rng.Uniform<double>(n * dim), compute());
   Int32View ttokens = UploadInt32(tokens);
-  Tensor ttable = Upload(table, compute(), {vocab, dim}), tout = Zeros(compute(), {batch, seq, dim});
+  Tensor ttable = Upload(table, compute(), {vocab, dim}),
+         tout = Zeros(compute(), {batch, seq, dim});
   Tensor twpe = Upload(wpe, compute(), {positions, dim});
   Tensor tdout = Upload(dout, compute(), {batch, seq, dim});
   Tensor tdtable = Zeros(accum(), {vocab, dim}), tdwpe = Zeros(accum(), {positions, dim});
   ASSERT_OK(ops_->EmbeddingForward(*stream_, {.tokens = ttokens, .table = ttable, .out = tout}));
   ASSERT_OK(ops_->PositionEmbeddingForward(*stream_, {.wpe = twpe, .x = tout}));
-  ASSERT_OK(ops_->EmbeddingBackward(*stream_,
-                                    {.tokens = ttokens, .dout = tdout, .dtable = tdtable}));
+  ASSERT_OK(
+      ops_->EmbeddingBackward(*stream_, {.tokens = ttokens, .dout = tdout, .dtable = tdtable}));
   ASSERT_OK(ops_->PositionEmbeddingBackward(*stream_, {.dx = tdout, .dwpe = tdwpe}));
 
   std::vector<double> out(n * dim), dtable(vocab * dim, 0.0), dwpe(positions * dim, 0.0);
@@ -104,8 +104,7 @@ TEST_P(OpsBackendTest, EmbeddingsForwardAndBackward) {
 }
 
 TEST_P(OpsBackendTest, AttentionForwardAndBackward) {
-  const kernels::AttentionDims d{.batch = 2, .seq = 5, .q_heads = 4, .kv_heads = 2,
-                                 .head_dim = 32};
+  const kernels::AttentionDims d{.batch = 2, .seq = 5, .q_heads = 4, .kv_heads = 2, .head_dim = 32};
   const int64_t nq = d.batch * d.seq * d.q_heads * d.head_dim;
   const int64_t nk = d.batch * d.seq * d.kv_heads * d.head_dim;
   Rng rng(4);
@@ -114,13 +113,22 @@ TEST_P(OpsBackendTest, AttentionForwardAndBackward) {
   const std::vector<double> v = Rounded(rng.Uniform<double>(nk), compute());
   const std::vector<double> dout = Rounded(rng.Uniform<double>(nq), compute());
   const Shape qs{d.batch, d.seq, d.q_heads, d.head_dim}, ks{d.batch, d.seq, d.kv_heads, d.head_dim};
-  Tensor tq = Upload(q, compute(), qs), tk = Upload(k, compute(), ks), tv = Upload(v, compute(), ks);
+  Tensor tq = Upload(q, compute(), qs), tk = Upload(k, compute(), ks),
+         tv = Upload(v, compute(), ks);
   Tensor tout = Zeros(compute(), qs), tlse = Zeros(accum(), {d.batch, d.q_heads, d.seq});
   Tensor tdout = Upload(dout, compute(), qs), tdq = Zeros(compute(), qs),
          tdk = Zeros(compute(), ks), tdv = Zeros(compute(), ks);
-  ASSERT_OK(ops_->AttentionForward(*stream_, {.q = tq, .k = tk, .v = tv, .out = tout, .lse = tlse}));
-  ASSERT_OK(ops_->AttentionBackward(*stream_, {.q = tq, .k = tk, .v = tv, .out = tout, .lse = tlse,
-                                               .dout = tdout, .dq = tdq, .dk = tdk, .dv = tdv}));
+  ASSERT_OK(
+      ops_->AttentionForward(*stream_, {.q = tq, .k = tk, .v = tv, .out = tout, .lse = tlse}));
+  ASSERT_OK(ops_->AttentionBackward(*stream_, {.q = tq,
+                                               .k = tk,
+                                               .v = tv,
+                                               .out = tout,
+                                               .lse = tlse,
+                                               .dout = tdout,
+                                               .dq = tdq,
+                                               .dk = tdk,
+                                               .dv = tdv}));
 
   std::vector<double> out(nq), lse(d.batch * d.q_heads * d.seq), dq(nq), dk(nk), dv(nk);
   std::vector<double> ws(kernels::AttentionWorkspaceElements(d));
@@ -144,11 +152,12 @@ TEST_P(OpsBackendTest, CrossEntropyLossLandsOnTheDevice) {
   Tensor tloss = Zeros(accum(), Shape{}), tdlogits = Zeros(compute(), {rows, vocab});
   ASSERT_OK(ops_->CrossEntropyForward(
       *stream_, {.logits = tlogits, .targets = ttargets, .lse = tlse, .loss = tloss}));
-  ASSERT_OK(ops_->CrossEntropyBackward(*stream_, {.logits = tlogits, .targets = ttargets,
-                                                  .lse = tlse, .dloss = 0.5f,
-                                                  .dlogits = tdlogits}));
+  ASSERT_OK(ops_->CrossEntropyBackward(
+      *stream_,
+      {.logits = tlogits, .targets = ttargets, .lse = tlse, .dloss = 0.5f, .dlogits = tdlogits}));
   std::vector<double> lse(rows), dlogits(rows * vocab);
-  const double loss = kr::CrossEntropyForward(logits.data(), targets.data(), lse.data(), rows, vocab);
+  const double loss =
+      kr::CrossEntropyForward(logits.data(), targets.data(), lse.data(), rows, vocab);
   kr::CrossEntropyBackward(logits.data(), targets.data(), lse.data(), 0.5, dlogits.data(), rows,
                            vocab);
   ExpectClose(Download(tloss), std::vector<double>{loss}, tol(), "loss");
@@ -169,10 +178,17 @@ TEST_P(OpsBackendTest, NormsForwardAndBackward) {
   Tensor ty = Zeros(compute(), {2, 3, cols}), tmean = Zeros(accum(), {2, 3}),
          trstd = Zeros(accum(), {2, 3}), tdx = Zeros(compute(), {2, 3, cols}),
          tdg = Zeros(accum(), {cols}), tdb = Zeros(accum(), {cols});
-  ASSERT_OK(ops_->LayerNormForward(*stream_, {.x = tx, .gamma = tg, .beta = tb, .y = ty,
-                                              .mean = tmean, .rstd = trstd, .eps = eps}));
-  ASSERT_OK(ops_->LayerNormBackward(*stream_, {.x = tx, .gamma = tg, .mean = tmean, .rstd = trstd,
-                                               .dy = tdy, .dx = tdx, .dgamma = tdg, .dbeta = tdb}));
+  ASSERT_OK(ops_->LayerNormForward(
+      *stream_,
+      {.x = tx, .gamma = tg, .beta = tb, .y = ty, .mean = tmean, .rstd = trstd, .eps = eps}));
+  ASSERT_OK(ops_->LayerNormBackward(*stream_, {.x = tx,
+                                               .gamma = tg,
+                                               .mean = tmean,
+                                               .rstd = trstd,
+                                               .dy = tdy,
+                                               .dx = tdx,
+                                               .dgamma = tdg,
+                                               .dbeta = tdb}));
   std::vector<double> y(rows * cols), mean(rows), rstd(rows), dx(rows * cols), dg(cols, 0.0),
       db(cols, 0.0);
   kr::LayerNormForward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(),
@@ -187,10 +203,10 @@ TEST_P(OpsBackendTest, NormsForwardAndBackward) {
 
   Tensor ty2 = Zeros(compute(), {2, 3, cols}), trstd2 = Zeros(accum(), {6}),
          tdx2 = Zeros(compute(), {2, 3, cols}), tdg2 = Zeros(accum(), {cols});
-  ASSERT_OK(ops_->RmsNormForward(*stream_, {.x = tx, .gamma = tg, .y = ty2, .rstd = trstd2,
-                                            .eps = eps}));
-  ASSERT_OK(ops_->RmsNormBackward(*stream_, {.x = tx, .gamma = tg, .rstd = trstd2, .dy = tdy,
-                                             .dx = tdx2, .dgamma = tdg2}));
+  ASSERT_OK(
+      ops_->RmsNormForward(*stream_, {.x = tx, .gamma = tg, .y = ty2, .rstd = trstd2, .eps = eps}));
+  ASSERT_OK(ops_->RmsNormBackward(
+      *stream_, {.x = tx, .gamma = tg, .rstd = trstd2, .dy = tdy, .dx = tdx2, .dgamma = tdg2}));
   std::fill(dg.begin(), dg.end(), 0.0);
   kr::RmsNormForward(x.data(), gamma.data(), y.data(), rstd.data(), rows, cols, eps);
   kr::RmsNormBackward(x.data(), gamma.data(), rstd.data(), dy.data(), dx.data(), dg.data(), rows,
@@ -215,8 +231,8 @@ TEST_P(OpsBackendTest, ActivationsRopeAndResidual) {
   ASSERT_OK(ops_->GeluForward(*stream_, {.x = tx, .y = gy}));
   ASSERT_OK(ops_->GeluBackward(*stream_, {.x = tx, .dy = tdy, .dx = gdx}));
   ASSERT_OK(ops_->SwiGluForward(*stream_, {.gate = tx, .up = tu, .y = sy}));
-  ASSERT_OK(ops_->SwiGluBackward(*stream_,
-                                 {.gate = tx, .up = tu, .dy = tdy, .dgate = sdg, .dup = sdu}));
+  ASSERT_OK(
+      ops_->SwiGluBackward(*stream_, {.gate = tx, .up = tu, .dy = tdy, .dgate = sdg, .dup = sdu}));
   ASSERT_OK(ops_->RopeForward(*stream_, {.x = tx, .y = ry, .theta = 10000.0f}));
   ASSERT_OK(ops_->RopeBackward(*stream_, {.dy = tdy, .dx = rdx, .theta = 10000.0f}));
   ASSERT_OK(ops_->Add(*stream_, tx, tu, ay));
@@ -263,11 +279,20 @@ TEST_P(OpsBackendTest, FlatOpsAdamConvertNormFlagFillSegments) {
          tv = Upload(v0, DType::kF32, {n}), tg = Upload(g0, DType::kBF16, {n}),
          tcopy = Zeros(DType::kBF16, {n});
   const kernels::AdamHyperparams hyper{.lr = 1e-2f, .weight_decay = 0.1f, .step = 3};
-  ASSERT_OK(ops_->AdamStep(*stream_, {.params = tp, .exp_avg = tm, .exp_avg_sq = tv, .grads = tg,
-                                      .param_copy = tcopy, .hyper = hyper, .grad_scale = 0.5f}));
-  kernels::AdamTensors t{.params = p.data(), .exp_avg = m.data(), .exp_avg_sq = v.data(),
-                         .grads = g.data(), .grad_type = kernels::AdamGradType::kBF16,
-                         .param_copy = copy.data(), .copy_type = kernels::AdamCopyType::kBF16,
+  ASSERT_OK(ops_->AdamStep(*stream_, {.params = tp,
+                                      .exp_avg = tm,
+                                      .exp_avg_sq = tv,
+                                      .grads = tg,
+                                      .param_copy = tcopy,
+                                      .hyper = hyper,
+                                      .grad_scale = 0.5f}));
+  kernels::AdamTensors t{.params = p.data(),
+                         .exp_avg = m.data(),
+                         .exp_avg_sq = v.data(),
+                         .grads = g.data(),
+                         .grad_type = kernels::AdamGradType::kBF16,
+                         .param_copy = copy.data(),
+                         .copy_type = kernels::AdamCopyType::kBF16,
                          .count = static_cast<size_t>(n)};
   kernels::AdamStepReference(t, hyper, 0.5f);
   // Every column follows AdamUpdateElement's operation order: equal to the reference's bits.
@@ -308,9 +333,9 @@ TEST_P(OpsBackendTest, FlatOpsAdamConvertNormFlagFillSegments) {
   ExpectClose(Download(tfill), std::vector<double>(n, 0.25), 0.0, "fill");
 
   // Segment copies, f32 -> bf16, with zero padding: what ZeRO's bucket packing does.
-  const std::vector<CopySegment> segments = {{.src_offset = 10, .dst_offset = 0, .count = 5,
-                                              .zero_fill = 3},
-                                             {.src_offset = 0, .dst_offset = 8, .count = 4}};
+  const std::vector<CopySegment> segments = {
+      {.src_offset = 10, .dst_offset = 0, .count = 5, .zero_fill = 3},
+      {.src_offset = 0, .dst_offset = 8, .count = 4}};
   std::vector<uint8_t> seg_bytes(segments.size() * sizeof(CopySegment));
   std::memcpy(seg_bytes.data(), segments.data(), seg_bytes.size());
   const auto* seg_data = static_cast<const CopySegment*>(UploadBytes(std::move(seg_bytes)));
@@ -318,9 +343,30 @@ TEST_P(OpsBackendTest, FlatOpsAdamConvertNormFlagFillSegments) {
   ASSERT_OK(ops_->CopySegments(*stream_, tx, tdst,
                                {.data = seg_data, .count = 2, .max_segment_elements = 8}));
   const std::vector<double> xb = Rounded(x, DType::kBF16);
-  std::vector<double> want = {xb[10], xb[11], xb[12], xb[13], xb[14], 0, 0, 0,
-                              xb[0],  xb[1],  xb[2],  xb[3]};
+  std::vector<double> want = {xb[10], xb[11], xb[12], xb[13], xb[14], 0,
+                              0,      0,      xb[0],  xb[1],  xb[2],  xb[3]};
   ExpectClose(Download(tdst), want, 0.0, "copy segments");
+}
+
+// A missing or wrong-rank weight is an error naming it, not an abort while the expected shapes
+// are built from it.
+TEST_P(OpsBackendTest, MissingOrWrongRankWeightsAreErrorsNamingThem) {
+  Tensor x = Zeros(compute(), {8, 32});
+  Tensor y = Zeros(compute(), {8, 64});
+  for (const Tensor& w : {Tensor(), Zeros(compute(), {64})}) {
+    Status status = ops_->LinearForward(*stream_, {.x = x, .w = w, .y = y});
+    ASSERT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+    EXPECT_NE(status.message().find("LinearForward: w is "), std::string::npos) << status.message();
+    status = ops_->LinearBackward(*stream_, {.x = x, .w = w, .dy = y});
+    ASSERT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+    EXPECT_NE(status.message().find("LinearBackward: w is "), std::string::npos)
+        << status.message();
+  }
+  Tensor dout = Zeros(compute(), {8, 32});
+  const Status status = ops_->EmbeddingBackward(
+      *stream_, {.tokens = {}, .dout = dout, .dtable = Zeros(AccumDType(compute()), {32})});
+  ASSERT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+  EXPECT_NE(status.message().find("dtable"), std::string::npos) << status.message();
 }
 
 TEST_P(OpsBackendTest, MismatchedShapeOrDTypeNamesTheTensor) {
@@ -341,7 +387,8 @@ TEST_P(OpsBackendTest, MismatchedShapeOrDTypeNamesTheTensor) {
             std::string::npos)
       << status.message();
 
-  status = ops_->LayerNormForward(*stream_, {.x = x, .gamma = Zeros(compute(), {31}),
+  status = ops_->LayerNormForward(*stream_, {.x = x,
+                                             .gamma = Zeros(compute(), {31}),
                                              .y = Zeros(compute(), {8, 32}),
                                              .mean = Zeros(accum(), {8}),
                                              .rstd = Zeros(accum(), {8})});
@@ -360,9 +407,9 @@ TEST_P(OpsBackendTest, MismatchedShapeOrDTypeNamesTheTensor) {
   Tensor xu = Zeros(unsupported, {4, 8});
   status = ops_->GeluForward(*stream_, {.x = xu, .y = Zeros(unsupported, {4, 8})});
   EXPECT_EQ(status.code(), StatusCode::kUnimplemented) << status.ToString();
-  EXPECT_NE(status.message().find("GeluForward: compute dtype " +
-                                  std::string(DTypeName(unsupported))),
-            std::string::npos)
+  EXPECT_NE(
+      status.message().find("GeluForward: compute dtype " + std::string(DTypeName(unsupported))),
+      std::string::npos)
       << status.message();
   ASSERT_OK(stream_->Synchronize());
 }
