@@ -121,8 +121,6 @@ __global__ void __launch_bounds__(kThreads) MapKernel(MapArgs<T, kIn, kOut> args
   }
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 template <typename T, int kIn, int kOut, typename Op>
 LaunchStatus LaunchMap(const MapArgs<T, kIn, kOut>& args, Op op, const char* what,
                        cudaStream_t stream) {
@@ -132,12 +130,12 @@ LaunchStatus LaunchMap(const MapArgs<T, kIn, kOut>& args, Op op, const char* wha
   for (int j = 0; j < kIn; ++j) {
     SLUICE_CUDA_LAUNCH_REQUIRE(args.in[j] != nullptr,
                                std::string(what) + ": an input pointer is null with n > 0");
-    vec = vec && Aligned16(args.in[j]);
+    vec = vec && internal::Aligned(args.in[j]);
   }
   for (int j = 0; j < kOut; ++j) {
     SLUICE_CUDA_LAUNCH_REQUIRE(args.out[j] != nullptr,
                                std::string(what) + ": an output pointer is null with n > 0");
-    vec = vec && Aligned16(args.out[j]);
+    vec = vec && internal::Aligned(args.out[j]);
   }
   if (vec) {
     constexpr int V = kVec<T>;

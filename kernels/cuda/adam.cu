@@ -14,6 +14,7 @@ namespace sluice::kernels::cuda {
 namespace {
 
 using internal::AfterLaunch;
+using internal::Aligned;
 using internal::Bf16BitsToF32;
 using internal::F16BitsToF32;
 using internal::F32ToBf16Bits;
@@ -167,10 +168,6 @@ void LaunchForGrad(const AdamKernelArgs& a, AdamCopyType copy_type, bool vectori
     case AdamCopyType::kNone:
       return Launch<kGrad, kAdamNone>(a, vectorized, stream);
   }
-}
-
-bool Aligned(const void* pointer, size_t bytes) {
-  return reinterpret_cast<uintptr_t>(pointer) % bytes == 0;
 }
 
 LaunchStatus Step(const AdamTensors& t, const AdamHyperparams& hyper, float grad_scale,

@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_internal.h"
+#include "kernels/cuda/element_access.cuh"
 #include "kernels/cuda/launch_check.h"
 
 namespace sluice::kernels::cuda {
@@ -15,8 +16,7 @@ namespace {
 
 using Bf16 = __nv_bfloat16;
 
-__device__ __forceinline__ float ToF32(float x) { return x; }
-__device__ __forceinline__ float ToF32(Bf16 x) { return __bfloat162float(x); }
+using internal::ToFloat;
 
 constexpr int kDeltaRowsPerBlock = 8;  // one warp per (token, head) row
 
@@ -33,7 +33,7 @@ __global__ void __launch_bounds__(32 * kDeltaRowsPerBlock)
   const T* o = out + row * head_dim;
   const T* g = dout + row * head_dim;
   float sum = 0.f;
-  for (int d = lane; d < head_dim; d += 32) sum = fmaf(ToF32(g[d]), ToF32(o[d]), sum);
+  for (int d = lane; d < head_dim; d += 32) sum = fmaf(ToFloat(g[d]), ToFloat(o[d]), sum);
   for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
   if (lane == 0) {
     // row = (b * seq + i) * q_heads + h, token-major as out is stored; delta is head-major.
@@ -71,13 +71,11 @@ LaunchStatus CheckDims(const AttentionDims& dims, const char* op) {
   return LaunchStatus::Ok();
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 template <typename T>
 bool UseMma(const AttentionDims& dims, std::initializer_list<const void*> tensors) {
   if (!std::is_same_v<T, Bf16> || !internal::MmaAttentionSupports(dims.head_dim)) return false;
   for (const void* p : tensors) {
-    if (!Aligned16(p)) return false;
+    if (!internal::Aligned(p)) return false;
   }
   return true;
 }
@@ -119,7 +117,7 @@ LaunchStatus Backward(const T* q, const T* k, const T* v, const T* out, const fl
                              std::string(op) + ": the workspace holds " +
                                  std::to_string(workspace_bytes) + " bytes, it needs " +
                                  std::to_string(needed) + " (AttentionBackwardWorkspaceBytes)");
-  SLUICE_CUDA_LAUNCH_REQUIRE(Aligned16(workspace),
+  SLUICE_CUDA_LAUNCH_REQUIRE(internal::Aligned(workspace),
                              std::string(op) + ": the workspace must be 16-byte aligned");
   float* delta = static_cast<float*>(workspace);
   const int64_t rows = dims.batch * dims.seq * dims.q_heads;

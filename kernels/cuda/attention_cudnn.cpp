@@ -201,8 +201,6 @@ LaunchStatus CheckDims(const AttentionDims& dims, const char* op) {
   return LaunchStatus::Ok();
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 }  // namespace
 
 struct CudnnAttention::Impl {
@@ -326,9 +324,9 @@ LaunchStatus AttentionForwardCudnn(CudnnAttention& context, const Bf16* q, const
   SLUICE_CUDA_LAUNCH_REQUIRE(
       q != nullptr && k != nullptr && v != nullptr && out != nullptr && lse != nullptr,
       std::string(kOp) + ": q, k, v, out and lse must not be null");
-  SLUICE_CUDA_LAUNCH_REQUIRE(
-      Aligned16(q) && Aligned16(k) && Aligned16(v) && Aligned16(out) && Aligned16(lse),
-      std::string(kOp) + ": q, k, v, out and lse must be 16-byte aligned");
+  SLUICE_CUDA_LAUNCH_REQUIRE(internal::Aligned(q) && internal::Aligned(k) && internal::Aligned(v) &&
+                                 internal::Aligned(out) && internal::Aligned(lse),
+                             std::string(kOp) + ": q, k, v, out and lse must be 16-byte aligned");
   CudnnAttention::Impl& impl = context.impl();
   std::lock_guard<std::mutex> lock(impl.mutex);
   const BuiltGraph* built = nullptr;
@@ -360,9 +358,10 @@ LaunchStatus AttentionBackwardCudnn(CudnnAttention& context, const Bf16* q, cons
                              std::string(kOp) + ": q, k, v, out, lse and dout must not be null");
   SLUICE_CUDA_LAUNCH_REQUIRE(dq != nullptr && dk != nullptr && dv != nullptr,
                              std::string(kOp) + ": dq, dk and dv must not be null");
-  SLUICE_CUDA_LAUNCH_REQUIRE(Aligned16(q) && Aligned16(k) && Aligned16(v) && Aligned16(out) &&
-                                 Aligned16(lse) && Aligned16(dout) && Aligned16(dq) &&
-                                 Aligned16(dk) && Aligned16(dv),
+  SLUICE_CUDA_LAUNCH_REQUIRE(internal::Aligned(q) && internal::Aligned(k) && internal::Aligned(v) &&
+                                 internal::Aligned(out) && internal::Aligned(lse) &&
+                                 internal::Aligned(dout) && internal::Aligned(dq) &&
+                                 internal::Aligned(dk) && internal::Aligned(dv),
                              std::string(kOp) + ": every tensor must be 16-byte aligned");
   CudnnAttention::Impl& impl = context.impl();
   std::lock_guard<std::mutex> lock(impl.mutex);

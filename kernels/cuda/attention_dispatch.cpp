@@ -73,8 +73,9 @@ LaunchStatus AttentionForward(const T* q, const T* k, const T* v, T* out, float*
   if constexpr (std::is_same_v<T, Bf16>) {
     return AttentionForwardCudnn(*options.cudnn, q, k, v, out, lse, dims, workspace,
                                  workspace_bytes, stream);
+  } else {
+    return LaunchStatus::InvalidArgument("AttentionForward: cuDNN attention is bf16 only");
   }
-  return LaunchStatus::Ok();  // unreachable: CheckCudnn refuses float
 }
 
 template <typename T>
@@ -90,8 +91,9 @@ LaunchStatus AttentionBackward(const T* q, const T* k, const T* v, const T* out,
   if constexpr (std::is_same_v<T, Bf16>) {
     return AttentionBackwardCudnn(*options.cudnn, q, k, v, out, lse, dout, dq, dk, dv, dims,
                                   workspace, workspace_bytes, stream);
+  } else {
+    return LaunchStatus::InvalidArgument("AttentionBackward: cuDNN attention is bf16 only");
   }
-  return LaunchStatus::Ok();  // unreachable: CheckCudnn refuses float
 }
 
 #define SLUICE_INSTANTIATE(T)                                                                     \

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kernels/cuda/attention_internal.h"
+#include "kernels/cuda/element_access.cuh"
 #include "kernels/cuda/launch_check.h"
 
 namespace sluice::kernels::cuda::internal {
@@ -25,18 +26,8 @@ constexpr int TileFloats() {
   return kTile * (kD + 1);
 }
 
-__device__ __forceinline__ float ToF32(float x) { return x; }
-__device__ __forceinline__ float ToF32(Bf16 x) { return __bfloat162float(x); }
-template <typename T>
-__device__ __forceinline__ T FromF32(float x);
-template <>
-__device__ __forceinline__ float FromF32<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ Bf16 FromF32<Bf16>(float x) {
-  return __float2bfloat16_rn(x);
-}
+using internal::FromFloat;
+using internal::ToFloat;
 
 // Rows [row0, row0 + 64) of one head (rows token_stride elements apart) into a padded fp32
 // tile; rows at or past seq read as 0, so that the products of the masked tails stay finite.
@@ -47,7 +38,7 @@ __device__ __forceinline__ void LoadTile(float* tile, const T* head, int64_t tok
     const int r = idx / kD;
     const int d = idx % kD;
     const int row = row0 + r;
-    tile[r * (kD + 1) + d] = row < seq ? ToF32(head[row * token_stride + d]) : 0.f;
+    tile[r * (kD + 1) + d] = row < seq ? ToFloat(head[row * token_stride + d]) : 0.f;
   }
 }
 
@@ -197,7 +188,7 @@ __global__ void __launch_bounds__(kThreads)
     const float inv = 1.f / sum;
     T* dst = out + (static_cast<int64_t>(b) * seq + row) * q_stride + static_cast<int64_t>(h) * kD;
 #pragma unroll
-    for (int j = 0; j < kCols; ++j) dst[tx + 16 * j] = FromF32<T>(o[i][j] * inv);
+    for (int j = 0; j < kCols; ++j) dst[tx + 16 * j] = FromFloat<T>(o[i][j] * inv);
     if (tx == 0) lse[(static_cast<int64_t>(b) * shape.q_heads + h) * seq + row] = m[i] + logf(sum);
   }
 }
@@ -321,8 +312,8 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t offset = kv_offset + key * kv_stride;
 #pragma unroll
     for (int j = 0; j < kCols; ++j) {
-      dk[offset + tx + 16 * j] = FromF32<T>(dk_acc[i][j] * shape.scale);
-      dv[offset + tx + 16 * j] = FromF32<T>(dv_acc[i][j]);
+      dk[offset + tx + 16 * j] = FromFloat<T>(dk_acc[i][j] * shape.scale);
+      dv[offset + tx + 16 * j] = FromFloat<T>(dv_acc[i][j]);
     }
   }
 }
@@ -417,7 +408,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t offset = q_offset + row * q_stride;
 #pragma unroll
     for (int j = 0; j < kCols; ++j)
-      dq[offset + tx + 16 * j] = FromF32<T>(dq_acc[i][j] * shape.scale);
+      dq[offset + tx + 16 * j] = FromFloat<T>(dq_acc[i][j] * shape.scale);
   }
 }
 

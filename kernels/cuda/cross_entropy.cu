@@ -308,8 +308,6 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 unsigned RowGrid(int64_t rows) { return static_cast<unsigned>(std::min<int64_t>(rows, 1 << 20)); }
 
 }  // namespace
@@ -327,12 +325,12 @@ LaunchStatus CrossEntropyForward(const T* logits, const int32_t* targets, float*
   SLUICE_CUDA_LAUNCH_REQUIRE(vocab >= 1, "CrossEntropyForward: empty vocabulary");
   SLUICE_CUDA_LAUNCH_REQUIRE(logits != nullptr && targets != nullptr && lse != nullptr,
                              "CrossEntropyForward: null logits, targets or lse");
-  if (vocab % Pack<T>::kSize == 0 && Aligned16(logits)) {
+  if (vocab % Pack<T>::kSize == 0 && internal::Aligned(logits)) {
     LseKernel<T, true><<<RowGrid(rows), kLseThreads, 0, stream>>>(logits, lse, rows, vocab);
   } else {
     LseKernel<T, false><<<RowGrid(rows), kLseThreads, 0, stream>>>(logits, lse, rows, vocab);
   }
-  SLUICE_CUDA_LAUNCH_TRY(cudaGetLastError());
+  if (LaunchStatus s = internal::AfterLaunch("CrossEntropyForward"); !s.ok()) return s;
   MeanLossKernel<T><<<1, kReduceThreads, 0, stream>>>(logits, targets, lse, rows, vocab, loss_out,
                                                       invalid_target);
   return internal::AfterLaunch("CrossEntropyForward");
@@ -363,8 +361,8 @@ LaunchStatus CrossEntropyBackward(const T* logits, const int32_t* targets, const
   auto* count = reinterpret_cast<long long*>(base);
 
   CountKernel<<<1, kReduceThreads, 0, stream>>>(targets, rows, vocab, count, invalid_target);
-  SLUICE_CUDA_LAUNCH_TRY(cudaGetLastError());
-  if (vocab % Pack<T>::kSize == 0 && Aligned16(logits) && Aligned16(dlogits)) {
+  if (LaunchStatus s = internal::AfterLaunch("CrossEntropyBackward"); !s.ok()) return s;
+  if (vocab % Pack<T>::kSize == 0 && internal::Aligned(logits) && internal::Aligned(dlogits)) {
     GradKernel<T, true><<<RowGrid(rows), kRowThreads, 0, stream>>>(logits, targets, lse, dloss,
                                                                    dlogits, rows, vocab, count);
   } else {

@@ -50,8 +50,8 @@ void LaunchEmbeddingForward(const int32_t* tokens, const void* table, void* out,
 }
 
 bool Fits(int64_t row_bytes, const void* a, const void* b, size_t word) {
-  return row_bytes % static_cast<int64_t>(word) == 0 &&
-         reinterpret_cast<uintptr_t>(a) % word == 0 && reinterpret_cast<uintptr_t>(b) % word == 0;
+  return row_bytes % static_cast<int64_t>(word) == 0 && internal::Aligned(a, word) &&
+         internal::Aligned(b, word);
 }
 
 // ---- EmbeddingBackward: find each id's first and last token, then one block per first
@@ -352,10 +352,9 @@ LaunchStatus EmbeddingBackward(const int32_t* tokens, const T* dout, float* dtab
   int2* bounds = CarveBounds(workspace);
   TokenBoundsKernel<<<1, kBoundsThreads, 0, stream>>>(tokens, num_tokens, vocab, bounds,
                                                       invalid_token);
-  SLUICE_CUDA_LAUNCH_TRY(cudaGetLastError());
+  if (LaunchStatus s = internal::AfterLaunch("EmbeddingBackward"); !s.ok()) return s;
   constexpr int kVec = 16 / sizeof(T);
-  const bool vector = dim % kVec == 0 && reinterpret_cast<uintptr_t>(dout) % 16 == 0 &&
-                      reinterpret_cast<uintptr_t>(dtable) % 16 == 0;
+  const bool vector = dim % kVec == 0 && internal::Aligned(dout) && internal::Aligned(dtable);
   const cudaError_t sum_launch =
       vector
           ? LaunchSumTokenRows<T, kVec>(tokens, bounds, dout, dtable, num_tokens, vocab, dim,

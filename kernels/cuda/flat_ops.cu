@@ -12,6 +12,7 @@ namespace sluice::kernels::cuda {
 namespace {
 
 using internal::AfterLaunch;
+using internal::Aligned;
 using internal::GridFor;
 
 constexpr unsigned kThreads = 256;
@@ -66,8 +67,6 @@ auto Raw(T* p) {
     return reinterpret_cast<S*>(p);
   }
 }
-
-bool Aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 // N elements moved by one access (16 B of fp32, 8 or 16 B of 16-bit values).
 template <typename T, int N>

@@ -367,6 +367,7 @@ GemmContext::GemmContext(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GemmContext::~GemmContext() = default;
 
 LaunchStatus GemmContext::Create(std::unique_ptr<GemmContext>* out) {
+  SLUICE_CUDA_LAUNCH_REQUIRE(out != nullptr, "GemmContext::Create: out is null");
   void* workspace = nullptr;
   SLUICE_CUDA_LAUNCH_TRY(cudaMalloc(&workspace, kDefaultWorkspaceBytes));
   auto impl = std::make_unique<Impl>();
@@ -380,9 +381,10 @@ LaunchStatus GemmContext::Create(std::unique_ptr<GemmContext>* out) {
 
 LaunchStatus GemmContext::Create(void* workspace, size_t workspace_bytes,
                                  std::unique_ptr<GemmContext>* out) {
+  SLUICE_CUDA_LAUNCH_REQUIRE(out != nullptr, "GemmContext::Create: out is null");
   SLUICE_CUDA_LAUNCH_REQUIRE(workspace != nullptr || workspace_bytes == 0,
                              "GemmContext::Create: null workspace with a non-zero size");
-  SLUICE_CUDA_LAUNCH_REQUIRE(reinterpret_cast<uintptr_t>(workspace) % 256 == 0,
+  SLUICE_CUDA_LAUNCH_REQUIRE(internal::Aligned(workspace, 256),
                              "GemmContext::Create: the workspace must be 256-byte aligned");
   auto impl = std::make_unique<Impl>();
   impl->workspace = workspace;

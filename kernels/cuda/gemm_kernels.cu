@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/cuda/element_access.cuh"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/launch_check.h"
 
@@ -20,19 +21,8 @@ constexpr int kSumLanes = 8;
 constexpr int64_t kRowsPerChunk = 256;
 constexpr int64_t kMaxChunks = 64;
 
-__device__ __forceinline__ float ToF32(float value) { return value; }
-__device__ __forceinline__ float ToF32(__nv_bfloat16 value) { return __bfloat162float(value); }
-
-template <typename T>
-__device__ __forceinline__ T FromF32(float value);
-template <>
-__device__ __forceinline__ float FromF32<float>(float value) {
-  return value;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromF32<__nv_bfloat16>(float value) {
-  return __float2bfloat16_rn(value);
-}
+using internal::FromFloat;
+using internal::ToFloat;
 
 // PyTorch's gelu(approximate="tanh"), as kernels/ref/ops_activation.h; accurate tanhf.
 __device__ __forceinline__ float GeluTanh(float v) {
@@ -46,7 +36,7 @@ __global__ void AddBiasRowsKernel(T* y, const T* b, int64_t rows, int64_t cols) 
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
-    y[i] = FromF32<T>(ToF32(y[i]) + ToF32(b[i % cols]));
+    y[i] = FromFloat<T>(ToFloat(y[i]) + ToFloat(b[i % cols]));
   }
 }
 
@@ -56,9 +46,9 @@ __global__ void BiasGeluRowsKernel(T* pre, const T* b, T* y, int64_t rows, int64
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
-    const float v = ToF32(pre[i]) + (b != nullptr ? ToF32(b[i % cols]) : 0.0f);
-    pre[i] = FromF32<T>(v);
-    y[i] = FromF32<T>(GeluTanh(v));
+    const float v = ToFloat(pre[i]) + (b != nullptr ? ToFloat(b[i % cols]) : 0.0f);
+    pre[i] = FromFloat<T>(v);
+    y[i] = FromFloat<T>(GeluTanh(v));
   }
 }
 
@@ -76,7 +66,8 @@ __global__ void __launch_bounds__(kSumCols* kSumLanes)
   const int64_t end = begin + rows_per_chunk < rows ? begin + rows_per_chunk : rows;
   float sum = 0.0f;
   if (col < cols) {
-    for (int64_t r = begin + threadIdx.y; r < end; r += kSumLanes) sum += ToF32(dy[r * cols + col]);
+    for (int64_t r = begin + threadIdx.y; r < end; r += kSumLanes)
+      sum += ToFloat(dy[r * cols + col]);
   }
   lanes[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();

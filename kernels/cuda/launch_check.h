@@ -4,6 +4,8 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "kernels/cuda/launch_status.h"
@@ -16,6 +18,11 @@ LaunchStatus FromCublas(cublasStatus_t status, const char* what);
 
 // The launch status of the kernels just enqueued by `what`.
 inline LaunchStatus AfterLaunch(const char* what) { return FromCuda(cudaGetLastError(), what); }
+
+// Whether p may be read and written in `bytes`-wide accesses (16: the kernels' vector loads).
+inline bool Aligned(const void* p, size_t bytes = 16) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
 
 // Blocks of `threads` covering n items, capped so a grid-stride loop covers the rest.
 inline unsigned GridFor(long long n, unsigned threads, unsigned cap = 65535u * 4u) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 
 namespace sluice::kernels::cuda {
 
@@ -21,8 +22,9 @@ class LaunchStatus {
   static LaunchStatus InvalidArgument(std::string message) {
     return LaunchStatus(Code::kInvalidArgument, std::move(message));
   }
+  // An error: kOk is taken as kCudaError, so that a status with a message never reads as ok.
   static LaunchStatus Error(Code code, std::string message) {
-    return LaunchStatus(code, std::move(message));
+    return LaunchStatus(code == Code::kOk ? Code::kCudaError : code, std::move(message));
   }
 
   bool ok() const { return code_ == Code::kOk; }

@@ -538,13 +538,11 @@ size_t WorkspaceBytesFor(int64_t rows, int64_t cols) {
   return static_cast<size_t>(split.groups) * static_cast<size_t>(cols) * 2 * sizeof(float);
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 template <typename T>
 bool CanVectorize(int64_t cols, std::initializer_list<const void*> pointers) {
   if (cols % kVec<T> != 0) return false;
   for (const void* p : pointers) {
-    if (p != nullptr && !Aligned16(p)) return false;
+    if (p != nullptr && !internal::Aligned(p)) return false;
   }
   return true;
 }
@@ -704,8 +702,7 @@ LaunchStatus LayerNormBackward(const T* x, const T* gamma, const float* mean, co
                                  dgamma != nullptr,
                              "LayerNormBackward: x, gamma, mean, rstd, dy, dx and dgamma must not "
                              "be null when rows > 0");
-  SLUICE_CUDA_LAUNCH_REQUIRE(workspace != nullptr &&
-                                 reinterpret_cast<uintptr_t>(workspace) % 4 == 0 &&
+  SLUICE_CUDA_LAUNCH_REQUIRE(workspace != nullptr && internal::Aligned(workspace, 4) &&
                                  workspace_bytes >= NormBackwardWorkspaceBytes(rows, cols),
                              "LayerNormBackward: the workspace must be 4-byte aligned and hold "
                              "NormBackwardWorkspaceBytes(rows, cols) bytes");
@@ -731,8 +728,7 @@ LaunchStatus RmsNormBackward(const T* x, const T* gamma, const float* rstd, cons
                                  dx != nullptr && dgamma != nullptr,
                              "RmsNormBackward: x, gamma, rstd, dy, dx and dgamma must not be null "
                              "when rows > 0");
-  SLUICE_CUDA_LAUNCH_REQUIRE(workspace != nullptr &&
-                                 reinterpret_cast<uintptr_t>(workspace) % 4 == 0 &&
+  SLUICE_CUDA_LAUNCH_REQUIRE(workspace != nullptr && internal::Aligned(workspace, 4) &&
                                  workspace_bytes >= NormBackwardWorkspaceBytes(rows, cols),
                              "RmsNormBackward: the workspace must be 4-byte aligned and hold "
                              "NormBackwardWorkspaceBytes(rows, cols) bytes");

@@ -103,8 +103,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 template <typename T>
 LaunchStatus Rotate(const T* x, T* y, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
                     float theta, float sign, const char* what, cudaStream_t stream) {
@@ -120,7 +118,7 @@ LaunchStatus Rotate(const T* x, T* y, int64_t batch, int64_t seq, int64_t heads,
                              std::string(what) + ": heads * head_dim must be < 2^31");
   const int64_t half = head_dim / 2;
   constexpr int V = kVec<T>;
-  const bool vec = half % V == 0 && Aligned16(x) && Aligned16(y);
+  const bool vec = half % V == 0 && internal::Aligned(x) && internal::Aligned(y);
   // Positions per block: a function of the shape and the path (not of the device), and the same
   // rotation math whichever is chosen, so the bits are too.
   const int64_t per_position = heads * (vec ? half / V : half);
