@@ -12,7 +12,7 @@
 namespace sluice::kernels::cpu {
 namespace {
 
-std::atomic<GemmBackend> current_backend{GemmBackend::kBlas};
+std::atomic<GemmBackend> current_backend{GemmBackend::kDeterministic};
 
 void BlasGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
               const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,

@@ -21,7 +21,9 @@ enum class GemmBackend { kBlas, kDeterministic };
 std::string_view GemmBackendName(GemmBackend backend);  // "blas", "deterministic"
 std::optional<GemmBackend> GemmBackendFromName(std::string_view name);
 
-// Process-wide; atomic, so setting it while no op runs is safe from any thread. Default kBlas.
+// Process-wide; atomic, so setting it while no op runs is safe from any thread. Default
+// kDeterministic, as the setting's default: benchmarks and tools that do not go through the trainer
+// run the GEMM training runs.
 void SetGemmBackend(GemmBackend backend);
 GemmBackend CurrentGemmBackend();
 
