@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "offload/aio_errors.h"
+#include "runtime/durable_file.h"
 #include "runtime/foreign_call.h"
 #include "runtime/logging.h"
 
@@ -39,7 +40,8 @@ uint64_t PartBytesFor(const FileEntry& file, uint64_t logical_bytes) {
 
 Result<FilePart> OpenPart(const std::string& path, const AioFileOptions& options,
                           bool want_direct) {
-  int flags = O_CLOEXEC | (options.read_only ? O_RDONLY : O_RDWR);
+  // O_NONBLOCK: a FIFO in the swap file's place is refused below instead of blocking the open.
+  int flags = O_CLOEXEC | O_NONBLOCK | (options.read_only ? O_RDONLY : O_RDWR);
   if (options.create && !options.read_only) flags |= O_CREAT;
   if (options.truncate && !options.read_only) flags |= O_TRUNC;
   FilePart part;
@@ -58,8 +60,17 @@ Result<FilePart> OpenPart(const std::string& path, const AioFileOptions& options
   }
   if (part.fd < 0) {
     const int err = errno;
+    SLUICE_RETURN_IF_ERROR(CheckRegularPath(path).WithContext("swap file"));
     return ErrnoStatus(err, "opening swap file {} failed: {}{}", path, ErrnoText(err),
                        err == ENOENT ? " (does the directory exist?)" : "");
+  }
+  if (Status s = CheckRegularFile(part.fd, path); !s.ok()) {
+    close(part.fd);
+    return std::move(s).WithContext("swap file");
+  }
+  if (Status s = ClearNonBlocking(part.fd, path); !s.ok()) {
+    close(part.fd);
+    return s;
   }
   return part;
 }

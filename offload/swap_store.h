@@ -121,7 +121,8 @@ class SwapStore {
   };
 
   SwapStore(AioEngine& engine, const SwapStoreOptions& options);
-  Status OpenHeaderFiles(bool create);
+  Status OpenHeaderFiles(bool create);  // on failure none stays open
+  Status OpenEachHeaderFile(bool create);
   // Closes the files of a store that failed to be created, writing nothing (and removes them when
   // they are scratch: remove_on_close).
   void Abandon();

@@ -97,10 +97,22 @@ Status ValidateOptions(const SwapStoreOptions& options) {
 }  // namespace
 
 Status SwapStore::OpenHeaderFiles(bool create) {
+  Status opened = OpenEachHeaderFile(create);
+  if (!opened.ok()) {
+    for (int fd : header_fds_) close(fd);
+    header_fds_.clear();
+  }
+  return opened;
+}
+
+Status SwapStore::OpenEachHeaderFile(bool create) {
   for (const std::string& path : file_paths_) {
-    const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0600);
+    // O_NONBLOCK: a FIFO in the swap file's place is refused below instead of blocking.
+    const int fd =
+        open(path.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK | (create ? O_CREAT : 0), 0600);
     if (fd < 0) {
       const int err = errno;
+      SLUICE_RETURN_IF_ERROR(CheckRegularPath(path).WithContext("swap file"));
       return ErrnoStatus(err, "opening swap file {} failed: {}{}", path, ErrnoText(err),
                          err == ENOENT && !create
                              ? " (no swap store there: create it first, or check nvme_path "
@@ -108,6 +120,8 @@ Status SwapStore::OpenHeaderFiles(bool create) {
                              : "");
     }
     header_fds_.push_back(fd);
+    SLUICE_RETURN_IF_ERROR(CheckRegularFile(fd, path).WithContext("swap file"));
+    SLUICE_RETURN_IF_ERROR(ClearNonBlocking(fd, path));
   }
   return OkStatus();
 }

@@ -42,13 +42,71 @@ Status ScopedFd::Close() {
 }
 
 Result<ScopedFd> OpenForRead(const std::filesystem::path& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK so that a FIFO without a writer is refused below instead of blocking the open;
+  // cleared again for the regular file it turns out to be.
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     int err = errno;
     if (err == ENOENT) return NotFoundError("{} does not exist", path.string());
+    SLUICE_RETURN_IF_ERROR(CheckRegularPath(path));  // a socket cannot be opened (ENXIO)
     return IoError("open {} for reading: {}", path.string(), internal::ErrnoText(err));
   }
-  return ScopedFd(fd);
+  ScopedFd owned(fd);
+  SLUICE_RETURN_IF_ERROR(CheckRegularFile(fd, path));
+  SLUICE_RETURN_IF_ERROR(ClearNonBlocking(fd, path));
+  return owned;
+}
+
+Status ClearNonBlocking(int fd, const std::filesystem::path& path) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    return IoError("fcntl {}: {}", path.string(), internal::ErrnoText(errno));
+  }
+  return OkStatus();
+}
+
+std::string_view FileTypeName(unsigned mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG:
+      return "regular file";
+    case S_IFDIR:
+      return "directory";
+    case S_IFCHR:
+      return "character device";
+    case S_IFBLK:
+      return "block device";
+    case S_IFIFO:
+      return "FIFO";
+    case S_IFSOCK:
+      return "socket";
+    case S_IFLNK:
+      return "symbolic link";
+    default:
+      return "file of unknown type";
+  }
+}
+
+namespace {
+
+Status NotRegular(const std::filesystem::path& path, unsigned mode) {
+  return InvalidArgumentError("{} is a {}, not a regular file: give the path of a file",
+                              path.string(), FileTypeName(mode));
+}
+
+}  // namespace
+
+Status CheckRegularFile(int fd, const std::filesystem::path& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    return IoError("fstat {}: {}", path.string(), internal::ErrnoText(errno));
+  }
+  return S_ISREG(st.st_mode) ? OkStatus() : NotRegular(path, st.st_mode);
+}
+
+Status CheckRegularPath(const std::filesystem::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return OkStatus();
+  return NotRegular(path, st.st_mode);
 }
 
 Result<ScopedFd> CreateExclusive(const std::filesystem::path& path) {

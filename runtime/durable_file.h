@@ -38,7 +38,22 @@ class ScopedFd {
   int fd_ = -1;
 };
 
+// Opens a regular file for reading. Anything else (a directory, a device such as /dev/zero, a FIFO
+// or a socket) is an InvalidArgument naming the path and what it is, returned at once: the open
+// does not block on a FIFO without a writer.
 Result<ScopedFd> OpenForRead(const std::filesystem::path& path);
+
+// "directory", "character device", "block device", "FIFO", "socket", "symbolic link",
+// "regular file" or "file of unknown type", for st_mode.
+std::string_view FileTypeName(unsigned mode);
+// OkStatus when fd is a regular file, else the InvalidArgument OpenForRead returns for it.
+Status CheckRegularFile(int fd, const std::filesystem::path& path);
+// The same for a path whose open failed: the InvalidArgument when it exists and is not a regular
+// file (a socket cannot be opened at all), else OkStatus (the caller reports its open error).
+Status CheckRegularPath(const std::filesystem::path& path);
+// For a descriptor opened with O_NONBLOCK (so that opening a FIFO could not block) and then found
+// to be a regular file: clears O_NONBLOCK, which io_uring would otherwise honour with -EAGAIN.
+Status ClearNonBlocking(int fd, const std::filesystem::path& path);
 // Creates `path` exclusively (O_EXCL): a leftover from a crashed attempt is an error, not data.
 Result<ScopedFd> CreateExclusive(const std::filesystem::path& path);
 

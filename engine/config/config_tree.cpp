@@ -2,10 +2,9 @@
 
 #include <fmt/format.h>
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
+#include <utility>
+
+#include "runtime/durable_file.h"
 
 namespace sluice {
 
@@ -44,16 +43,15 @@ Result<ConfigNode> ParseConfigText(std::string_view text, ConfigFormat format,
 }
 
 Result<ConfigNode> ReadConfigFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    int err = errno;
-    if (err == ENOENT) return NotFoundError("config file {} does not exist", path);
-    return IoError("cannot open config file {}: {}", path, std::strerror(err));
+  Result<std::string> read = ReadWholeFile(path);
+  if (!read.ok()) {
+    if (read.status().code() == StatusCode::kNotFound) {
+      return NotFoundError("config file {} does not exist", path);
+    }
+    Status status = read.status();
+    return std::move(status).WithContext("config file");
   }
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return IoError("cannot read config file {}", path);
-  std::string text = buffer.str();
+  std::string text = std::move(read).value();
 
   auto ends_with = [&](std::string_view suffix) {
     return path.size() >= suffix.size() &&

@@ -1,9 +1,5 @@
 // YAML documents via yaml-cpp. yaml-cpp reports errors by exception; they stop here.
-// GCC 12 reports false dangling-pointer warnings inside yaml-cpp's node headers.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdangling-pointer"
 #include <yaml-cpp/yaml.h>
-#pragma GCC diagnostic pop
 
 #include <set>
 
@@ -53,7 +49,10 @@ class YamlConverter {
         out.kind = ConfigNode::Kind::kMap;
         std::set<std::string> seen;
         for (auto it = node.begin(); it != node.end(); ++it) {
-          const YAML::Node& key = it->first;
+          // Copies: yaml-cpp's map iterator hands out a proxy by value, so a reference to
+          // it->first would dangle at the end of this statement.
+          const YAML::Node key = it->first;
+          const YAML::Node value = it->second;
           if (!key.IsScalar()) {
             return InvalidArgumentError("{}: a key under {} is not a plain name", Where(key.Mark()),
                                         path.empty() ? "the top level" : path);
@@ -63,8 +62,8 @@ class YamlConverter {
           if (!seen.insert(name).second) {
             return InvalidArgumentError("{}: duplicate key {}", Where(key.Mark()), child_path);
           }
-          SLUICE_ASSIGN_OR_RETURN(ConfigNode value, Convert(it->second, child_path));
-          out.entries.push_back({std::move(name), PosOf(key.Mark()), std::move(value)});
+          SLUICE_ASSIGN_OR_RETURN(ConfigNode child, Convert(value, child_path));
+          out.entries.push_back({std::move(name), PosOf(key.Mark()), std::move(child)});
         }
         return out;
       }

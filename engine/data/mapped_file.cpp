@@ -1,13 +1,12 @@
 #include "engine/data/mapped_file.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <utility>
 
+#include "runtime/durable_file.h"
 #include "runtime/foreign_call.h"
 
 namespace sluice::data {
@@ -22,32 +21,23 @@ Status ErrnoStatus(int err, std::string_view what, const std::string& path) {
 }  // namespace
 
 Result<MappedFile> MappedFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, "open token file", path);
+  Result<ScopedFd> opened = OpenForRead(path);
+  if (!opened.ok()) {
+    Status status = opened.status();
+    return std::move(status).WithContext("token file");
+  }
+  const int fd = opened->get();
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return ErrnoStatus(err, "stat token file", path);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return InvalidArgumentError("token file '{}' is not a regular file", path);
-  }
+  if (::fstat(fd, &st) != 0) return ErrnoStatus(errno, "stat token file", path);
   MappedFile file;
   file.path_ = path;
   file.size_ = static_cast<size_t>(st.st_size);
   if (file.size_ > 0) {
     void* addr = ::mmap(nullptr, file.size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (addr == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      return ErrnoStatus(err, "mmap token file", path);
-    }
+    if (addr == MAP_FAILED) return ErrnoStatus(errno, "mmap token file", path);
     file.data_ = static_cast<const std::byte*>(addr);
   }
-  // The mapping keeps the file alive; the descriptor is no longer needed.
-  ::close(fd);
+  // The mapping keeps the file alive; the descriptor closes with `opened`.
   return file;
 }
 

@@ -311,10 +311,11 @@ TEST(TokenFileErrors, MissingFileAndDirectory) {
   Status s = OpenError(path, TokenFormat::kAuto);
   EXPECT_EQ(s.code(), StatusCode::kNotFound);
   EXPECT_THAT(s.message(), HasSubstr(path));
-  EXPECT_THAT(s.message(), HasSubstr("No such file or directory (ENOENT)"));
+  EXPECT_THAT(s.message(), HasSubstr("token file: " + path + " does not exist"));
 
   s = OpenError(dir.File(""), TokenFormat::kAuto);
-  EXPECT_THAT(s.message(), HasSubstr("is not a regular file"));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("is a directory, not a regular file"));
 }
 
 TEST(TokenFileErrors, FileShorterThanOneWindow) {
