@@ -276,38 +276,123 @@ __global__ void __launch_bounds__(kThreads)
 
 enum class SegmentMode { kCopy, kAdd };
 
-// blockIdx.y walks the segments, blockIdx.x and the threads walk a segment's elements.
+// Elements per vector access of a segment: 16 bytes of the wider of the two types (8 bf16 -> bf16,
+// 4 for every pair with fp32).
+template <typename S, typename D>
+constexpr int kSegmentVec = 16 / static_cast<int>(sizeof(S) > sizeof(D) ? sizeof(S) : sizeof(D));
+
+// Vectors per thread the grid is sized for: a few, so that the segment lookup at the start of a
+// block is paid for by more than one load, yet the grid stays large enough to hide the tail.
+constexpr int64_t kSegmentVectorsPerThread = 2;
+
+// Value that makes WalkSegment go element by element.
+constexpr int64_t kNoCommonAlignment = INT64_MAX;
+
+// Elements from p to the next kBytes boundary (p itself aligned to its element).
+template <int kBytes, typename S>
+__device__ __forceinline__ int64_t HeadToAlign(const S* p) {
+  const auto misaligned = static_cast<int64_t>(reinterpret_cast<uintptr_t>(p) % kBytes);
+  return misaligned == 0 ? 0 : (kBytes - misaligned) / static_cast<int64_t>(sizeof(S));
+}
+
+// The head after which both a[i] and b[i] start N-element vectors, or kNoCommonAlignment when
+// their offsets within a vector differ (a segment at an odd offset in one buffer only).
+template <int N, typename A, typename B>
+__device__ __forceinline__ int64_t CommonHead(const A* a, const B* b) {
+  const int64_t head = HeadToAlign<N * sizeof(A)>(a);
+  const bool both = reinterpret_cast<uintptr_t>(a + head) % (N * sizeof(A)) == 0 &&
+                    reinterpret_cast<uintptr_t>(b + head) % (N * sizeof(B)) == 0;
+  return both ? head : kNoCommonAlignment;
+}
+
+// Hands the elements [0, n) of one segment to this block row's threads: whole N-element vectors
+// from `head` on through vector(i), the elements before head and after the last vector (fewer
+// than 2N in all unless head is kNoCommonAlignment) one by one through scalar(i). Each element is
+// visited once, whatever the grid.
+template <int N, typename Scalar, typename Vector>
+__device__ __forceinline__ void WalkSegment(int64_t n, int64_t head, const Scalar& scalar,
+                                            const Vector& vector) {
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  if (head > n) head = n;
+  const int64_t vectors = (n - head) / N;
+  for (int64_t v = first; v < vectors; v += stride) vector(head + v * N);
+  const int64_t body_end = head + vectors * N;
+  const int64_t edges = head + (n - body_end);
+  for (int64_t e = first; e < edges; e += stride) scalar(e < head ? e : body_end + (e - head));
+}
+
+// Blocks per SM the kernel is compiled for: 8 (2048 threads, 32 registers), the most bytes in
+// flight, which a copy needs more than registers; 6 (40 registers) where the software widening
+// of f16 needs more.
+template <typename Src, typename Dst>
+constexpr bool kWidensF16 =
+    std::conjunction_v<std::is_same<Src, F16Tag>, std::is_same<Dst, F32Tag>>;
+template <typename Src, typename Dst>
+constexpr int kSegmentMinBlocks = kWidensF16<Src, Dst> ? 6 : 8;
+
+// blockIdx.y walks the segments, blockIdx.x and the threads walk a segment's elements, in 16-byte
+// vectors where the segment's source and destination share their offset within a vector (always,
+// for the offsets of a ZeRO bucket of an aligned buffer), else element by element.
 template <SegmentMode kMode, typename Src, typename Dst>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kSegmentMinBlocks<Src, Dst>)
     SegmentKernel(const typename Src::Storage* src, typename Dst::Storage* dst,
                   const FlatSegment* segments, int num_segments) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  using S = typename Src::Storage;
+  using D = typename Dst::Storage;
+  constexpr int N = kSegmentVec<S, D>;
   for (int s = blockIdx.y; s < num_segments; s += gridDim.y) {
     const FlatSegment seg = segments[s];
-    const typename Src::Storage* in = src + seg.src_offset;
-    typename Dst::Storage* out = dst + seg.dst_offset;
-    const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const S* in = src + seg.src_offset;
+    D* out = dst + seg.dst_offset;
+    const int64_t head = CommonHead<N>(in, out);
     if constexpr (kMode == SegmentMode::kAdd) {
-      for (int64_t i = first; i < seg.count; i += stride) out[i] = __fadd_rn(out[i], in[i]);
+      WalkSegment<N>(
+          seg.count, head, [&](int64_t i) { out[i] = __fadd_rn(out[i], in[i]); },
+          [&](int64_t i) {
+            const Vec<float, N> x = Load<float, N>(in + i);
+            Vec<float, N> y = Load<float, N>(out + i);
+#pragma unroll
+            for (int j = 0; j < N; ++j) y.v[j] = __fadd_rn(y.v[j], x.v[j]);
+            Store<float, N>(out + i, y);
+          });
     } else {
-      const int64_t total = seg.count + seg.zero_fill;
-      for (int64_t i = first; i < total; i += stride) {
-        if (i >= seg.count) {
-          out[i] = typename Dst::Storage{0};  // +0 in every format
-        } else if constexpr (std::is_same_v<Src, Dst>) {
-          out[i] = in[i];  // raw bits, NaN payloads included
+      // Raw bits between equal types (NaN payloads included), else a rounding conversion.
+      const auto convert = [](S x) -> D {
+        if constexpr (std::is_same_v<Src, Dst>) {
+          return x;
         } else {
-          out[i] = Dst::FromF32(Src::ToF32(in[i]));
+          return Dst::FromF32(Src::ToF32(x));
         }
-      }
+      };
+      WalkSegment<N>(
+          seg.count, head, [&](int64_t i) { out[i] = convert(in[i]); },
+          [&](int64_t i) {
+            const Vec<S, N> x = Load<S, N>(in + i);
+            Vec<D, N> y;
+#pragma unroll
+            for (int j = 0; j < N; ++j) y.v[j] = convert(x.v[j]);
+            Store<D, N>(out + i, y);
+          });
+      // The padding: +0 in every format, in 16-byte stores of its own alignment.
+      constexpr int Z = 16 / static_cast<int>(sizeof(D));
+      D* pad = out + seg.count;
+      WalkSegment<Z>(
+          seg.zero_fill, HeadToAlign<16>(pad), [&](int64_t i) { pad[i] = D{0}; },
+          [&](int64_t i) { Store<D, Z>(pad + i, Vec<D, Z>{}); });
     }
   }
 }
 
+// y rows of segments (at most 65535, looping beyond), x blocks per segment for
+// max_segment_elements in kSegmentVectorsPerThread vectors of N per thread, at most
+// 65535 * 4 blocks in all (as GridFor).
+template <int N>
 dim3 SegmentGrid(int num_segments, int64_t max_segment_elements) {
-  constexpr int64_t kMaxBlocks = 4096;
+  constexpr int64_t kMaxBlocks = int64_t{65535} * 4;
+  constexpr int64_t kPerBlock = int64_t{kThreads} * N * kSegmentVectorsPerThread;
   const unsigned y = static_cast<unsigned>(num_segments < 65535 ? num_segments : 65535);
-  int64_t x = (max_segment_elements + kThreads - 1) / kThreads;
+  int64_t x = (max_segment_elements + kPerBlock - 1) / kPerBlock;
   const int64_t x_cap = kMaxBlocks / y > 1 ? kMaxBlocks / y : 1;
   if (x > x_cap) x = x_cap;
   if (x < 1) x = 1;
@@ -450,8 +535,9 @@ LaunchStatus CopySegments(const TSrc* src, TDst* dst, const FlatSegment* segment
   if (!status.ok() || num_segments == 0) return status;
   using Src = typename TagOf<TSrc>::type;
   using Dst = typename TagOf<TDst>::type;
+  constexpr int N = kSegmentVec<typename Src::Storage, typename Dst::Storage>;
   SegmentKernel<SegmentMode::kCopy, Src, Dst>
-      <<<SegmentGrid(num_segments, max_segment_elements), kThreads, 0, stream>>>(
+      <<<SegmentGrid<N>(num_segments, max_segment_elements), kThreads, 0, stream>>>(
           Raw(src), Raw(dst), segments, num_segments);
   return AfterLaunch("CopySegments");
 }
@@ -479,9 +565,10 @@ LaunchStatus AccumulateSegments(const float* src, float* dst, const FlatSegment*
   LaunchStatus status =
       CheckSegments(src, dst, segments, num_segments, max_segment_elements, "AccumulateSegments");
   if (!status.ok() || num_segments == 0) return status;
+  constexpr int N = kSegmentVec<float, float>;
   SegmentKernel<SegmentMode::kAdd, F32Tag, F32Tag>
-      <<<SegmentGrid(num_segments, max_segment_elements), kThreads, 0, stream>>>(src, dst, segments,
-                                                                                 num_segments);
+      <<<SegmentGrid<N>(num_segments, max_segment_elements), kThreads, 0, stream>>>(
+          src, dst, segments, num_segments);
   return AfterLaunch("AccumulateSegments");
 }
 
