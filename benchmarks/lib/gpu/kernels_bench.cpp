@@ -38,6 +38,26 @@ constexpr int kMaxInstances = 32;
 constexpr int kRooflineWarmup = 50;
 constexpr int kQuickRepeats = 5;
 constexpr int kQuickWarmup = 1;
+// A copy@size copies half the bytes its op moves, rounded to this many bytes (whole bf16 values
+// and vector-width rows; the rate is taken from the bytes actually copied).
+constexpr size_t kCopyAlign = 16;
+// The copy@size seeds start here, apart from the ops', so that the ops' inputs do not depend on
+// how many copies ran before them.
+constexpr uint64_t kCopySeedBase = uint64_t{1} << 32;
+
+// A memory-bound op's copy@size: a device-to-device cudaMemcpyAsync moving the bytes the op
+// moves (half of them read, half written), measured right after the op by the same method (its
+// own rotation through at least 4x the L2, the same warm-up, samples and median). The 1 GiB
+// roofline is what DRAM sustains; this is what a copy reaches at the op's size, launch latency
+// and ramp-up included: the figure that explains a small op's gap to the target, which stays
+// defined against the 1 GiB roofline.
+struct CopyAtSize {
+  size_t bytes_copied = 0;  // the copy's size; it moves twice that (read + write)
+  int instances = 0;
+  SampleTimer::Timing timing;
+  double rate = 0;    // bytes moved per second
+  std::string error;  // set when the copy failed; the op's own figures stand
+};
 
 struct KernelBenchRow {
   BenchCase spec;  // build is not used after the run
@@ -48,9 +68,16 @@ struct KernelBenchRow {
   CaseRun::CheckResult check;
   bool check_ran = false;
   std::string error;  // set when building, launching or checking failed
+  // Set for the memory-bound ops whose launch and check passed.
+  std::optional<CopyAtSize> copy_at_size;
 
   bool ok() const { return error.empty() && check_ran && check.passed(); }
   bool met() const { return ok() && spec.target > 0 && fraction >= spec.target; }
+  // The op's rate over its copy@size's; 0 where there is none.
+  double copy_fraction() const {
+    if (!ok() || !copy_at_size || copy_at_size->rate <= 0) return 0;
+    return rate / copy_at_size->rate;
+  }
 };
 
 struct GpuInfo {
@@ -139,10 +166,19 @@ Result<GpuInfo> ProbeGpu(int device) {
   cudaError_t rc = cudaGetDeviceCount(&count);
   if (rc != cudaSuccess || count == 0) {
     cudaGetLastError();
+    std::string why =
+        rc == cudaSuccess ? "cudaGetDeviceCount found 0 devices" : internal::CudaErrorText(rc);
+    // What CUDA answers on a machine with no driver at all.
+    if (rc == cudaErrorInsufficientDriver) {
+      why += fmt::format(
+          "; that is: no NVIDIA driver, or one older than the CUDA {} runtime "
+          "this binary was built with",
+          VersionText(CUDART_VERSION));
+    }
     return UnavailableError(
         "no CUDA GPU on this machine ({}): `sluice bench kernels` times the CUDA kernels and "
         "needs an NVIDIA GPU with its driver",
-        rc == cudaSuccess ? "cudaGetDeviceCount found 0 devices" : internal::CudaErrorText(rc));
+        why);
   }
   if (device < 0 || device >= count) {
     return InvalidArgumentError("--device {}: this machine has {} CUDA GPU(s), 0 to {}", device,
@@ -233,6 +269,32 @@ KernelBenchRow Measure(const BenchCase& spec, cudaStream_t stream, SampleTimer& 
   return row;
 }
 
+size_t CopyBytesFor(double bytes_moved) {
+  const double units = std::max(1.0, std::round(bytes_moved / 2 / kCopyAlign));
+  return static_cast<size_t>(units) * kCopyAlign;
+}
+
+// The copy@size of `op` (a memory-bound row that ran); a failure goes into the result and the
+// log, not into the op's row.
+CopyAtSize MeasureCopyAtSize(const KernelBenchRow& op, cudaStream_t stream, SampleTimer& timer,
+                             const GpuInfo& gpu, int warmup, int repeats, uint64_t seed) {
+  CopyAtSize copy;
+  copy.bytes_copied = CopyBytesFor(op.spec.amount);
+  BenchCase c = gpu::CopyRoofline(copy.bytes_copied);
+  c.op = op.spec.op + " copy@size";
+  c.model = op.spec.model;
+  KernelBenchRow row = Measure(c, stream, timer, gpu, warmup, repeats, seed);
+  copy.instances = row.instances;
+  copy.timing = std::move(row.timing);
+  copy.rate = row.rate;
+  if (!row.error.empty()) {
+    copy.error = row.error;
+  } else if (!row.ok()) {
+    copy.error = "the copy's output check failed";
+  }
+  return copy;
+}
+
 std::string FormatTime(double seconds) {
   if (seconds <= 0) return "-";
   if (seconds < 1e-3) return fmt::format("{:.1f} us", seconds * 1e6);
@@ -258,22 +320,53 @@ std::string CheckText(const KernelBenchRow& r) {
   return r.check.passed() ? "ok" : "FAIL";
 }
 
+std::string FormatCopyAtSize(const KernelBenchRow& r) {
+  if (!r.copy_at_size) return "-";
+  if (!r.copy_at_size->error.empty()) return "ERROR";
+  return r.copy_at_size->rate > 0 ? fmt::format("{:.0f} GB/s", r.copy_at_size->rate * 1e-9) : "-";
+}
+
+// The memory-bound ops (rated in GB/s against the copy roofline), for the summaries.
+struct MemoryBoundSummary {
+  int count = 0;
+  int met = 0;              // the target, against the 1 GiB copy
+  int at_copy_at_size = 0;  // at least the target's fraction of their copy@size (not a target)
+};
+
+MemoryBoundSummary SummarizeMemoryBound(const std::vector<KernelBenchRow>& rows) {
+  MemoryBoundSummary s;
+  for (const KernelBenchRow& r : rows) {
+    if (r.spec.work != Work::kBytes || r.spec.target <= 0) continue;
+    ++s.count;
+    if (r.met()) ++s.met;
+    if (r.copy_fraction() >= r.spec.target) ++s.at_copy_at_size;
+  }
+  return s;
+}
+
 std::string FormatTable(const KernelBenchReport& report) {
   std::string out = fmt::format(
       "CUDA kernels on {} | cuBLAS peak {:.1f} TFLOP/s (bf16 {}^3), copy {:.0f} GB/s "
-      "(1 GiB device to device, read + write) | median of {} samples\n",
+      "(1 GiB device to device, read + write) | median of {} samples\n"
+      "% roof, target and met: against those rooflines. copy@size: the same device-to-device "
+      "copy moving as many bytes as the op (half read, half written), timed the same way right "
+      "after it; % copy@size = achieved / copy@size (explains a gap, is not the target)\n",
       report.gpu.name, report.peak_flops * 1e-12, kRooflineGemmN,
       report.copy_bytes_per_second * 1e-9, report.settings["repeats"].get<int>());
-  const char* header = "{:<26} {:<5} {:<30} {:<28} {:>11} {:>14} {:>7} {:>6} {:>4} {:>5}\n";
+  const char* header =
+      "{:<26} {:<5} {:<30} {:<28} {:>11} {:>14} {:>7} {:>6} {:>4} {:>10} {:>11} {:>5}\n";
   out += fmt::format(fmt::runtime(header), "op", "model", "shape", "dtype", "median", "achieved",
-                     "% roof", "target", "met", "check");
+                     "% roof", "target", "met", "copy@size", "% copy@size", "check");
   auto line = [&](const KernelBenchRow& r) {
     const bool has_target = r.spec.target > 0;
+    const double copy_fraction = r.copy_fraction();
     out += fmt::format(fmt::runtime(header), r.spec.op, r.spec.model, r.spec.shape, r.spec.dtype,
                        FormatTime(r.timing.median_seconds), FormatRate(r),
                        r.fraction > 0 ? fmt::format("{:.1f}%", 100 * r.fraction) : "-",
                        has_target ? fmt::format("{:.0f}%", 100 * r.spec.target) : "-",
-                       has_target ? (r.met() ? "yes" : "NO") : "-", CheckText(r));
+                       has_target ? (r.met() ? "yes" : "NO") : "-", FormatCopyAtSize(r),
+                       copy_fraction > 0 ? fmt::format("{:.1f}%", 100 * copy_fraction) : "-",
+                       CheckText(r));
   };
   for (const KernelBenchRow& r : report.rooflines) line(r);
   for (const KernelBenchRow& r : report.rows) line(r);
@@ -285,10 +378,36 @@ std::string FormatTable(const KernelBenchReport& report) {
   }
   out += fmt::format("targets met: {} of {}; ops failing their launch or check: {}\n", met,
                      with_target, failed);
+  const MemoryBoundSummary memory = SummarizeMemoryBound(report.rows);
+  if (memory.count > 0) {
+    out += fmt::format(
+        "memory-bound ops: {} of {} at >= {:.0f}% of the 1 GiB copy (the target); {} of {} at "
+        ">= {:.0f}% of their copy@size\n",
+        memory.met, memory.count, 100 * gpu::kMemoryTarget, memory.at_copy_at_size, memory.count,
+        100 * gpu::kMemoryTarget);
+  }
   for (const KernelBenchRow& r : report.rows) {
     if (!r.error.empty()) out += fmt::format("  {} {}: {}\n", r.spec.op, r.spec.model, r.error);
+    if (r.copy_at_size && !r.copy_at_size->error.empty()) {
+      out += fmt::format("  {} {} copy@size: {}\n", r.spec.op, r.spec.model, r.copy_at_size->error);
+    }
   }
   return out;
+}
+
+nlohmann::json CopyAtSizeJson(const KernelBenchRow& r) {
+  if (!r.copy_at_size) return nullptr;
+  const CopyAtSize& c = *r.copy_at_size;
+  nlohmann::json copy = {{"bytes_copied", c.bytes_copied},
+                         {"work_per_launch", 2.0 * static_cast<double>(c.bytes_copied)},
+                         {"instances", c.instances},
+                         {"median_seconds", c.timing.median_seconds},
+                         {"samples_seconds", c.timing.samples_seconds},
+                         {"achieved_per_second", c.rate},
+                         {"achieved_gbytes_per_second", c.rate * 1e-9},
+                         {"op_fraction", r.copy_fraction()}};
+  if (!c.error.empty()) copy["error"] = c.error;
+  return copy;
 }
 
 nlohmann::json RowJson(const KernelBenchRow& r) {
@@ -310,6 +429,7 @@ nlohmann::json RowJson(const KernelBenchRow& r) {
       {"roofline_fraction", r.fraction},
       {"target_fraction", r.spec.target > 0 ? nlohmann::json(r.spec.target) : nullptr},
       {"met", r.spec.target > 0 ? nlohmann::json(r.met()) : nullptr},
+      {"copy_at_size", CopyAtSizeJson(r)},
       {"check",
        {{"ran", r.check_ran},
         {"checked_elements", r.check.checked_elements},
@@ -331,8 +451,10 @@ nlohmann::json ReportJson(const KernelBenchReport& report) {
     if (r.spec.target > 0) ++with_target;
     if (r.met()) ++met;
   }
+  const MemoryBoundSummary memory = SummarizeMemoryBound(report.rows);
+  // Version 2: copy_at_size per result, summary.memory_bound, the attention target's scope.
   return {{"benchmark", "cuda_kernels"},
-          {"schema_version", 1},
+          {"schema_version", 2},
           {"date", Now()},
           {"machine", report.machine},
           {"gpu", report.gpu.json},
@@ -343,7 +465,14 @@ nlohmann::json ReportJson(const KernelBenchReport& report) {
             {"rule", "the higher of the measurements before and after the ops"},
             {"measurements", rooflines}}},
           {"results", results},
-          {"summary", {{"with_target", with_target}, {"met", met}, {"failed", failed}}}};
+          {"summary",
+           {{"with_target", with_target},
+            {"met", met},
+            {"failed", failed},
+            {"memory_bound",
+             {{"with_target", memory.count},
+              {"met", memory.met},
+              {"at_target_fraction_of_copy_at_size", memory.at_copy_at_size}}}}}};
 }
 
 nlohmann::json SettingsJson(const KernelBenchOptions& options, int warmup, int repeats) {
@@ -376,7 +505,14 @@ nlohmann::json SettingsJson(const KernelBenchOptions& options, int warmup, int r
           {"targets",
            {{"linear", gpu::kGemmTarget},
             {"attention_fwd_bwd", gpu::kAttentionTarget},
-            {"memory_bound", gpu::kMemoryTarget}}}};
+            {"attention_fwd_bwd_scope",
+             {{"seq", gpu::kAttentionTargetSeq}, {"head_dim", gpu::kAttentionTargetHeadDim}}},
+            {"memory_bound", gpu::kMemoryTarget}}},
+          {"copy_at_size",
+           "memory-bound ops only: a cudaMemcpyAsync device to device of half the bytes the op "
+           "moves (rounded to 16 bytes), so that it moves as many; timed like the ops (its own "
+           "rotation, the same warm-up and samples, the median) right after its op; an "
+           "explanation figure, the targets stay against the 1 GiB copy"}};
 }
 
 void PrintList(const std::vector<BenchCase>& cases) {
@@ -411,6 +547,7 @@ Result<KernelBenchReport> RunKernelBench(const KernelBenchOptions& options,
 
   const auto start = std::chrono::steady_clock::now();
   uint64_t seed = 1;
+  uint64_t copy_seed = kCopySeedBase;
   // Before the ops (a failure there leaves nothing to rate them by) and after them (a failure
   // there, say a sticky error an op left behind, only loses the second figure).
   auto measure_rooflines = [&](const std::string& when) -> Status {
@@ -434,9 +571,17 @@ Result<KernelBenchReport> RunKernelBench(const KernelBenchOptions& options,
   SLUICE_RETURN_IF_ERROR(measure_rooflines("start").WithContext("no op can be rated"));
   for (const BenchCase& c : cases) {
     KernelBenchRow row = Measure(c, stream.get(), *timer, report.gpu, warmup, repeats, seed++);
+    if (row.ok() && c.work == Work::kBytes) {
+      row.copy_at_size =
+          MeasureCopyAtSize(row, stream.get(), *timer, report.gpu, warmup, repeats, copy_seed++);
+    }
     if (row.ok()) {
-      SLUICE_LOG(kInfo, "bench", "{} {}: {} in {}", c.op, c.model, FormatRate(row),
-                 FormatTime(row.timing.median_seconds));
+      SLUICE_LOG(kInfo, "bench", "{} {}: {} in {}{}", c.op, c.model, FormatRate(row),
+                 FormatTime(row.timing.median_seconds),
+                 row.copy_fraction() > 0
+                     ? fmt::format(" ({:.1f}% of copy@size {})", 100 * row.copy_fraction(),
+                                   FormatCopyAtSize(row))
+                     : "");
     }
     report.rows.push_back(std::move(row));
   }

@@ -1,5 +1,6 @@
 // The two rooflines of `sluice bench kernels`, measured in the same run as the ops: cuBLAS's
 // own bf16 GEMM (cublasGemmEx, fp32 compute) at 8192^3, and a device-to-device copy of 1 GiB.
+// The same copy at each memory-bound op's byte count is that op's copy@size figure.
 #include <cublas_v2.h>
 #include <fmt/format.h>
 
@@ -64,7 +65,11 @@ BenchCase CopyRoofline(size_t bytes) {
   BenchCase c;
   c.op = "roofline.d2d_copy";
   c.model = kNoModel;
-  c.shape = fmt::format("{} MiB", bytes >> 20);
+  // Whole MiB for the roofline; the copies sized like an op (copy@size) are rarely whole.
+  constexpr size_t kMiB = size_t{1} << 20;
+  c.shape = bytes % kMiB == 0
+                ? fmt::format("{} MiB", bytes / kMiB)
+                : fmt::format("{} bytes ({:.2f} MiB)", bytes, static_cast<double>(bytes) / kMiB);
   c.dtype = "bytes";
   c.work = Work::kBytes;
   c.amount = 2.0 * static_cast<double>(bytes);
