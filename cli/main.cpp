@@ -24,7 +24,7 @@ CommandRegistration::CommandRegistration(const char* parent, CommandFactory fact
 
 void AddRegisteredCommands(CLI::App& app) {
   std::map<std::string, CLI::App*> groups = {{"", &app}};
-  groups["bench"] = app.add_subcommand("bench", "Benchmarks: adam, aio, step, kernels");
+  groups["bench"] = app.add_subcommand("bench", "Benchmarks: adam, aio, step, kernels, gemm");
   groups["config"] = app.add_subcommand("config", "Config files: check, help");
   for (auto& [name, group] : groups) {
     if (!name.empty()) group->require_subcommand(1);

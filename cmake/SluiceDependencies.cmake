@@ -26,6 +26,23 @@ endif()
 set(BLAS_LIBRARIES ${SLUICE_OPENBLAS_OPENMP})
 set(OPENBLAS_INCLUDE_DIR ${SLUICE_OPENBLAS_OPENMP_INCLUDE})
 
+# oneDNN (Debian libdnnl-dev, OpenMP runtime), optional: only bench_gemm uses it, to time
+# dnnl_sgemm beside GemmFixed and OpenBLAS. Without it bench_gemm builds and says so.
+option(SLUICE_WITH_DNNL "Use oneDNN in bench_gemm when configure finds it" ON)
+set(SLUICE_HAVE_DNNL OFF)
+if(SLUICE_WITH_DNNL)
+  find_path(SLUICE_DNNL_INCLUDE_DIR dnnl.h PATH_SUFFIXES oneapi/dnnl)
+  find_library(SLUICE_DNNL_LIBRARY NAMES dnnl)
+  if(SLUICE_DNNL_INCLUDE_DIR AND SLUICE_DNNL_LIBRARY)
+    set(SLUICE_HAVE_DNNL ON)
+    message(STATUS "oneDNN found (${SLUICE_DNNL_LIBRARY}): bench_gemm times dnnl_sgemm")
+  else()
+    message(STATUS "oneDNN not found (Debian package libdnnl-dev): bench_gemm runs without it")
+  endif()
+else()
+  message(STATUS "oneDNN not used (SLUICE_WITH_DNNL=OFF): bench_gemm runs without it")
+endif()
+
 # sluice_glob_library(NAME DIR [LIBS ...] [RECURSE])
 # A static library of the .cpp and .cu files of DIR (adding a file needs no CMake edit). A folder with no
 # sources yet gives an INTERFACE library so that dependants link the same way.

@@ -31,6 +31,7 @@ packages=(
   libgtest-dev libgmock-dev
   liburing-dev libhwloc-dev hwloc libtbb-dev libyaml-cpp-dev nlohmann-json3-dev
   libcli11-dev libfmt-dev libopenblas-openmp-dev libxxhash-dev
+  libdnnl-dev  # oneDNN: optional at configure time; bench_gemm times its dnnl_sgemm
   libopenmpi-dev openmpi-bin
   fio e2fsprogs util-linux
   gnuplot-nox
