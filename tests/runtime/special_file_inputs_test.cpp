@@ -27,8 +27,8 @@
 namespace sluice {
 namespace {
 
-using ::testing::HasSubstr;
 using offload::testutil::TempDir;
+using ::testing::HasSubstr;
 
 struct SpecialFile {
   std::string kind;  // FileTypeName's word for it
@@ -111,9 +111,8 @@ TEST_F(SpecialFileInputsTest, TokenDataIsRefused) {
 TEST_F(SpecialFileInputsTest, CheckpointFilesAreRefused) {
   ExpectRefused("", [](const std::string& path) { return OpenForRead(path).status(); });
   ExpectRefused("", [](const std::string& path) { return ReadWholeFile(path).status(); });
-  ExpectRefused("", [](const std::string& path) {
-    return checkpoint::SafetensorsFile::Open(path).status();
-  });
+  ExpectRefused(
+      "", [](const std::string& path) { return checkpoint::SafetensorsFile::Open(path).status(); });
 }
 
 TEST_F(SpecialFileInputsTest, ManifestInPlaceOfAFileIsRefused) {
