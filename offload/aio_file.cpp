@@ -64,13 +64,9 @@ Result<FilePart> OpenPart(const std::string& path, const AioFileOptions& options
     return ErrnoStatus(err, "opening swap file {} failed: {}{}", path, ErrnoText(err),
                        err == ENOENT ? " (does the directory exist?)" : "");
   }
-  if (Status s = CheckRegularFile(part.fd, path); !s.ok()) {
+  if (Status s = UseAsRegularFile(part.fd, path); !s.ok()) {
     close(part.fd);
     return std::move(s).WithContext("swap file");
-  }
-  if (Status s = ClearNonBlocking(part.fd, path); !s.ok()) {
-    close(part.fd);
-    return s;
   }
   return part;
 }

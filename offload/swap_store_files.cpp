@@ -120,8 +120,7 @@ Status SwapStore::OpenEachHeaderFile(bool create) {
                              : "");
     }
     header_fds_.push_back(fd);
-    SLUICE_RETURN_IF_ERROR(CheckRegularFile(fd, path).WithContext("swap file"));
-    SLUICE_RETURN_IF_ERROR(ClearNonBlocking(fd, path));
+    SLUICE_RETURN_IF_ERROR(UseAsRegularFile(fd, path).WithContext("swap file"));
   }
   return OkStatus();
 }

@@ -52,17 +52,8 @@ Result<ScopedFd> OpenForRead(const std::filesystem::path& path) {
     return IoError("open {} for reading: {}", path.string(), internal::ErrnoText(err));
   }
   ScopedFd owned(fd);
-  SLUICE_RETURN_IF_ERROR(CheckRegularFile(fd, path));
-  SLUICE_RETURN_IF_ERROR(ClearNonBlocking(fd, path));
+  SLUICE_RETURN_IF_ERROR(UseAsRegularFile(fd, path));
   return owned;
-}
-
-Status ClearNonBlocking(int fd, const std::filesystem::path& path) {
-  const int flags = ::fcntl(fd, F_GETFL);
-  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
-    return IoError("fcntl {}: {}", path.string(), internal::ErrnoText(errno));
-  }
-  return OkStatus();
 }
 
 std::string_view FileTypeName(unsigned mode) {
@@ -95,12 +86,17 @@ Status NotRegular(const std::filesystem::path& path, unsigned mode) {
 
 }  // namespace
 
-Status CheckRegularFile(int fd, const std::filesystem::path& path) {
+Status UseAsRegularFile(int fd, const std::filesystem::path& path) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     return IoError("fstat {}: {}", path.string(), internal::ErrnoText(errno));
   }
-  return S_ISREG(st.st_mode) ? OkStatus() : NotRegular(path, st.st_mode);
+  if (!S_ISREG(st.st_mode)) return NotRegular(path, st.st_mode);
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    return IoError("fcntl {}: {}", path.string(), internal::ErrnoText(errno));
+  }
+  return OkStatus();
 }
 
 Status CheckRegularPath(const std::filesystem::path& path) {

@@ -46,14 +46,13 @@ Result<ScopedFd> OpenForRead(const std::filesystem::path& path);
 // "directory", "character device", "block device", "FIFO", "socket", "symbolic link",
 // "regular file" or "file of unknown type", for st_mode.
 std::string_view FileTypeName(unsigned mode);
-// OkStatus when fd is a regular file, else the InvalidArgument OpenForRead returns for it.
-Status CheckRegularFile(int fd, const std::filesystem::path& path);
-// The same for a path whose open failed: the InvalidArgument when it exists and is not a regular
-// file (a socket cannot be opened at all), else OkStatus (the caller reports its open error).
+// For a descriptor opened with O_NONBLOCK, so that a FIFO could not block the open: the
+// InvalidArgument OpenForRead returns unless it is a regular file; else clears O_NONBLOCK again
+// (io_uring would honour it with -EAGAIN on a regular file).
+Status UseAsRegularFile(int fd, const std::filesystem::path& path);
+// The same refusal for a path whose open failed, when it exists and is not a regular file (a
+// socket cannot be opened at all); OkStatus otherwise (the caller reports its open error).
 Status CheckRegularPath(const std::filesystem::path& path);
-// For a descriptor opened with O_NONBLOCK (so that opening a FIFO could not block) and then found
-// to be a regular file: clears O_NONBLOCK, which io_uring would otherwise honour with -EAGAIN.
-Status ClearNonBlocking(int fd, const std::filesystem::path& path);
 // Creates `path` exclusively (O_EXCL): a leftover from a crashed attempt is an error, not data.
 Result<ScopedFd> CreateExclusive(const std::filesystem::path& path);
 

@@ -48,8 +48,7 @@ Result<ConfigNode> ReadConfigFile(const std::string& path) {
     if (read.status().code() == StatusCode::kNotFound) {
       return NotFoundError("config file {} does not exist", path);
     }
-    Status status = read.status();
-    return std::move(status).WithContext("config file");
+    return std::move(read).WithContext("config file").status();
   }
   std::string text = std::move(read).value();
 

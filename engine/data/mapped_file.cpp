@@ -1,7 +1,6 @@
 #include "engine/data/mapped_file.h"
 
 #include <sys/mman.h>
-#include <sys/stat.h>
 
 #include <cerrno>
 #include <utility>
@@ -21,17 +20,12 @@ Status ErrnoStatus(int err, std::string_view what, const std::string& path) {
 }  // namespace
 
 Result<MappedFile> MappedFile::Open(const std::string& path) {
-  Result<ScopedFd> opened = OpenForRead(path);
-  if (!opened.ok()) {
-    Status status = opened.status();
-    return std::move(status).WithContext("token file");
-  }
-  const int fd = opened->get();
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return ErrnoStatus(errno, "stat token file", path);
+  SLUICE_ASSIGN_OR_RETURN(const ScopedFd opened, OpenForRead(path).WithContext("token file"));
+  const int fd = opened.get();
+  SLUICE_ASSIGN_OR_RETURN(const uint64_t size, FileSize(fd, path));
   MappedFile file;
   file.path_ = path;
-  file.size_ = static_cast<size_t>(st.st_size);
+  file.size_ = static_cast<size_t>(size);
   if (file.size_ > 0) {
     void* addr = ::mmap(nullptr, file.size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (addr == MAP_FAILED) return ErrnoStatus(errno, "mmap token file", path);
