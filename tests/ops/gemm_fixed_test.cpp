@@ -206,6 +206,12 @@ TEST(GemmFixed, ComputesTheLinearLayerWithinTolerance) {
   testing::ExpectClose(dw, want_dw, kGemmTol, "dw += dyT x");
 }
 
+// A process starts on device.cpu_gemm's default, GemmFixed, so that tools and benchmarks that
+// never apply the setting run the GEMM training runs (every test here restores the backend).
+TEST(GemmBackendTest, TheProcessStartsOnTheDeterministicBackend) {
+  EXPECT_EQ(cpu::CurrentGemmBackend(), cpu::GemmBackend::kDeterministic);
+}
+
 // Gemm follows the process-wide backend; both give the product (to tolerance), only the
 // deterministic one bit for bit what GemmFixed gives.
 TEST(GemmBackendTest, GemmRoutesToTheCurrentBackend) {
