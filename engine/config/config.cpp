@@ -82,8 +82,4 @@ std::string_view DeviceTypeName(DeviceType type) {
   return type == DeviceType::kCpu ? "cpu" : "cuda";
 }
 
-std::string_view CpuGemmName(CpuGemm gemm) {
-  return gemm == CpuGemm::kDeterministic ? "deterministic" : "blas";
-}
-
 }  // namespace sluice

@@ -22,6 +22,7 @@
 #include "engine/config/config_layers.h"
 #include "engine/config/config_schema.h"
 #include "engine/config/config_tree.h"
+#include "kernels/cpu/gemm.h"
 #include "runtime/dtype.h"
 #include "runtime/settings.h"
 #include "runtime/status.h"
@@ -184,16 +185,15 @@ struct DataConfig {
 };
 
 enum class DeviceType { kCpu, kCuda };
-// The GEMM of the CPU ops (kernels/cpu/gemm.h): OpenBLAS, or the fixed-order GemmFixed whose
-// bits do not depend on the CPU or the thread count.
-enum class CpuGemm { kBlas, kDeterministic };
 struct DeviceConfig {
   DeviceType type = DeviceType::kCuda;
   int index = 0;
   std::optional<int64_t> memory_limit;  // bytes; nullopt = the whole GPU (cuda only)
   int64_t host_memory_limit = 0;        // bytes, resolved
   int threads = 0;                      // 0 = all cores
-  CpuGemm cpu_gemm = CpuGemm::kDeterministic;
+  // The GEMM of the CPU ops (kernels/cpu/gemm.h): OpenBLAS, or the fixed-order GemmFixed whose
+  // bits do not depend on the CPU or the thread count. GemmBackendName spells it as the setting.
+  kernels::cpu::GemmBackend cpu_gemm = kernels::cpu::GemmBackend::kDeterministic;
   std::string memory_protection = "off";  // device.memory_protection: off, on, auto
 };
 
@@ -276,6 +276,5 @@ std::string ConfigToText(const Config& config);
 
 std::string_view OffloadDeviceName(OffloadDevice device);
 std::string_view DeviceTypeName(DeviceType type);
-std::string_view CpuGemmName(CpuGemm gemm);  // the setting's spelling: "blas", "deterministic"
 
 }  // namespace sluice

@@ -181,8 +181,8 @@ void BuildDeviceAndRun(const SettingValues& v, Config* c) {
   c->device.memory_limit = v.FindInt("device.memory_limit");
   c->device.host_memory_limit = v.GetInt("device.host_memory_limit");
   c->device.threads = ToInt(v.GetInt("device.threads"));
-  c->device.cpu_gemm =
-      v.GetString("device.cpu_gemm") == "deterministic" ? CpuGemm::kDeterministic : CpuGemm::kBlas;
+  c->device.cpu_gemm = kernels::cpu::GemmBackendFromName(v.GetString("device.cpu_gemm"))
+                           .value_or(kernels::cpu::GemmBackend::kBlas);
   c->device.memory_protection = v.GetString("device.memory_protection");
 
   c->run.dir = v.GetString("run.dir");

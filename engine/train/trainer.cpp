@@ -109,17 +109,9 @@ void ApplyThreadCount(int threads) {
   if (threads > 0) openblas_set_num_threads(threads);
 }
 
-// device.cpu_gemm is process-wide in the kernels (kernels/cpu/gemm.h), like OpenBLAS's thread
-// count: each trainer sets it for the model it builds.
-void ApplyCpuGemm(CpuGemm gemm) {
-  kernels::cpu::SetGemmBackend(gemm == CpuGemm::kDeterministic
-                                   ? kernels::cpu::GemmBackend::kDeterministic
-                                   : kernels::cpu::GemmBackend::kBlas);
-}
-
-ComputeKernels DescribeComputeKernels(CpuGemm gemm) {
+ComputeKernels DescribeComputeKernels(kernels::cpu::GemmBackend gemm) {
   const kernels::cpu::BlasInfo blas = kernels::cpu::DescribeBlas();
-  return {.cpu_gemm = std::string(CpuGemmName(gemm)),
+  return {.cpu_gemm = std::string(kernels::cpu::GemmBackendName(gemm)),
           .gemm_kernel = kernels::cpu::GemmKernelName(),
           .openblas_core = blas.core,
           .openblas_config = blas.config,
@@ -187,7 +179,9 @@ Status Trainer::Build() {
   // offload_optimizer.ratio "auto": what the device budget leaves for optimizer state.
   SLUICE_RETURN_IF_ERROR(estimate::ResolveAutoRatioBudget(&config_, world_->size()));
   ApplyThreadCount(num_threads_);
-  ApplyCpuGemm(config_.device.cpu_gemm);
+  // device.cpu_gemm is process-wide in the kernels (kernels/cpu/gemm.h), like OpenBLAS's thread
+  // count: each trainer sets it for the model it builds.
+  kernels::cpu::SetGemmBackend(config_.device.cpu_gemm);
   // Each phase ends with every rank agreeing that it succeeded: a rank that failed alone would
   // otherwise leave the others waiting in the next collective until run.comm_timeout.
   SLUICE_RETURN_IF_ERROR(
@@ -203,8 +197,8 @@ Status Trainer::Build() {
                DescribeStatePlacement(engine_->memory(), engine_->optimizer().offload_ratio(),
                                       device_->name()));
     SLUICE_LOG(kInfo, "train", "CPU GEMM: device.cpu_gemm {} runs {} (OpenBLAS core {})",
-               CpuGemmName(config_.device.cpu_gemm), kernels::cpu::GemmKernelName(),
-               kernels::cpu::DescribeBlas().core);
+               kernels::cpu::GemmBackendName(config_.device.cpu_gemm),
+               kernels::cpu::GemmKernelName(), kernels::cpu::DescribeBlas().core);
   }
   return OkStatus();
 }

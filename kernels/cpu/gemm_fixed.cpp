@@ -12,6 +12,7 @@
 #include <new>
 
 #include "kernels/cpu/gemm_fixed_internal.h"
+#include "kernels/cpu/ops_parallel.h"
 #include "kernels/ref/ops_common.h"
 
 namespace sluice::kernels::cpu {
@@ -24,7 +25,7 @@ using internal::GemmFixedVariant;
 constexpr int64_t kPackedBFloats = int64_t{1} << 18;
 // Below this many multiply-adds a product runs on the calling thread: waking a team costs a few
 // microseconds, about what half a million multiply-adds take on one core.
-constexpr double kMinParallelMacs = 1 << 19;
+constexpr int64_t kMinParallelMacs = 1 << 19;
 // Packed buffers start on a cache line (the micro-kernels' aligned loads need a vector's width).
 constexpr std::align_val_t kAlignment{64};
 constexpr int64_t kAlignmentFloats = 16;
@@ -165,10 +166,8 @@ void GemmFixed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
   const int64_t block_panels = std::clamp<int64_t>(kPackedBFloats / panel_floats, 1, all_panels);
   const int64_t row_blocks = (m + block_rows - 1) / block_rows;
 
-  int team = threads > 0 ? threads : omp_get_max_threads();
-  const double macs = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  if (macs < kMinParallelMacs) team = 1;
-  team = static_cast<int>(std::clamp<int64_t>(row_blocks * block_panels, 1, team));
+  const int requested = internal::OpsThreads(threads, m * n * k, kMinParallelMacs);
+  const int team = static_cast<int>(std::clamp<int64_t>(row_blocks * block_panels, 1, requested));
 
   const int64_t a_floats = RoundUp(depth * block_rows, kAlignmentFloats);
   const int64_t b_floats = block_panels * panel_floats;

@@ -70,22 +70,8 @@ void TileRows(int cols, int64_t k, const float* ap, const float* bp, float alpha
 
 void Tile(int rows, int cols, int64_t k, const float* ap, const float* bp, float alpha, float beta,
           float* c, int64_t ldc) {
-  switch (rows) {
-    case 6:
-      return TileRows<6>(cols, k, ap, bp, alpha, beta, c, ldc);
-    case 5:
-      return TileRows<5>(cols, k, ap, bp, alpha, beta, c, ldc);
-    case 4:
-      return TileRows<4>(cols, k, ap, bp, alpha, beta, c, ldc);
-    case 3:
-      return TileRows<3>(cols, k, ap, bp, alpha, beta, c, ldc);
-    case 2:
-      return TileRows<2>(cols, k, ap, bp, alpha, beta, c, ldc);
-    case 1:
-      return TileRows<1>(cols, k, ap, bp, alpha, beta, c, ldc);
-    default:
-      return;
-  }
+  DispatchTileRows<kRows>(
+      rows, [&]<int kTileRows>() { TileRows<kTileRows>(cols, k, ap, bp, alpha, beta, c, ldc); });
 }
 
 }  // namespace

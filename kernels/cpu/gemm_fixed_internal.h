@@ -32,4 +32,16 @@ inline float GemmFixedEpilogue(float sum, float alpha, float beta, const float* 
   return scaled + t;
 }
 
+// The vector variants' row dispatch: calls tile_rows.template operator()<rows>() for
+// 1 <= rows <= kMaxRows (any other count does nothing), so each tile height runs a micro-kernel
+// instantiated for it, its accumulators in registers. A template, so it is compiled in each
+// variant's file with that file's ISA flags.
+template <int kMaxRows, typename TileRows>
+void DispatchTileRows(int rows, const TileRows& tile_rows) {
+  if constexpr (kMaxRows > 0) {
+    if (rows == kMaxRows) return tile_rows.template operator()<kMaxRows>();
+    DispatchTileRows<kMaxRows - 1>(rows, tile_rows);
+  }
+}
+
 }  // namespace sluice::kernels::cpu::internal

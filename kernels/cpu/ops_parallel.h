@@ -17,9 +17,10 @@ namespace sluice::kernels::cpu::internal {
 inline constexpr int64_t kMinParallelWork = 1 << 15;
 
 // The team size for a region over `work` elements: the caller's count (0 means OpenMP's
-// default, omp_get_max_threads()), or 1 when the work is small.
-inline int OpsThreads(int requested, int64_t work) {
-  if (work < kMinParallelWork) return 1;
+// default, omp_get_max_threads()), or 1 when the work is below min_work (a kernel whose unit of
+// work is much cheaper than an element's, such as a multiply-add, passes its own).
+inline int OpsThreads(int requested, int64_t work, int64_t min_work = kMinParallelWork) {
+  if (work < min_work) return 1;
   return requested > 0 ? requested : omp_get_max_threads();
 }
 
