@@ -6,8 +6,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/launch_check.h"
 #include "kernels/cuda/launch_status.h"
 #include "kernels/ref/ops_attention.h"
 
@@ -26,7 +29,31 @@ inline dim3 AttentionGrid(const AttentionDims& dims, int64_t heads) {
   return dim3(static_cast<unsigned>(AttentionTiles(dims.seq) * heads * dims.batch));
 }
 
+// What every attention kernel is given of the shape (all of it fits int: attention.cu checks).
+struct AttentionShape {
+  int batch;
+  int seq;
+  int q_heads;
+  int kv_heads;
+  float scale;  // 1 / sqrt(head_dim)
+};
+inline AttentionShape MakeAttentionShape(const AttentionDims& dims) {
+  return AttentionShape{static_cast<int>(dims.batch), static_cast<int>(dims.seq),
+                        static_cast<int>(dims.q_heads), static_cast<int>(dims.kv_heads),
+                        static_cast<float>(1.0 / std::sqrt(static_cast<double>(dims.head_dim)))};
+}
+
 #if defined(__CUDACC__)
+// Sets the kernel's dynamic shared memory allowance (above the 48 KiB default) and launches it.
+template <typename Kernel, typename... Args>
+LaunchStatus LaunchAttentionKernel(Kernel kernel, dim3 grid, int threads, size_t smem_bytes,
+                                   cudaStream_t stream, const char* what, Args... args) {
+  SLUICE_CUDA_LAUNCH_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(smem_bytes)));
+  kernel<<<grid, threads, smem_bytes, stream>>>(args...);
+  return AfterLaunch(what);
+}
+
 struct AttentionBlock {
   int tile_rank;
   int head;
@@ -36,6 +63,20 @@ __device__ __forceinline__ AttentionBlock DecodeAttentionBlock(int heads, int ba
   const int per_rank = heads * batch;
   const int hb = static_cast<int>(blockIdx.x) % per_rank;
   return AttentionBlock{static_cast<int>(blockIdx.x) / per_rank, hb % heads, hb / heads};
+}
+
+// The block of a forward or dQ grid: its query tile (the tiles in reverse, so that the longest
+// rows start first), q head and batch, and the kv head that the q head reads.
+struct QueryTileBlock {
+  int qt;
+  int head;
+  int batch;
+  int kv_head;
+};
+__device__ __forceinline__ QueryTileBlock DecodeQueryTileBlock(const AttentionShape& shape) {
+  const AttentionBlock block = DecodeAttentionBlock(shape.q_heads, shape.batch);
+  const int qt = (shape.seq + kAttentionTile - 1) / kAttentionTile - 1 - block.tile_rank;
+  return QueryTileBlock{qt, block.head, block.batch, block.head / (shape.q_heads / shape.kv_heads)};
 }
 #endif
 

@@ -76,6 +76,16 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   return bits;
 }
 
+// Accumulator fragments (kBlocks n-blocks of C) set to 0.
+template <int kBlocks>
+__device__ __forceinline__ void ZeroFragments(float (&c)[kBlocks][4]) {
+#pragma unroll
+  for (int nb = 0; nb < kBlocks; ++nb) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) c[nb][e] = 0.f;
+  }
+}
+
 // The A fragment of k-step kk made of the C fragments of n-blocks 2 kk and 2 kk + 1.
 template <int kBlocks>
 __device__ __forceinline__ void AFromC(const float (&c)[kBlocks][4], int kk, uint32_t (&a)[4]) {
@@ -118,13 +128,19 @@ __device__ __forceinline__ void LoadTileAsync(Bf16* tile, const Bf16* head, int6
   }
 }
 
-struct Shape {
-  int batch;
-  int seq;
-  int q_heads;
-  int kv_heads;
-  float scale;
-};
+// The double-buffered loop's step: issues the next step's loads into the other buffer (when
+// has_next), then waits until this step's have landed, for the whole block.
+template <typename LoadNext>
+__device__ __forceinline__ void PrefetchNextAndWait(bool has_next, LoadNext load_next) {
+  if (has_next) {
+    load_next();
+    CpAsyncCommit();
+    CpAsyncWait<1>();
+  } else {
+    CpAsyncWait<0>();
+  }
+  __syncthreads();
+}
 
 // ---------------------------------------------------------------------------------------------
 // Forward: one block per (64-query tile, q head, batch), query tiles in reverse so the longest
@@ -139,7 +155,7 @@ template <int kD>
 __global__ void __launch_bounds__(kThreads)
     ForwardKernel(const Bf16* __restrict__ q, const Bf16* __restrict__ k,
                   const Bf16* __restrict__ v, Bf16* __restrict__ out, float* __restrict__ lse,
-                  Shape shape) {
+                  AttentionShape shape) {
   constexpr int kStride = kD + 8;
   constexpr int kN = kBlockRows;  // keys per tile
   constexpr int kDSteps = kD / 16;
@@ -151,11 +167,7 @@ __global__ void __launch_bounds__(kThreads)
   Bf16* sv = sk + 2 * kN * kStride;      // [2][kN][kStride]
 
   const int seq = shape.seq;
-  const AttentionBlock block = DecodeAttentionBlock(shape.q_heads, shape.batch);
-  const int qt = (seq + kAttentionTile - 1) / kAttentionTile - 1 - block.tile_rank;
-  const int h = block.head;
-  const int b = block.batch;
-  const int kvh = h / (shape.q_heads / shape.kv_heads);
+  const auto [qt, h, b, kvh] = DecodeQueryTileBlock(shape);
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2;
@@ -177,11 +189,7 @@ __global__ void __launch_bounds__(kThreads)
 
   uint32_t qf[kDSteps][4];
   float o[kDBlocks][4];
-#pragma unroll
-  for (int nd = 0; nd < kDBlocks; ++nd) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[nd][e] = 0.f;
-  }
+  ZeroFragments(o);
   // Rows g and g + 8 of the warp: running max (in raw score units) and this thread's part of
   // the running sum.
   float m[2] = {-INFINITY, -INFINITY};
@@ -190,15 +198,10 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int kt = 0; kt < n_kt; ++kt) {
     const int buf = kt & 1;
-    if (kt + 1 < n_kt) {
+    PrefetchNextAndWait(kt + 1 < n_kt, [&] {
       LoadTileAsync<kN, kD>(sk + (buf ^ 1) * kN * kStride, k_head, kv_stride, (kt + 1) * kN, seq);
       LoadTileAsync<kN, kD>(sv + (buf ^ 1) * kN * kStride, v_head, kv_stride, (kt + 1) * kN, seq);
-      CpAsyncCommit();
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
-    __syncthreads();
+    });
     if (kt == 0) {
 #pragma unroll
       for (int kk = 0; kk < kDSteps; ++kk) {
@@ -210,11 +213,7 @@ __global__ void __launch_bounds__(kThreads)
 
     // S = Q K^T for the warp's 16 queries and the tile's 64 keys.
     float s[kKeyBlocks][4];
-#pragma unroll
-    for (int nb = 0; nb < kKeyBlocks; ++nb) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[nb][e] = 0.f;
-    }
+    ZeroFragments(s);
 #pragma unroll
     for (int kk = 0; kk < kDSteps; ++kk) {
 #pragma unroll
@@ -328,7 +327,7 @@ __global__ void __launch_bounds__(kThreads)
     BackwardKvKernel(const Bf16* __restrict__ q, const Bf16* __restrict__ k,
                      const Bf16* __restrict__ v, const float* __restrict__ lse,
                      const float* __restrict__ delta, const Bf16* __restrict__ dout,
-                     Bf16* __restrict__ dk, Bf16* __restrict__ dv, Shape shape) {
+                     Bf16* __restrict__ dk, Bf16* __restrict__ dv, AttentionShape shape) {
   constexpr int kStride = kD + 8;
   constexpr int kM = KvQueryRows<kD>();  // queries per step
   constexpr int kDSteps = kD / 16;
@@ -385,25 +384,12 @@ __global__ void __launch_bounds__(kThreads)
 
   float dk_acc[kDBlocks][4];
   float dv_acc[kDBlocks][4];
-#pragma unroll
-  for (int nd = 0; nd < kDBlocks; ++nd) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      dk_acc[nd][e] = 0.f;
-      dv_acc[nd][e] = 0.f;
-    }
-  }
+  ZeroFragments(dk_acc);
+  ZeroFragments(dv_acc);
 
   for (int step = 0; step < n_steps; ++step) {
     const int buf = step & 1;
-    if (step + 1 < n_steps) {
-      load_step(step + 1, buf ^ 1);
-      CpAsyncCommit();
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
-    __syncthreads();
+    PrefetchNextAndWait(step + 1 < n_steps, [&] { load_step(step + 1, buf ^ 1); });
     const Bf16* sqb = sq + buf * kM * kStride;
     const Bf16* sdob = sdo + buf * kM * kStride;
     const float* slse_b = slse + buf * kM;
@@ -413,14 +399,8 @@ __global__ void __launch_bounds__(kThreads)
     // S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys and the step's kM queries.
     float st[kQueryBlocks][4];
     float dpt[kQueryBlocks][4];
-#pragma unroll
-    for (int nb = 0; nb < kQueryBlocks; ++nb) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        st[nb][e] = 0.f;
-        dpt[nb][e] = 0.f;
-      }
-    }
+    ZeroFragments(st);
+    ZeroFragments(dpt);
 #pragma unroll
     for (int kk = 0; kk < kDSteps; ++kk) {
       uint32_t ka[4];
@@ -510,7 +490,7 @@ __global__ void __launch_bounds__(kThreads)
     BackwardQKernel(const Bf16* __restrict__ q, const Bf16* __restrict__ k,
                     const Bf16* __restrict__ v, const float* __restrict__ lse,
                     const float* __restrict__ delta, const Bf16* __restrict__ dout,
-                    Bf16* __restrict__ dq, Shape shape) {
+                    Bf16* __restrict__ dq, AttentionShape shape) {
   constexpr int kStride = kD + 8;
   constexpr int kN = QKeyRows<kD>();  // keys per step
   constexpr int kDSteps = kD / 16;
@@ -523,11 +503,7 @@ __global__ void __launch_bounds__(kThreads)
   Bf16* sv = sk + 2 * kN * kStride;              // [2][kN][kStride]
 
   const int seq = shape.seq;
-  const AttentionBlock block = DecodeAttentionBlock(shape.q_heads, shape.batch);
-  const int qt = (seq + kAttentionTile - 1) / kAttentionTile - 1 - block.tile_rank;
-  const int h = block.head;
-  const int b = block.batch;
-  const int kvh = h / (shape.q_heads / shape.kv_heads);
+  const auto [qt, h, b, kvh] = DecodeQueryTileBlock(shape);
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2;
@@ -561,25 +537,16 @@ __global__ void __launch_bounds__(kThreads)
   uint32_t qf[kDSteps][4];
   uint32_t dof[kDSteps][4];
   float dq_acc[kDBlocks][4];
-#pragma unroll
-  for (int nd = 0; nd < kDBlocks; ++nd) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dq_acc[nd][e] = 0.f;
-  }
+  ZeroFragments(dq_acc);
 
   for (int kt = 0; kt < n_kt; ++kt) {
     const int buf = kt & 1;
-    if (kt + 1 < n_kt) {
+    PrefetchNextAndWait(kt + 1 < n_kt, [&] {
       LoadTileAsync<kN, kD>(sk + (buf ^ 1) * kN * kStride, k + kv_offset, kv_stride, (kt + 1) * kN,
                             seq);
       LoadTileAsync<kN, kD>(sv + (buf ^ 1) * kN * kStride, v + kv_offset, kv_stride, (kt + 1) * kN,
                             seq);
-      CpAsyncCommit();
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
-    __syncthreads();
+    });
     if (kt == 0) {
 #pragma unroll
       for (int kk = 0; kk < kDSteps; ++kk) {
@@ -593,14 +560,8 @@ __global__ void __launch_bounds__(kThreads)
 
     float s[kKeyBlocks][4];
     float dp[kKeyBlocks][4];
-#pragma unroll
-    for (int nb = 0; nb < kKeyBlocks; ++nb) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[nb][e] = 0.f;
-        dp[nb][e] = 0.f;
-      }
-    }
+    ZeroFragments(s);
+    ZeroFragments(dp);
 #pragma unroll
     for (int kk = 0; kk < kDSteps; ++kk) {
 #pragma unroll
@@ -659,44 +620,30 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---------------------------------------------------------------------------------------------
 
-template <typename Kernel, typename... Args>
-LaunchStatus Launch(Kernel kernel, dim3 grid, size_t smem_bytes, cudaStream_t stream,
-                    const char* what, Args... args) {
-  SLUICE_CUDA_LAUNCH_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              static_cast<int>(smem_bytes)));
-  kernel<<<grid, kThreads, smem_bytes, stream>>>(args...);
-  return AfterLaunch(what);
-}
-
-Shape MakeShape(const AttentionDims& dims) {
-  return Shape{static_cast<int>(dims.batch), static_cast<int>(dims.seq),
-               static_cast<int>(dims.q_heads), static_cast<int>(dims.kv_heads),
-               static_cast<float>(1.0 / std::sqrt(static_cast<double>(dims.head_dim)))};
-}
-
 template <int kD>
 LaunchStatus Forward(const Bf16* q, const Bf16* k, const Bf16* v, Bf16* out, float* lse,
                      const AttentionDims& dims, cudaStream_t stream) {
   const dim3 grid = AttentionGrid(dims, dims.q_heads);
-  return Launch(ForwardKernel<kD>, grid, ForwardSmemBytes<kD>(), stream, "AttentionForward", q, k,
-                v, out, lse, MakeShape(dims));
+  return LaunchAttentionKernel(ForwardKernel<kD>, grid, kThreads, ForwardSmemBytes<kD>(), stream,
+                               "AttentionForward", q, k, v, out, lse, MakeAttentionShape(dims));
 }
 
 template <int kD>
 LaunchStatus Backward(const Bf16* q, const Bf16* k, const Bf16* v, const float* lse,
                       const float* delta, const Bf16* dout, Bf16* dq, Bf16* dk, Bf16* dv,
                       const AttentionDims& dims, cudaStream_t stream) {
-  const Shape shape = MakeShape(dims);
+  const AttentionShape shape = MakeAttentionShape(dims);
   const dim3 kv_grid = AttentionGrid(dims, dims.kv_heads);
-  if (LaunchStatus status =
-          Launch(BackwardKvKernel<kD>, kv_grid, BackwardKvSmemBytes<kD>(), stream,
-                 "AttentionBackward (dk, dv)", q, k, v, lse, delta, dout, dk, dv, shape);
+  if (LaunchStatus status = LaunchAttentionKernel(
+          BackwardKvKernel<kD>, kv_grid, kThreads, BackwardKvSmemBytes<kD>(), stream,
+          "AttentionBackward (dk, dv)", q, k, v, lse, delta, dout, dk, dv, shape);
       !status.ok()) {
     return status;
   }
   const dim3 q_grid = AttentionGrid(dims, dims.q_heads);
-  return Launch(BackwardQKernel<kD>, q_grid, BackwardQSmemBytes<kD>(), stream,
-                "AttentionBackward (dq)", q, k, v, lse, delta, dout, dq, shape);
+  return LaunchAttentionKernel(BackwardQKernel<kD>, q_grid, kThreads, BackwardQSmemBytes<kD>(),
+                               stream, "AttentionBackward (dq)", q, k, v, lse, delta, dout, dq,
+                               shape);
 }
 
 }  // namespace

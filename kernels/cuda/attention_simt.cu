@@ -81,20 +81,12 @@ __device__ __forceinline__ float RowSum(float x) {
   return x;
 }
 
-struct Shape {
-  int batch;
-  int seq;
-  int q_heads;
-  int kv_heads;
-  float scale;
-};
-
 // One block per (query tile, q head, batch); query tiles in reverse so the longest (last) rows
 // start first.
 template <typename T, int kD>
 __global__ void __launch_bounds__(kThreads)
     ForwardKernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                  T* __restrict__ out, float* __restrict__ lse, Shape shape) {
+                  T* __restrict__ out, float* __restrict__ lse, AttentionShape shape) {
   constexpr int kCols = kD / 16;  // output columns per thread
   extern __shared__ float smem[];
   float* sq = smem;
@@ -103,11 +95,7 @@ __global__ void __launch_bounds__(kThreads)
   float* sp = sv + TileFloats<kD>();  // [kTile][kScoreStride]
 
   const int seq = shape.seq;
-  const AttentionBlock block = DecodeAttentionBlock(shape.q_heads, shape.batch);
-  const int qt = (seq + kAttentionTile - 1) / kAttentionTile - 1 - block.tile_rank;
-  const int h = block.head;
-  const int b = block.batch;
-  const int kvh = h / (shape.q_heads / shape.kv_heads);
+  const auto [qt, h, b, kvh] = DecodeQueryTileBlock(shape);
   const int64_t q_stride = static_cast<int64_t>(shape.q_heads) * kD;
   const int64_t kv_stride = static_cast<int64_t>(shape.kv_heads) * kD;
   const T* q_head = q + static_cast<int64_t>(b) * seq * q_stride + static_cast<int64_t>(h) * kD;
@@ -200,7 +188,7 @@ __global__ void __launch_bounds__(kThreads)
     BackwardKvKernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                      const float* __restrict__ lse, const float* __restrict__ delta,
                      const T* __restrict__ dout, T* __restrict__ dk, T* __restrict__ dv,
-                     Shape shape) {
+                     AttentionShape shape) {
   constexpr int kCols = kD / 16;
   extern __shared__ float smem[];
   float* sk = smem;
@@ -324,7 +312,7 @@ template <typename T, int kD>
 __global__ void __launch_bounds__(kThreads)
     BackwardQKernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                     const float* __restrict__ lse, const float* __restrict__ delta,
-                    const T* __restrict__ dout, T* __restrict__ dq, Shape shape) {
+                    const T* __restrict__ dout, T* __restrict__ dq, AttentionShape shape) {
   constexpr int kCols = kD / 16;
   extern __shared__ float smem[];
   float* sq = smem;
@@ -334,11 +322,7 @@ __global__ void __launch_bounds__(kThreads)
   float* sds = sv + TileFloats<kD>();  // [kTile][kScoreStride]
 
   const int seq = shape.seq;
-  const AttentionBlock block = DecodeAttentionBlock(shape.q_heads, shape.batch);
-  const int qt = (seq + kAttentionTile - 1) / kAttentionTile - 1 - block.tile_rank;
-  const int h = block.head;
-  const int b = block.batch;
-  const int kvh = h / (shape.q_heads / shape.kv_heads);
+  const auto [qt, h, b, kvh] = DecodeQueryTileBlock(shape);
   const int64_t q_stride = static_cast<int64_t>(shape.q_heads) * kD;
   const int64_t kv_stride = static_cast<int64_t>(shape.kv_heads) * kD;
   const int64_t q_offset = static_cast<int64_t>(b) * seq * q_stride + static_cast<int64_t>(h) * kD;
@@ -425,45 +409,30 @@ constexpr size_t BackwardQSmemBytes() {
   return (4 * TileFloats<kD>() + kTile * kScoreStride) * sizeof(float);
 }
 
-// Sets the kernel's dynamic shared memory allowance (above the 48 KiB default) and launches it.
-template <typename Kernel, typename... Args>
-LaunchStatus Launch(Kernel kernel, dim3 grid, size_t smem_bytes, cudaStream_t stream,
-                    const char* what, Args... args) {
-  SLUICE_CUDA_LAUNCH_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              static_cast<int>(smem_bytes)));
-  kernel<<<grid, kThreads, smem_bytes, stream>>>(args...);
-  return AfterLaunch(what);
-}
-
-Shape MakeShape(const AttentionDims& dims) {
-  return Shape{static_cast<int>(dims.batch), static_cast<int>(dims.seq),
-               static_cast<int>(dims.q_heads), static_cast<int>(dims.kv_heads),
-               static_cast<float>(1.0 / std::sqrt(static_cast<double>(dims.head_dim)))};
-}
-
 template <typename T, int kD>
 LaunchStatus Forward(const T* q, const T* k, const T* v, T* out, float* lse,
                      const AttentionDims& dims, cudaStream_t stream) {
   const dim3 grid = AttentionGrid(dims, dims.q_heads);
-  return Launch(ForwardKernel<T, kD>, grid, ForwardSmemBytes<kD>(), stream, "AttentionForward", q,
-                k, v, out, lse, MakeShape(dims));
+  return LaunchAttentionKernel(ForwardKernel<T, kD>, grid, kThreads, ForwardSmemBytes<kD>(), stream,
+                               "AttentionForward", q, k, v, out, lse, MakeAttentionShape(dims));
 }
 
 template <typename T, int kD>
 LaunchStatus Backward(const T* q, const T* k, const T* v, const float* lse, const float* delta,
                       const T* dout, T* dq, T* dk, T* dv, const AttentionDims& dims,
                       cudaStream_t stream) {
-  const Shape shape = MakeShape(dims);
+  const AttentionShape shape = MakeAttentionShape(dims);
   const dim3 kv_grid = AttentionGrid(dims, dims.kv_heads);
-  if (LaunchStatus status =
-          Launch(BackwardKvKernel<T, kD>, kv_grid, BackwardKvSmemBytes<kD>(), stream,
-                 "AttentionBackward (dk, dv)", q, k, v, lse, delta, dout, dk, dv, shape);
+  if (LaunchStatus status = LaunchAttentionKernel(
+          BackwardKvKernel<T, kD>, kv_grid, kThreads, BackwardKvSmemBytes<kD>(), stream,
+          "AttentionBackward (dk, dv)", q, k, v, lse, delta, dout, dk, dv, shape);
       !status.ok()) {
     return status;
   }
   const dim3 q_grid = AttentionGrid(dims, dims.q_heads);
-  return Launch(BackwardQKernel<T, kD>, q_grid, BackwardQSmemBytes<kD>(), stream,
-                "AttentionBackward (dq)", q, k, v, lse, delta, dout, dq, shape);
+  return LaunchAttentionKernel(BackwardQKernel<T, kD>, q_grid, kThreads, BackwardQSmemBytes<kD>(),
+                               stream, "AttentionBackward (dq)", q, k, v, lse, delta, dout, dq,
+                               shape);
 }
 
 }  // namespace

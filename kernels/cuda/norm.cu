@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 
 #include "kernels/cuda/element_access.cuh"
 #include "kernels/cuda/launch_check.h"
@@ -736,8 +737,38 @@ ForwardArgs<T> RowSlice(ForwardArgs<T> args, int64_t first, int64_t count) {
   return args;
 }
 
+// The argument checks that start every launcher, `what` naming it in the messages: the shape,
+// then (when rows > 0) whether the pointers the launcher lists in `required` are set. The
+// launcher returns the result when it is an error or rows == 0 (nothing to launch).
+LaunchStatus CheckArgs(const char* what, int64_t rows, int64_t cols, bool pointers_set,
+                       const char* required) {
+  // The messages are built only for a failed check.
+  SLUICE_CUDA_LAUNCH_REQUIRE(rows >= 0 && cols >= 0 && cols <= kMaxCols,
+                             std::string(what) + ": rows and cols must be >= 0 and cols <= 2^30");
+  if (rows == 0) return LaunchStatus::Ok();
+  SLUICE_CUDA_LAUNCH_REQUIRE(cols >= 1, std::string(what) + ": cols must be >= 1 when rows > 0");
+  SLUICE_CUDA_LAUNCH_REQUIRE(
+      pointers_set, std::string(what) + ": " + required + " must not be null when rows > 0");
+  return LaunchStatus::Ok();
+}
+
+// The four forward launchers: args holds their pointers and eps. Checks the arguments (x, or a,
+// b and r when kAdd; gamma, y, rstd, and mean when kCenter, must be set), then launches.
 template <typename T, bool kCenter, bool kAdd>
-LaunchStatus LaunchForward(const ForwardArgs<T>& args, const char* what, cudaStream_t stream) {
+LaunchStatus LaunchForward(ForwardArgs<T> args, int64_t rows, int64_t cols, const char* what,
+                           const char* required, cudaStream_t stream) {
+  const bool rows_set =
+      kAdd ? args.a != nullptr && args.b != nullptr && args.r != nullptr : args.x != nullptr;
+  const bool pointers_set = rows_set && args.gamma != nullptr && args.y != nullptr &&
+                            (!kCenter || args.mean != nullptr) && args.rstd != nullptr;
+  if (LaunchStatus status = CheckArgs(what, rows, cols, pointers_set, required);
+      !status.ok() || rows == 0) {
+    return status;
+  }
+  args.rows = rows;
+  args.cols = static_cast<int>(cols);
+  // x is null when kAdd, a, b and r are when not, beta may be: CanVectorize skips null pointers.
+  args.vec = CanVectorize<T>(cols, {args.x, args.a, args.b, args.r, args.gamma, args.beta, args.y});
   const Plan plan = PlanFor<T>(args.cols);
   if (plan.wide) {
     NormForwardWideKernel<T, kCenter, kAdd>
@@ -776,9 +807,28 @@ LaunchStatus LaunchForward(const ForwardArgs<T>& args, const char* what, cudaStr
   return internal::AfterLaunch(what);
 }
 
+// Both backward launchers: args holds their pointers (mean only when kCenter), dbeta may be null.
+// Checks the arguments (x, gamma, rstd, dy, dx, dgamma, and mean when kCenter, must be set; the
+// workspace large enough), then launches the backward kernel and the dgamma / dbeta finalize.
 template <typename T, bool kCenter>
-LaunchStatus LaunchBackward(BackwardArgs<T> args, float* dgamma, float* dbeta, void* workspace,
-                            const char* what, cudaStream_t stream) {
+LaunchStatus LaunchBackward(BackwardArgs<T> args, float* dgamma, float* dbeta, int64_t rows,
+                            int64_t cols, void* workspace, size_t workspace_bytes, const char* what,
+                            const char* required, cudaStream_t stream) {
+  const bool pointers_set = args.x != nullptr && args.gamma != nullptr &&
+                            (!kCenter || args.mean != nullptr) && args.rstd != nullptr &&
+                            args.dy != nullptr && args.dx != nullptr && dgamma != nullptr;
+  if (LaunchStatus status = CheckArgs(what, rows, cols, pointers_set, required);
+      !status.ok() || rows == 0) {
+    return status;
+  }
+  SLUICE_CUDA_LAUNCH_REQUIRE(workspace != nullptr && internal::Aligned(workspace, 4) &&
+                                 workspace_bytes >= NormBackwardWorkspaceBytes(rows, cols),
+                             std::string(what) +
+                                 ": the workspace must be 4-byte aligned and hold "
+                                 "NormBackwardWorkspaceBytes(rows, cols) bytes");
+  args.rows = rows;
+  args.cols = static_cast<int>(cols);
+  args.vec = CanVectorize<T>(cols, {args.x, args.gamma, args.dy, args.dx});
   const Plan plan = PlanFor<T>(args.cols);
   const BackwardSplit split = SplitRows(plan, args.rows);
   args.rows_per_group = split.rows_per_group;
@@ -829,12 +879,6 @@ LaunchStatus LaunchBackward(BackwardArgs<T> args, float* dgamma, float* dbeta, v
 
 }  // namespace
 
-#define SLUICE_NORM_CHECK_SHAPE(op, rows, cols)                                   \
-  SLUICE_CUDA_LAUNCH_REQUIRE((rows) >= 0 && (cols) >= 0 && (cols) <= kMaxCols,    \
-                             op ": rows and cols must be >= 0 and cols <= 2^30"); \
-  if ((rows) == 0) return LaunchStatus::Ok();                                     \
-  SLUICE_CUDA_LAUNCH_REQUIRE((cols) >= 1, op ": cols must be >= 1 when rows > 0")
-
 size_t NormBackwardWorkspaceBytes(int64_t rows, int64_t cols) {
   return std::max(WorkspaceBytesFor<float>(rows, cols),
                   WorkspaceBytesFor<__nv_bfloat16>(rows, cols));
@@ -844,83 +888,42 @@ template <typename T>
 LaunchStatus LayerNormForward(const T* x, const T* gamma, const T* beta, T* y, float* mean,
                               float* rstd, int64_t rows, int64_t cols, float eps,
                               cudaStream_t stream) {
-  SLUICE_NORM_CHECK_SHAPE("LayerNormForward", rows, cols);
-  SLUICE_CUDA_LAUNCH_REQUIRE(
-      x != nullptr && gamma != nullptr && y != nullptr && mean != nullptr && rstd != nullptr,
-      "LayerNormForward: x, gamma, y, mean and rstd must not be null when rows > 0");
-  const ForwardArgs<T> args{.x = x,
-                            .gamma = gamma,
-                            .beta = beta,
-                            .y = y,
-                            .mean = mean,
-                            .rstd = rstd,
-                            .rows = rows,
-                            .cols = static_cast<int>(cols),
-                            .eps = eps,
-                            .vec = CanVectorize<T>(cols, {x, gamma, beta, y})};
-  return LaunchForward<T, true, false>(args, "LayerNormForward", stream);
+  return LaunchForward<T, true, false>(
+      {.x = x, .gamma = gamma, .beta = beta, .y = y, .mean = mean, .rstd = rstd, .eps = eps}, rows,
+      cols, "LayerNormForward", "x, gamma, y, mean and rstd", stream);
 }
 
 template <typename T>
 LaunchStatus RmsNormForward(const T* x, const T* gamma, T* y, float* rstd, int64_t rows,
                             int64_t cols, float eps, cudaStream_t stream) {
-  SLUICE_NORM_CHECK_SHAPE("RmsNormForward", rows, cols);
-  SLUICE_CUDA_LAUNCH_REQUIRE(x != nullptr && gamma != nullptr && y != nullptr && rstd != nullptr,
-                             "RmsNormForward: x, gamma, y and rstd must not be null when rows > 0");
-  const ForwardArgs<T> args{.x = x,
-                            .gamma = gamma,
-                            .y = y,
-                            .rstd = rstd,
-                            .rows = rows,
-                            .cols = static_cast<int>(cols),
-                            .eps = eps,
-                            .vec = CanVectorize<T>(cols, {x, gamma, y})};
-  return LaunchForward<T, false, false>(args, "RmsNormForward", stream);
+  return LaunchForward<T, false, false>({.x = x, .gamma = gamma, .y = y, .rstd = rstd, .eps = eps},
+                                        rows, cols, "RmsNormForward", "x, gamma, y and rstd",
+                                        stream);
 }
 
 template <typename T>
 LaunchStatus AddLayerNormForward(const T* a, const T* b, T* r, const T* gamma, const T* beta, T* y,
                                  float* mean, float* rstd, int64_t rows, int64_t cols, float eps,
                                  cudaStream_t stream) {
-  SLUICE_NORM_CHECK_SHAPE("AddLayerNormForward", rows, cols);
-  SLUICE_CUDA_LAUNCH_REQUIRE(a != nullptr && b != nullptr && r != nullptr && gamma != nullptr &&
-                                 y != nullptr && mean != nullptr && rstd != nullptr,
-                             "AddLayerNormForward: a, b, r, gamma, y, mean and rstd must not be "
-                             "null when rows > 0");
-  const ForwardArgs<T> args{.a = a,
-                            .b = b,
-                            .r = r,
-                            .gamma = gamma,
-                            .beta = beta,
-                            .y = y,
-                            .mean = mean,
-                            .rstd = rstd,
-                            .rows = rows,
-                            .cols = static_cast<int>(cols),
-                            .eps = eps,
-                            .vec = CanVectorize<T>(cols, {a, b, r, gamma, beta, y})};
-  return LaunchForward<T, true, true>(args, "AddLayerNormForward", stream);
+  return LaunchForward<T, true, true>({.a = a,
+                                       .b = b,
+                                       .r = r,
+                                       .gamma = gamma,
+                                       .beta = beta,
+                                       .y = y,
+                                       .mean = mean,
+                                       .rstd = rstd,
+                                       .eps = eps},
+                                      rows, cols, "AddLayerNormForward",
+                                      "a, b, r, gamma, y, mean and rstd", stream);
 }
 
 template <typename T>
 LaunchStatus AddRmsNormForward(const T* a, const T* b, T* r, const T* gamma, T* y, float* rstd,
                                int64_t rows, int64_t cols, float eps, cudaStream_t stream) {
-  SLUICE_NORM_CHECK_SHAPE("AddRmsNormForward", rows, cols);
-  SLUICE_CUDA_LAUNCH_REQUIRE(a != nullptr && b != nullptr && r != nullptr && gamma != nullptr &&
-                                 y != nullptr && rstd != nullptr,
-                             "AddRmsNormForward: a, b, r, gamma, y and rstd must not be null when "
-                             "rows > 0");
-  const ForwardArgs<T> args{.a = a,
-                            .b = b,
-                            .r = r,
-                            .gamma = gamma,
-                            .y = y,
-                            .rstd = rstd,
-                            .rows = rows,
-                            .cols = static_cast<int>(cols),
-                            .eps = eps,
-                            .vec = CanVectorize<T>(cols, {a, b, r, gamma, y})};
-  return LaunchForward<T, false, true>(args, "AddRmsNormForward", stream);
+  return LaunchForward<T, false, true>(
+      {.a = a, .b = b, .r = r, .gamma = gamma, .y = y, .rstd = rstd, .eps = eps}, rows, cols,
+      "AddRmsNormForward", "a, b, r, gamma, y and rstd", stream);
 }
 
 template <typename T>
@@ -928,55 +931,20 @@ LaunchStatus LayerNormBackward(const T* x, const T* gamma, const float* mean, co
                                const T* dy, T* dx, float* dgamma, float* dbeta, int64_t rows,
                                int64_t cols, void* workspace, size_t workspace_bytes,
                                cudaStream_t stream) {
-  SLUICE_NORM_CHECK_SHAPE("LayerNormBackward", rows, cols);
-  SLUICE_CUDA_LAUNCH_REQUIRE(x != nullptr && gamma != nullptr && mean != nullptr &&
-                                 rstd != nullptr && dy != nullptr && dx != nullptr &&
-                                 dgamma != nullptr,
-                             "LayerNormBackward: x, gamma, mean, rstd, dy, dx and dgamma must not "
-                             "be null when rows > 0");
-  SLUICE_CUDA_LAUNCH_REQUIRE(workspace != nullptr && internal::Aligned(workspace, 4) &&
-                                 workspace_bytes >= NormBackwardWorkspaceBytes(rows, cols),
-                             "LayerNormBackward: the workspace must be 4-byte aligned and hold "
-                             "NormBackwardWorkspaceBytes(rows, cols) bytes");
-  BackwardArgs<T> args{};
-  args.x = x;
-  args.gamma = gamma;
-  args.mean = mean;
-  args.rstd = rstd;
-  args.dy = dy;
-  args.dx = dx;
-  args.rows = rows;
-  args.cols = static_cast<int>(cols);
-  args.vec = CanVectorize<T>(cols, {x, gamma, dy, dx});
-  return LaunchBackward<T, true>(args, dgamma, dbeta, workspace, "LayerNormBackward", stream);
+  return LaunchBackward<T, true>(
+      {.x = x, .gamma = gamma, .mean = mean, .rstd = rstd, .dy = dy, .dx = dx}, dgamma, dbeta, rows,
+      cols, workspace, workspace_bytes, "LayerNormBackward",
+      "x, gamma, mean, rstd, dy, dx and dgamma", stream);
 }
 
 template <typename T>
 LaunchStatus RmsNormBackward(const T* x, const T* gamma, const float* rstd, const T* dy, T* dx,
                              float* dgamma, int64_t rows, int64_t cols, void* workspace,
                              size_t workspace_bytes, cudaStream_t stream) {
-  SLUICE_NORM_CHECK_SHAPE("RmsNormBackward", rows, cols);
-  SLUICE_CUDA_LAUNCH_REQUIRE(x != nullptr && gamma != nullptr && rstd != nullptr && dy != nullptr &&
-                                 dx != nullptr && dgamma != nullptr,
-                             "RmsNormBackward: x, gamma, rstd, dy, dx and dgamma must not be null "
-                             "when rows > 0");
-  SLUICE_CUDA_LAUNCH_REQUIRE(workspace != nullptr && internal::Aligned(workspace, 4) &&
-                                 workspace_bytes >= NormBackwardWorkspaceBytes(rows, cols),
-                             "RmsNormBackward: the workspace must be 4-byte aligned and hold "
-                             "NormBackwardWorkspaceBytes(rows, cols) bytes");
-  BackwardArgs<T> args{};
-  args.x = x;
-  args.gamma = gamma;
-  args.rstd = rstd;
-  args.dy = dy;
-  args.dx = dx;
-  args.rows = rows;
-  args.cols = static_cast<int>(cols);
-  args.vec = CanVectorize<T>(cols, {x, gamma, dy, dx});
-  return LaunchBackward<T, false>(args, dgamma, nullptr, workspace, "RmsNormBackward", stream);
+  return LaunchBackward<T, false>({.x = x, .gamma = gamma, .rstd = rstd, .dy = dy, .dx = dx},
+                                  dgamma, nullptr, rows, cols, workspace, workspace_bytes,
+                                  "RmsNormBackward", "x, gamma, rstd, dy, dx and dgamma", stream);
 }
-
-#undef SLUICE_NORM_CHECK_SHAPE
 
 #define SLUICE_INSTANTIATE(T)                                                                      \
   template LaunchStatus LayerNormForward<T>(const T*, const T*, const T*, T*, float*, float*,      \

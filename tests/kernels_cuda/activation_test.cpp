@@ -30,13 +30,15 @@
 namespace sluice::kernels::cuda {
 namespace {
 
-using testing::Cast;
+using testing::BitwiseEqual;
+using testing::CastAfter;
 using testing::DeviceArray;
 using testing::ExpectClose;
 using testing::Rng;
 using testing::RoundTripToDouble;
 using testing::TestStream;
 using testing::ToFloat;
+using testing::TypeName;
 
 constexpr double kFp32Tol = 1e-5;
 constexpr double kBf16Tol = 5e-3;
@@ -47,11 +49,6 @@ template <typename T>
 double OutTol() {
   return std::is_same_v<T, float> ? kFp32Tol : kBf16Tol;
 }
-template <typename T>
-std::string TypeName() {
-  return std::is_same_v<T, float> ? "fp32" : "bf16";
-}
-
 template <typename T>
 using DevicePtrs = std::vector<T*>;
 
@@ -153,9 +150,7 @@ std::vector<std::vector<T>> RunOp(const Op<T>& op, const std::vector<std::vector
   DevicePtrs<T> in;
   DevicePtrs<T> out;
   for (const std::vector<float>& values : inputs) {
-    std::vector<float> padded(offset, 0.0f);
-    padded.insert(padded.end(), values.begin(), values.end());
-    in_arrays.push_back(std::make_unique<DeviceArray<T>>(Cast<T>(padded)));
+    in_arrays.push_back(std::make_unique<DeviceArray<T>>(CastAfter<T>(values, offset)));
     in.push_back(in_arrays.back()->data() + offset);
   }
   for (int j = 0; j < op.outputs; ++j) {
@@ -171,8 +166,7 @@ std::vector<std::vector<T>> RunOp(const Op<T>& op, const std::vector<std::vector
   std::vector<std::vector<T>> results;
   for (int j = 0; j < op.outputs; ++j) {
     const DeviceArray<T>& array = j == 0 && alias >= 0 ? *in_arrays[alias] : *out_arrays[j];
-    const std::vector<T> all = array.Download();
-    results.emplace_back(all.begin() + offset, all.end());
+    results.push_back(array.DownloadFrom(offset));
   }
   return results;
 }
@@ -214,11 +208,6 @@ TEST(CudaActivation, MatchesReferenceFp32) {
 TEST(CudaActivation, MatchesReferenceBf16) {
   SLUICE_SKIP_WITHOUT_GPU();
   MatchesReference<__nv_bfloat16>();
-}
-
-template <typename T>
-bool BitwiseEqual(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
 // Run to run, aligned or not, and with output 0 written over each input in turn: the same bits.

@@ -37,6 +37,7 @@
 namespace sluice::kernels::cuda {
 namespace {
 
+using testing::BitwiseEqual;
 using testing::Cast;
 using testing::DeviceArray;
 using testing::ExpectClose;
@@ -44,6 +45,7 @@ using testing::Rng;
 using testing::RoundTripToDouble;
 using testing::TestStream;
 using testing::ToFloat;
+using testing::WaitForDevice;
 
 using Bf16 = __nv_bfloat16;
 
@@ -97,17 +99,8 @@ std::string CaseName(const Case& c) {
   return name;
 }
 
-// Uploads and fills go through the legacy default stream, which does not order the test's
-// non-blocking stream: wait for them before launching.
-void Settle() { ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess); }
-
 // Elements past the end of every output that the kernels must leave alone.
 constexpr size_t kGuard = 64;
-
-template <typename T>
-bool BitwiseEqual(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
 
 // An output buffer poisoned with NaN (all bytes 0xff) plus a guard band.
 template <typename T>
@@ -206,13 +199,13 @@ void RunCase(const Case& c, Path path) {
     if constexpr (std::is_same_v<T, Bf16>) {
       if (path == Path::kCudnn) {
         cudnn_workspace.Fill(0xff);  // nothing may be carried over from an earlier launch
-        Settle();
+        WaitForDevice();
         return AttentionForwardCudnn(*cudnn, q_dev.data(), k_dev.data(), v_dev.data(), out.data(),
                                      lse.data(), dims, cudnn_workspace.data(), cudnn_forward_bytes,
                                      stream.get());
       }
     }
-    Settle();
+    WaitForDevice();
     return path == Path::kSimt ? AttentionForwardSimt(q_dev.data(), k_dev.data(), v_dev.data(),
                                                       out.data(), lse.data(), dims, stream.get())
                                : AttentionForward(q_dev.data(), k_dev.data(), v_dev.data(),
@@ -252,7 +245,7 @@ void RunCase(const Case& c, Path path) {
     if constexpr (std::is_same_v<T, Bf16>) {
       if (path == Path::kCudnn) {
         cudnn_workspace.Fill(0xff);
-        Settle();
+        WaitForDevice();
         return AttentionBackwardCudnn(*cudnn, q_dev.data(), k_dev.data(), v_dev.data(),
                                       out_in_dev.data(), lse_in_dev.data(), dout_dev.data(),
                                       dq.data(), dk.data(), dv.data(), dims, cudnn_workspace.data(),
@@ -260,7 +253,7 @@ void RunCase(const Case& c, Path path) {
       }
     }
     workspace_dev.Fill(0xff);  // D is recomputed each time, not carried over
-    Settle();
+    WaitForDevice();
     return path == Path::kSimt
                ? AttentionBackwardSimt(q_dev.data(), k_dev.data(), v_dev.data(), out_in_dev.data(),
                                        lse_in_dev.data(), dout_dev.data(), dq.data(), dk.data(),
@@ -477,7 +470,7 @@ TEST(AttentionDispatchTest, AutoRunsTheConfiguredImplementation) {
     DeviceArray<Bf16> dq(nq);
     DeviceArray<Bf16> dk(nkv);
     DeviceArray<Bf16> dv(nkv);
-    Settle();
+    WaitForDevice();
     SLUICE_EXPECT_LAUNCH_OK(AttentionForward<Bf16>(q.data(), k.data(), v.data(), out.data(),
                                                    lse.data(), dims, options, workspace.data(),
                                                    forward_bytes, stream.get()));
@@ -519,7 +512,7 @@ TEST(AttentionTiming, ReportsThroughput) {
     const size_t workspace_bytes = AttentionBackwardWorkspaceBytes(dims);
     DeviceArray<unsigned char> workspace(workspace_bytes);
     TestStream stream;
-    Settle();
+    WaitForDevice();
     cudaEvent_t start;
     cudaEvent_t stop;
     SLUICE_ASSERT_CUDA(cudaEventCreate(&start));

@@ -36,28 +36,20 @@
 namespace sluice::kernels::cuda {
 namespace {
 
+using testing::BitwiseEqual;
 using testing::Cast;
 using testing::DeviceArray;
 using testing::Rng;
 using testing::RoundTripToDouble;
 using testing::TestStream;
 using testing::ToFloat;
+using testing::TypeName;
 
 constexpr double kStatTol = 1e-5;
 
 template <typename T>
 double GradTol() {
   return std::is_same_v<T, float> ? 1e-5 : 4e-3;
-}
-
-template <typename T>
-std::string TypeName() {
-  return std::is_same_v<T, float> ? "fp32" : "bf16";
-}
-
-template <typename T>
-bool BitwiseEqual(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
 // |actual[i] - expected[i]| <= tol * (|expected[i]| + magnitude[i]) for every i (also fails on

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>  // the typed cudaMalloc(T**) overload
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -84,12 +85,35 @@ std::vector<float> ToFloat(const std::vector<T>& values) {
   }
   return out;
 }
+// `offset` zeros, then the values, as T: uploaded, the values start `offset` elements into the
+// allocation (offset 1 puts every row off 16-byte alignment, forcing the element-wise paths).
+template <typename T>
+std::vector<T> CastAfter(const std::vector<float>& values, int offset) {
+  std::vector<float> padded(offset, 0.0f);
+  padded.insert(padded.end(), values.begin(), values.end());
+  return Cast<T>(padded);
+}
 // The values the device actually sees, as fp64 for the reference.
 template <typename T>
 std::vector<double> RoundTripToDouble(const std::vector<float>& values) {
   const std::vector<float> rounded = ToFloat(Cast<T>(values));
   return std::vector<double>(rounded.begin(), rounded.end());
 }
+
+// "fp32" or "bf16", for messages and test names.
+template <typename T>
+std::string TypeName() {
+  return std::is_same_v<T, float> ? "fp32" : "bf16";
+}
+
+// Same size and the same bytes (NaN payloads included).
+template <typename T>
+bool BitwiseEqual(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+// The launchers run on non-blocking streams, which do not wait for work on the legacy stream.
+inline void WaitForDevice() { ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess); }
 
 // Device memory holding n elements of T; freed when destroyed. Test code only (a CUDA error fails
 // the test). Upload and Fill return once the device holds the bytes.
@@ -132,6 +156,11 @@ class DeviceArray {
                 cudaSuccess);
     }
     return host;
+  }
+  // Elements [offset, size()) (the arrays allocated `offset` elements early).
+  std::vector<T> DownloadFrom(size_t offset) const {
+    const std::vector<T> all = Download();
+    return std::vector<T>(all.begin() + static_cast<std::ptrdiff_t>(offset), all.end());
   }
   void Fill(uint8_t byte) {
     if (size_ > 0) {

@@ -29,6 +29,7 @@
 namespace sluice::kernels::cuda {
 namespace {
 
+using testing::BitwiseEqual;
 using testing::Cast;
 using testing::DeviceArray;
 using testing::ExpectClose;
@@ -36,22 +37,13 @@ using testing::Rng;
 using testing::RoundTripToDouble;
 using testing::TestStream;
 using testing::ToFloat;
+using testing::TypeName;
 
 constexpr double kSumTol = 1e-5;
 
 template <typename T>
 double AddTol() {
   return std::is_same_v<T, float> ? 1e-6 : 4e-3;
-}
-
-template <typename T>
-std::string TypeName() {
-  return std::is_same_v<T, float> ? "fp32" : "bf16";
-}
-
-template <typename T>
-bool BitwiseEqual(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
 template <typename T>

@@ -33,13 +33,16 @@
 namespace sluice::kernels::cuda {
 namespace {
 
-using testing::Cast;
+using testing::BitwiseEqual;
+using testing::CastAfter;
 using testing::DeviceArray;
 using testing::ExpectClose;
 using testing::Rng;
 using testing::RoundTripToDouble;
 using testing::TestStream;
 using testing::ToFloat;
+using testing::TypeName;
+using testing::WaitForDevice;
 
 constexpr float kEps = 1e-5f;
 constexpr double kFp32Tol = 1e-5;
@@ -51,41 +54,21 @@ template <typename T>
 double OutTol() {
   return std::is_same_v<T, float> ? kFp32Tol : kBf16Tol;
 }
-template <typename T>
-std::string TypeName() {
-  return std::is_same_v<T, float> ? "fp32" : "bf16";
-}
 std::string Shape(int64_t rows, int64_t cols) {
   return " [" + std::to_string(rows) + " x " + std::to_string(cols) + "]";
 }
-
-// The launchers run on a non-blocking stream, which does not wait for the legacy-stream copies and
-// memsets of DeviceArray: wait for them explicitly.
-void WaitForDevice() { ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess); }
 
 // Device copies of host values, starting `offset` elements into the allocation (offset 1 puts
 // every row off 16-byte alignment, forcing the element-wise path).
 template <typename T>
 std::unique_ptr<DeviceArray<T>> Upload(const std::vector<float>& values, int offset) {
-  std::vector<float> padded(offset, 0.0f);
-  padded.insert(padded.end(), values.begin(), values.end());
-  return std::make_unique<DeviceArray<T>>(Cast<T>(padded));
+  return std::make_unique<DeviceArray<T>>(CastAfter<T>(values, offset));
 }
 template <typename T>
 std::unique_ptr<DeviceArray<T>> Poisoned(size_t n, int offset) {  // NaN in fp32 and bf16
   auto array = std::make_unique<DeviceArray<T>>(n + offset);
   array->Fill(0xFF);
   return array;
-}
-template <typename T>
-std::vector<T> Fetch(const DeviceArray<T>& array, int offset) {
-  const std::vector<T> all = array.Download();
-  return std::vector<T>(all.begin() + offset, all.end());
-}
-
-template <typename T>
-bool BitwiseEqual(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
 // |got - want| <= tol * (|want| + scale) for every element, with the caller's scale.
@@ -178,10 +161,10 @@ ForwardResult<T> RunForward(const ForwardSpec& spec, const ForwardInputs& in) {
                                   stream.get());
   }
   EXPECT_TRUE(status.ok()) << status.ToString();
-  out.y = Fetch(spec.in_place && !spec.fused ? *a : *y, offset);
-  if (spec.fused) out.r = Fetch(spec.in_place ? *a : *r, offset);
-  out.mean = Fetch(*mean, 0);
-  out.rstd = Fetch(*rstd, 0);
+  out.y = (spec.in_place && !spec.fused ? *a : *y).DownloadFrom(offset);
+  if (spec.fused) out.r = (spec.in_place ? *a : *r).DownloadFrom(offset);
+  out.mean = mean->Download();
+  out.rstd = rstd->Download();
   return out;
 }
 
@@ -369,7 +352,7 @@ BackwardResult<T> RunBackward(const BackwardSpec& spec, const BackwardInputs& in
   }
   EXPECT_TRUE(status.ok()) << status.ToString();
   BackwardResult<T> out;
-  out.dx = Fetch(spec.in_place ? *dy : *dx, offset);
+  out.dx = (spec.in_place ? *dy : *dx).DownloadFrom(offset);
   out.dgamma = dgamma.Download();
   out.dbeta = dbeta.Download();
   return out;

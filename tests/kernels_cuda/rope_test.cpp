@@ -28,13 +28,15 @@
 namespace sluice::kernels::cuda {
 namespace {
 
-using testing::Cast;
+using testing::BitwiseEqual;
+using testing::CastAfter;
 using testing::DeviceArray;
 using testing::ExpectClose;
 using testing::Rng;
 using testing::RoundTripToDouble;
 using testing::TestStream;
 using testing::ToFloat;
+using testing::TypeName;
 
 constexpr double kFp32Tol = 1e-5;
 constexpr double kBf16Tol = 5e-3;
@@ -56,10 +58,6 @@ template <typename T>
 double OutTol() {
   return std::is_same_v<T, float> ? kFp32Tol : kBf16Tol;
 }
-template <typename T>
-std::string TypeName() {
-  return std::is_same_v<T, float> ? "fp32" : "bf16";
-}
 std::string Describe(const RopeShape& s) {
   return " [" + std::to_string(s.batch) + ", " + std::to_string(s.seq) + ", " +
          std::to_string(s.heads) + ", " + std::to_string(s.head_dim) +
@@ -72,10 +70,8 @@ int64_t Numel(const RopeShape& s) { return s.batch * s.seq * s.heads * s.head_di
 template <typename T>
 std::vector<T> RunRope(const RopeShape& s, const std::vector<float>& x, bool backward, int offset,
                        bool in_place) {
-  std::vector<float> padded(offset, 0.0f);
-  padded.insert(padded.end(), x.begin(), x.end());
-  DeviceArray<T> in(Cast<T>(padded));
-  DeviceArray<T> out(padded.size());
+  DeviceArray<T> in(CastAfter<T>(x, offset));
+  DeviceArray<T> out(in.size());
   out.Fill(0xFF);                                   // NaN
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the upload and fill ran on the legacy stream
   TestStream stream;
@@ -86,8 +82,7 @@ std::vector<T> RunRope(const RopeShape& s, const std::vector<float>& x, bool bac
           ? RopeBackward<T>(src, dst, s.batch, s.seq, s.heads, s.head_dim, s.theta, stream.get())
           : RopeForward<T>(src, dst, s.batch, s.seq, s.heads, s.head_dim, s.theta, stream.get());
   EXPECT_TRUE(status.ok()) << status.ToString();
-  const std::vector<T> all = (in_place ? in : out).Download();
-  return std::vector<T>(all.begin() + offset, all.end());
+  return (in_place ? in : out).DownloadFrom(offset);
 }
 
 template <typename T>
@@ -143,11 +138,6 @@ TEST(CudaRope, BackwardUndoesForward) {
   const std::vector<float> y = RunRope<float>(s, x, false, 0, false);
   const std::vector<float> back = RunRope<float>(s, y, true, 0, false);
   ExpectClose(back, std::vector<double>(x.begin(), x.end()), kFp32Tol, "backward(forward(x))");
-}
-
-template <typename T>
-bool BitwiseEqual(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
 // Run to run, aligned or not, in place or not: the same bits.
