@@ -106,13 +106,6 @@ Result<std::vector<int>> ParseThreads(const std::vector<std::string>& specs, int
   return threads;
 }
 
-Result<kernels::Isa> ParseIsa(const std::string& name) {
-  if (name == "scalar") return kernels::Isa::kScalar;
-  if (name == "avx2") return kernels::Isa::kAvx2;
-  if (name == "avx512") return kernels::Isa::kAvx512;
-  return InvalidArgumentError("--isa: '{}' is not one of scalar, avx2, avx512", name);
-}
-
 AdamBenchFigure MakeFigure(std::vector<double> samples, size_t size, double bytes_per_param) {
   AdamBenchFigure figure;
   figure.median_seconds = Median(samples);
@@ -120,13 +113,6 @@ AdamBenchFigure MakeFigure(std::vector<double> samples, size_t size, double byte
   figure.gbytes_per_second = figure.gparams_per_second * bytes_per_param;
   figure.samples_seconds = std::move(samples);
   return figure;
-}
-
-template <typename Fn>
-double TimeSeconds(Fn&& fn) {
-  auto start = std::chrono::steady_clock::now();
-  fn();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // The optimizer state of one size; every mode runs on it.
@@ -247,16 +233,6 @@ struct Samples {
   std::vector<double> probe, kernel, baseline;
 };
 
-// Median over repeats of numerator[i] / denominator[i]: a ratio of neighbours in time, which
-// noise from other processes disturbs far less than a ratio of two medians.
-double PairedRatio(const std::vector<double>& numerator, const std::vector<double>& denominator) {
-  std::vector<double> ratios;
-  for (size_t i = 0; i < numerator.size() && i < denominator.size(); ++i) {
-    ratios.push_back(numerator[i] / denominator[i]);
-  }
-  return Median(ratios);
-}
-
 AdamBenchRow MakeRow(size_t n, int threads, char mode_name, const Samples& samples,
                      const CheckResult& check) {
   AdamBenchRow row;
@@ -267,8 +243,8 @@ AdamBenchRow MakeRow(size_t n, int threads, char mode_name, const Samples& sampl
   row.kernel = MakeFigure(samples.kernel, n, row.bytes_per_param);
   row.roofline = MakeFigure(samples.probe, n, row.bytes_per_param);
   row.baseline = MakeFigure(samples.baseline, n, row.bytes_per_param);
-  row.roofline_fraction = PairedRatio(samples.probe, samples.kernel);
-  row.speedup = PairedRatio(samples.baseline, samples.kernel);
+  row.roofline_fraction = MedianRatio(samples.probe, samples.kernel);
+  row.speedup = MedianRatio(samples.baseline, samples.kernel);
   row.check_max_relative_error = check.max_relative_error;
   row.check_copy_mismatches = check.copy_mismatches;
   row.check_passed = check.max_relative_error <= kCheckTolerance && check.copy_mismatches == 0;
@@ -285,13 +261,6 @@ nlohmann::json FigureJson(const AdamBenchFigure& f) {
           {"gparams_per_second", f.gparams_per_second},
           {"gbytes_per_second", f.gbytes_per_second},
           {"samples_seconds", f.samples_seconds}};
-}
-
-std::string Now() {
-  std::time_t now = std::time(nullptr);
-  char text[32];
-  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  return text;
 }
 
 // The target at the largest size and thread count measured: every mode at >= 90% of
@@ -322,7 +291,7 @@ nlohmann::json EvaluateTarget(const std::vector<AdamBenchRow>& rows) {
                            {"all_modes_at_roofline", all_at_roofline}};
   if (mode_a != nullptr && mode_c != nullptr) {
     // Mode c's rate over mode a's, paired by repeat (same parameter count, so a time ratio).
-    double c_over_a = PairedRatio(mode_a->kernel.samples_seconds, mode_c->kernel.samples_seconds);
+    double c_over_a = MedianRatio(mode_a->kernel.samples_seconds, mode_c->kernel.samples_seconds);
     target["mode_c_over_mode_a"] = c_over_a;
     target["met"] = all_at_roofline && c_over_a >= 1.0;
   } else {
@@ -395,7 +364,7 @@ Result<AdamBenchPlan> MakePlan(const AdamBenchOptions& options) {
     if (!error.empty()) return InvalidArgumentError("--cpuset: {}", error);
   }
   if (!options.isa.empty()) {
-    SLUICE_ASSIGN_OR_RETURN(plan.isa, ParseIsa(options.isa));
+    SLUICE_ASSIGN_OR_RETURN(plan.isa, ParseIsaOption(options.isa));
   }
   return plan;
 }
@@ -457,9 +426,9 @@ void MeasureThreads(const AdamBenchState& state, size_t n, int threads, const Ad
   for (int i = 0; i < options.warmup + options.repeats; ++i) {
     for (size_t k = 0; k < plan.modes.size(); ++k) {
       AdamTensors t = state.Tensors(Mode(plan.modes[k]));
-      double probe_s = TimeSeconds([&] { probe(t); });
-      double kernel_s = TimeSeconds([&] { kernel(t); });
-      double baseline_s = TimeSeconds([&] { baseline(t); });
+      double probe_s = ElapsedSeconds([&] { probe(t); });
+      double kernel_s = ElapsedSeconds([&] { kernel(t); });
+      double baseline_s = ElapsedSeconds([&] { baseline(t); });
       if (i < options.warmup) continue;
       samples[k].probe.push_back(probe_s);
       samples[k].kernel.push_back(kernel_s);
@@ -564,7 +533,7 @@ nlohmann::json AdamBenchJson(const AdamBenchReport& report) {
                          {"tolerance", kCheckTolerance},
                          {"passed", r.check_passed}}}});
   }
-  return {{"benchmark", "cpu_adam"},   {"schema_version", 1},         {"date", Now()},
+  return {{"benchmark", "cpu_adam"},   {"schema_version", 1},         {"date", UtcTimestamp()},
           {"machine", report.machine}, {"settings", report.settings}, {"results", results},
           {"target", report.target}};
 }

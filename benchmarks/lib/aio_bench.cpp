@@ -187,13 +187,6 @@ nlohmann::json MachineJson(const std::vector<std::string>& dirs) {
           {"filesystems", filesystems}};
 }
 
-std::string UtcNow() {
-  const std::time_t now = std::time(nullptr);
-  char text[32];
-  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  return text;
-}
-
 std::string FindInPath(const std::string& program) {
   const char* path = std::getenv("PATH");
   std::stringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
@@ -790,7 +783,7 @@ Result<AioBenchReport> RunAioBench(const AioBenchOptions& options) {
       {"buffer_locked", buffer.locked()},
       {"gb", "1e9 bytes"},
       {"pass", "requests of transfer_bytes, one at a time (submit, wait), covering the file"},
-      {"date_utc", UtcNow()}};
+      {"date_utc", UtcTimestamp()}};
   return report;
 }
 

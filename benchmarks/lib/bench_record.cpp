@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <thread>
 
@@ -17,6 +18,28 @@ double Median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const size_t n = values.size();
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+double MedianRatio(const std::vector<double>& numerator, const std::vector<double>& denominator) {
+  std::vector<double> ratios;
+  for (size_t i = 0; i < numerator.size() && i < denominator.size(); ++i) {
+    ratios.push_back(numerator[i] / denominator[i]);
+  }
+  return Median(std::move(ratios));
+}
+
+std::string UtcTimestamp() {
+  const std::time_t now = std::time(nullptr);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return text;
+}
+
+Result<kernels::Isa> ParseIsaOption(const std::string& name) {
+  if (name == "scalar") return kernels::Isa::kScalar;
+  if (name == "avx2") return kernels::Isa::kAvx2;
+  if (name == "avx512") return kernels::Isa::kAvx512;
+  return InvalidArgumentError("--isa: '{}' is not one of scalar, avx2, avx512", name);
 }
 
 double LoadAverage() {

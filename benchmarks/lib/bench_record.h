@@ -1,17 +1,38 @@
-// What every benchmark record shares: medians of samples and a description of the machine, so
-// that figures from different runs and machines can be told apart.
+// What every benchmark record shares: timed samples and their medians, the date, and a
+// description of the machine, so that figures from different runs and machines can be told apart.
 #pragma once
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "kernels/cpu/cpu_features.h"
 #include "runtime/status.h"
 
 namespace sluice::bench {
 
+// Runs `fn` once; its wall time in seconds (steady clock).
+template <typename Fn>
+double ElapsedSeconds(Fn&& fn) {
+  const auto start = std::chrono::steady_clock::now();
+  std::forward<Fn>(fn)();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 // The median of `values`; 0 for none.
 double Median(std::vector<double> values);
+
+// The median over repeats of numerator[i] / denominator[i]: a ratio of neighbours in time, which
+// noise from other processes disturbs far less than a ratio of two medians.
+double MedianRatio(const std::vector<double>& numerator, const std::vector<double>& denominator);
+
+// The current UTC time as a record's date, e.g. "2025-01-31T12:00:00Z".
+std::string UtcTimestamp();
+
+// An --isa value: scalar, avx2 or avx512.
+Result<kernels::Isa> ParseIsaOption(const std::string& name);
 
 // The 1-minute load average (other work on the machine while a benchmark ran, to judge its
 // figures by); -1 when unknown.

@@ -5,13 +5,11 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "benchmarks/lib/bench_record.h"
@@ -92,11 +90,17 @@ const char* BackendName(Backend backend) {
   return "?";
 }
 
-Result<kernels::Isa> ParseIsa(const std::string& name) {
-  if (name == "scalar") return kernels::Isa::kScalar;
-  if (name == "avx2") return kernels::Isa::kAvx2;
-  if (name == "avx512") return kernels::Isa::kAvx512;
-  return InvalidArgumentError("--isa: '{}' is not one of scalar, avx2, avx512", name);
+// What a backend runs on this machine; oneDNN names its ISA only once it has dispatched a GEMM.
+std::string KernelName(Backend backend) {
+  switch (backend) {
+    case Backend::kFixed:
+      return kernels::cpu::GemmKernelName(GemmBackend::kDeterministic);
+    case Backend::kBlas:
+      return kernels::cpu::GemmKernelName(GemmBackend::kBlas);
+    case Backend::kDnnl:
+      return DnnlDescription();
+  }
+  return "?";
 }
 
 struct FreeDeleter {
@@ -150,12 +154,17 @@ Result<Operands> MakeOperands(const GemmCase& g) {
   return o;
 }
 
-// The run-wide settings every call shares.
+// The options, checked and parsed: the run-wide settings every call shares.
 struct Plan {
   std::vector<GemmCase> cases;
   std::vector<Backend> backends;  // kFixed first
   int threads = 0;
+  std::optional<kernels::Isa> isa;  // --isa's cap, if any
 };
+
+bool Has(const Plan& plan, Backend backend) {
+  return std::find(plan.backends.begin(), plan.backends.end(), backend) != plan.backends.end();
+}
 
 Status Call(Backend backend, const Operands& o, float* c, int threads) {
   const GemmCase& g = o.g;
@@ -224,22 +233,6 @@ Result<CheckResult> Check(Backend backend, Operands& o, int threads) {
   return result;
 }
 
-template <typename Fn>
-double Seconds(Fn&& fn) {
-  auto start = std::chrono::steady_clock::now();
-  fn();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-// Median over repeats of numerator[i] / denominator[i].
-double PairedRatio(const std::vector<double>& numerator, const std::vector<double>& denominator) {
-  std::vector<double> ratios;
-  for (size_t i = 0; i < numerator.size() && i < denominator.size(); ++i) {
-    ratios.push_back(numerator[i] / denominator[i]);
-  }
-  return Median(ratios);
-}
-
 Result<GemmBenchRow> MeasureCase(const GemmCase& g, const Plan& plan,
                                  const GemmBenchOptions& options) {
   SLUICE_ASSIGN_OR_RETURN(Operands o, MakeOperands(g));
@@ -255,7 +248,7 @@ Result<GemmBenchRow> MeasureCase(const GemmCase& g, const Plan& plan,
     GemmBackendFigure& f = row.figures[b];
     f.backend = BackendName(plan.backends[b]);
     Result<CheckResult> check(CheckResult{});
-    estimate[b] = Seconds([&] { check = Check(plan.backends[b], o, plan.threads); });
+    estimate[b] = ElapsedSeconds([&] { check = Check(plan.backends[b], o, plan.threads); });
     SLUICE_RETURN_IF_ERROR(check.status());
     f.max_scaled_error = check->max_scaled_error;
     f.max_rel_diff_vs_fixed = check->max_rel_diff_vs_fixed;
@@ -266,7 +259,8 @@ Result<GemmBenchRow> MeasureCase(const GemmCase& g, const Plan& plan,
   for (int w = 0; w < options.warmup; ++w) {
     for (size_t b = 0; b < nb; ++b) {
       Status status;
-      estimate[b] = Seconds([&] { status = Call(plan.backends[b], o, o.c.get(), plan.threads); });
+      estimate[b] =
+          ElapsedSeconds([&] { status = Call(plan.backends[b], o, o.c.get(), plan.threads); });
       SLUICE_RETURN_IF_ERROR(status);
     }
   }
@@ -286,7 +280,7 @@ Result<GemmBenchRow> MeasureCase(const GemmCase& g, const Plan& plan,
     for (size_t b = 0; b < nb; ++b) {
       GemmBackendFigure& f = row.figures[b];
       Status status;
-      double seconds = Seconds([&] {
+      double seconds = ElapsedSeconds([&] {
         for (int i = 0; i < f.calls_per_sample && status.ok(); ++i) {
           status = Call(plan.backends[b], o, o.c.get(), plan.threads);
         }
@@ -298,7 +292,7 @@ Result<GemmBenchRow> MeasureCase(const GemmCase& g, const Plan& plan,
   for (GemmBackendFigure& f : row.figures) {
     f.median_seconds = Median(f.samples_seconds);
     f.gflops = g.Flops() / f.median_seconds * 1e-9;
-    f.ratio_to_fixed = PairedRatio(row.figures[0].samples_seconds, f.samples_seconds);
+    f.ratio_to_fixed = MedianRatio(row.figures[0].samples_seconds, f.samples_seconds);
   }
   return row;
 }
@@ -321,13 +315,6 @@ std::vector<GemmModelTotal> ModelTotals(const std::vector<GemmBenchRow>& rows, s
     totals.push_back(std::move(total));
   }
   return totals;
-}
-
-std::string Now() {
-  std::time_t now = std::time(nullptr);
-  char text[32];
-  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  return text;
 }
 
 std::string Shape(const GemmCase& g) { return fmt::format("{}x{}x{}", g.m, g.n, g.k); }
@@ -368,20 +355,16 @@ Result<Plan> MakePlan(const GemmBenchOptions& options) {
   }
   plan.backends.push_back(Backend::kFixed);  // the baseline, always measured
   for (const std::string& name : names) {
-    Backend backend;
-    if (name == "fixed") {
-      continue;
-    } else if (name == "blas") {
-      backend = Backend::kBlas;
-    } else if (name == "dnnl") {
-      if (!DnnlBuilt()) return FailedPreconditionError("--backends dnnl: {}", DnnlDescription());
-      backend = Backend::kDnnl;
-    } else {
+    if (name != "fixed" && name != "blas" && name != "dnnl") {
       return InvalidArgumentError("--backends: '{}' is not one of fixed, blas, dnnl", name);
     }
-    if (std::find(plan.backends.begin(), plan.backends.end(), backend) == plan.backends.end()) {
-      plan.backends.push_back(backend);
+    if (name == "dnnl" && !DnnlBuilt()) {
+      return FailedPreconditionError("--backends dnnl: {}", DnnlDescription());
     }
+    const Backend backend = name == "fixed"  ? Backend::kFixed
+                            : name == "blas" ? Backend::kBlas
+                                             : Backend::kDnnl;
+    if (!Has(plan, backend)) plan.backends.push_back(backend);
   }
   if (options.threads < 0) {
     return InvalidArgumentError("--threads = {}: give a count, or 0 for the engine's default",
@@ -398,6 +381,9 @@ Result<Plan> MakePlan(const GemmBenchOptions& options) {
         "--max-case-seconds = {} must be > 0 and --min-sample-seconds = {} >= 0",
         options.max_case_seconds, options.min_sample_seconds);
   }
+  if (!options.isa.empty()) {
+    SLUICE_ASSIGN_OR_RETURN(plan.isa, ParseIsaOption(options.isa));
+  }
   return plan;
 }
 
@@ -407,10 +393,11 @@ nlohmann::json SettingsJson(const GemmBenchOptions& options, const Plan& plan,
   for (const ModelShape& model : kModels) models[model.name] = model.description;
   models["square"] = fmt::format("{0} x {0} x {0}, NN", kSquare);
   nlohmann::json backends = nlohmann::json::object();
-  for (size_t b = 0; b < plan.backends.size(); ++b) {
+  for (size_t b = 0; b < report.backends.size(); ++b) {
     backends[report.backends[b]] = report.kernel_names[b];
   }
   const kernels::cpu::BlasInfo blas = kernels::cpu::DescribeBlas();
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   return {{"shapes", options.shapes},
           {"models", models},
           {"backends", backends},
@@ -422,9 +409,7 @@ nlohmann::json SettingsJson(const GemmBenchOptions& options, const Plan& plan,
           {"openblas_core", blas.core},
           {"openblas_config", blas.config},
           {"openblas_threads", blas.threads},
-          {"openblas_coretype_env", std::getenv("OPENBLAS_CORETYPE") != nullptr
-                                        ? nlohmann::json(std::getenv("OPENBLAS_CORETYPE"))
-                                        : nlohmann::json(nullptr)},
+          {"openblas_coretype_env", coretype != nullptr ? nlohmann::json(coretype) : nullptr},
           {"dnnl", DnnlDescription()},
           {"dnnl_built", DnnlBuilt()},
           {"repeats", options.repeats},
@@ -499,12 +484,9 @@ Result<std::vector<GemmCase>> GemmBenchCases(const std::vector<std::string>& sha
 Result<GemmBenchReport> RunGemmBench(const GemmBenchOptions& options) {
   SLUICE_ASSIGN_OR_RETURN(Plan plan, MakePlan(options));
   ProcessSettingsGuard guard;
-  const bool has_dnnl =
-      std::find(plan.backends.begin(), plan.backends.end(), Backend::kDnnl) != plan.backends.end();
-  if (!options.isa.empty()) {
-    SLUICE_ASSIGN_OR_RETURN(kernels::Isa isa, ParseIsa(options.isa));
-    kernels::ForceIsa(isa);
-    if (has_dnnl) SLUICE_RETURN_IF_ERROR(DnnlCapIsa(isa));
+  if (plan.isa) {
+    kernels::ForceIsa(*plan.isa);
+    if (Has(plan, Backend::kDnnl)) SLUICE_RETURN_IF_ERROR(DnnlCapIsa(*plan.isa));
   }
   // GemmFixed gets the count per call; OpenBLAS keeps its own pool; oneDNN (OpenMP) runs on
   // omp_get_max_threads().
@@ -514,20 +496,6 @@ Result<GemmBenchReport> RunGemmBench(const GemmBenchOptions& options) {
   GemmBenchReport report;
   report.machine = MachineJson();
   report.machine["amx"] = kernels::DetectCpuFeatures().amx;
-  for (Backend backend : plan.backends) {
-    report.backends.push_back(BackendName(backend));
-    switch (backend) {
-      case Backend::kFixed:
-        report.kernel_names.push_back(kernels::cpu::GemmKernelName(GemmBackend::kDeterministic));
-        break;
-      case Backend::kBlas:
-        report.kernel_names.push_back(kernels::cpu::GemmKernelName(GemmBackend::kBlas));
-        break;
-      case Backend::kDnnl:
-        report.kernel_names.push_back("oneDNN dnnl_sgemm");
-        break;
-    }
-  }
   for (const GemmCase& g : plan.cases) {
     SLUICE_ASSIGN_OR_RETURN(GemmBenchRow row, MeasureCase(g, plan, options));
     std::string line = fmt::format("gemm {} {} {} {}:", g.model, g.layer, g.product, Shape(g));
@@ -537,9 +505,10 @@ Result<GemmBenchReport> RunGemmBench(const GemmBenchOptions& options) {
     SLUICE_LOG(kInfo, "bench", "{}", line);
     report.rows.push_back(std::move(row));
   }
-  // oneDNN names its ISA only once it has dispatched a GEMM.
-  for (size_t b = 0; b < plan.backends.size(); ++b) {
-    if (plan.backends[b] == Backend::kDnnl) report.kernel_names[b] = DnnlDescription();
+  // After the runs, while the ISA cap still holds: oneDNN names its ISA once it has dispatched.
+  for (Backend backend : plan.backends) {
+    report.backends.push_back(BackendName(backend));
+    report.kernel_names.push_back(KernelName(backend));
   }
   report.totals = ModelTotals(report.rows, plan.backends.size());
   report.settings = SettingsJson(options, plan, report);
@@ -640,7 +609,7 @@ nlohmann::json GemmBenchJson(const GemmBenchReport& report) {
     }
     totals.push_back({{"model", t.model}, {"backends", per_backend}});
   }
-  return {{"benchmark", "cpu_gemm"},   {"schema_version", 1},         {"date", Now()},
+  return {{"benchmark", "cpu_gemm"},   {"schema_version", 1},         {"date", UtcTimestamp()},
           {"machine", report.machine}, {"settings", report.settings}, {"results", results},
           {"step_totals", totals}};
 }

@@ -441,10 +441,7 @@ std::string FormatOffloadAdamBenchTable(const OffloadAdamBenchReport& r) {
 }
 
 nlohmann::json OffloadAdamBenchJson(const OffloadAdamBenchReport& r) {
-  std::time_t now = std::time(nullptr);
-  char text[32];
-  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  return {{"benchmark", "offload_adam"}, {"schema_version", 1},    {"date", text},
+  return {{"benchmark", "offload_adam"}, {"schema_version", 1},    {"date", UtcTimestamp()},
           {"machine", r.machine},        {"settings", r.settings}, {"results", r.results},
           {"correctness", r.correctness}};
 }
