@@ -12,6 +12,8 @@
 #include <cstring>
 #include <memory>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 
 #include "kernels/ref/half.h"
 #include "kernels/ref/ops_attention.h"
@@ -77,28 +79,34 @@ class HostOpsBackend : public OpsBackend {
     return last == 0 ? 0 : t.numel() / last;
   }
 
+  // Enqueues fn on the stream's worker. fn returns a Status, or nothing where it cannot fail.
   template <typename Fn>
   Status Launch(Stream& stream, std::string_view op, Fn&& fn) {
-    return device().LaunchHostFunc(stream, std::forward<Fn>(fn), op);
+    if constexpr (std::is_void_v<std::invoke_result_t<Fn&>>) {
+      return device().LaunchHostFunc(
+          stream,
+          [fn = std::forward<Fn>(fn)]() mutable {
+            fn();
+            return OkStatus();
+          },
+          op);
+    } else {
+      return device().LaunchHostFunc(stream, std::forward<Fn>(fn), op);
+    }
   }
 
   Status DoLinearForward(Stream& s, const LinearForwardArgs& a) override {
     const T *x = P(a.x), *w = P(a.w), *b = P(a.b);
     T* y = P(a.y);
     const int64_t rows = Rows(a.x), in = Last(a.x), out = a.w.dim(0);
-    return Launch(s, "LinearForward", [=] {
-      K::LinearForward(x, w, b, y, rows, in, out);
-      return OkStatus();
-    });
+    return Launch(s, "LinearForward", [=] { K::LinearForward(x, w, b, y, rows, in, out); });
   }
   Status DoLinearBackward(Stream& s, const LinearBackwardArgs& a) override {
     const T *x = P(a.x), *w = P(a.w), *dy = P(a.dy);
     T *dx = P(a.dx), *dw = P(a.dw), *db = P(a.db);
     const int64_t rows = Rows(a.x), in = Last(a.x), out = a.w.dim(0);
-    return Launch(s, "LinearBackward", [=] {
-      K::LinearBackward(x, w, dy, dx, dw, db, rows, in, out);
-      return OkStatus();
-    });
+    return Launch(s, "LinearBackward",
+                  [=] { K::LinearBackward(x, w, dy, dx, dw, db, rows, in, out); });
   }
   Status DoEmbeddingForward(Stream& s, const EmbeddingForwardArgs& a) override {
     const int32_t* tokens = a.tokens.data;
@@ -127,22 +135,17 @@ class HostOpsBackend : public OpsBackend {
   Status DoPositionEmbeddingForward(Stream& s, const PositionEmbeddingForwardArgs& a) override {
     const T* wpe = P(a.wpe);
     T* x = P(a.x);
-    const int64_t batch = a.x.dim(0), seq = a.x.dim(1), dim = a.x.dim(2),
-                  positions = a.wpe.dim(0);
-    return Launch(s, "PositionEmbeddingForward", [=] {
-      K::PositionEmbeddingForward(wpe, x, batch, seq, positions, dim);
-      return OkStatus();
-    });
+    const int64_t batch = a.x.dim(0), seq = a.x.dim(1), dim = a.x.dim(2), positions = a.wpe.dim(0);
+    return Launch(s, "PositionEmbeddingForward",
+                  [=] { K::PositionEmbeddingForward(wpe, x, batch, seq, positions, dim); });
   }
   Status DoPositionEmbeddingBackward(Stream& s, const PositionEmbeddingBackwardArgs& a) override {
     const T* dx = P(a.dx);
     T* dwpe = P(a.dwpe);
     const int64_t batch = a.dx.dim(0), seq = a.dx.dim(1), dim = a.dx.dim(2),
                   positions = a.dwpe.dim(0);
-    return Launch(s, "PositionEmbeddingBackward", [=] {
-      K::PositionEmbeddingBackward(dx, dwpe, batch, seq, positions, dim);
-      return OkStatus();
-    });
+    return Launch(s, "PositionEmbeddingBackward",
+                  [=] { K::PositionEmbeddingBackward(dx, dwpe, batch, seq, positions, dim); });
   }
   static kernels::AttentionDims Dims(const Tensor& q, const Tensor& k) {
     return {.batch = q.dim(0),
@@ -156,10 +159,8 @@ class HostOpsBackend : public OpsBackend {
     SLUICE_ASSIGN_OR_RETURN(void* ws, scratch_.Get(s, WorkspaceBytes(d)));
     const T *q = P(a.q), *k = P(a.k), *v = P(a.v);
     T *out = P(a.out), *lse = P(a.lse), *workspace = static_cast<T*>(ws);
-    return Launch(s, "AttentionForward", [=] {
-      K::AttentionForward(q, k, v, out, lse, d, workspace);
-      return OkStatus();
-    });
+    return Launch(s, "AttentionForward",
+                  [=] { K::AttentionForward(q, k, v, out, lse, d, workspace); });
   }
   Status DoAttentionBackward(Stream& s, const AttentionBackwardArgs& a) override {
     const kernels::AttentionDims d = Dims(a.q, a.k);
@@ -167,10 +168,8 @@ class HostOpsBackend : public OpsBackend {
     const T *q = P(a.q), *k = P(a.k), *v = P(a.v), *out = P(a.out), *lse = P(a.lse),
             *dout = P(a.dout);
     T *dq = P(a.dq), *dk = P(a.dk), *dv = P(a.dv), *workspace = static_cast<T*>(ws);
-    return Launch(s, "AttentionBackward", [=] {
-      K::AttentionBackward(q, k, v, out, lse, dout, dq, dk, dv, d, workspace);
-      return OkStatus();
-    });
+    return Launch(s, "AttentionBackward",
+                  [=] { K::AttentionBackward(q, k, v, out, lse, dout, dq, dk, dv, d, workspace); });
   }
   Status DoCrossEntropyForward(Stream& s, const CrossEntropyForwardArgs& a) override {
     const T* logits = P(a.logits);
@@ -202,19 +201,15 @@ class HostOpsBackend : public OpsBackend {
     T *y = P(a.y), *mean = P(a.mean), *rstd = P(a.rstd);
     const int64_t rows = Rows(a.x), cols = Last(a.x);
     const float eps = a.eps;
-    return Launch(s, "LayerNormForward", [=] {
-      K::LayerNormForward(x, gamma, beta, y, mean, rstd, rows, cols, eps);
-      return OkStatus();
-    });
+    return Launch(s, "LayerNormForward",
+                  [=] { K::LayerNormForward(x, gamma, beta, y, mean, rstd, rows, cols, eps); });
   }
   Status DoLayerNormBackward(Stream& s, const LayerNormBackwardArgs& a) override {
-    const T *x = P(a.x), *gamma = P(a.gamma), *mean = P(a.mean), *rstd = P(a.rstd),
-            *dy = P(a.dy);
+    const T *x = P(a.x), *gamma = P(a.gamma), *mean = P(a.mean), *rstd = P(a.rstd), *dy = P(a.dy);
     T *dx = P(a.dx), *dgamma = P(a.dgamma), *dbeta = P(a.dbeta);
     const int64_t rows = Rows(a.x), cols = Last(a.x);
     return Launch(s, "LayerNormBackward", [=] {
       K::LayerNormBackward(x, gamma, mean, rstd, dy, dx, dgamma, dbeta, rows, cols);
-      return OkStatus();
     });
   }
   Status DoRmsNormForward(Stream& s, const RmsNormForwardArgs& a) override {
@@ -222,94 +217,66 @@ class HostOpsBackend : public OpsBackend {
     T *y = P(a.y), *rstd = P(a.rstd);
     const int64_t rows = Rows(a.x), cols = Last(a.x);
     const float eps = a.eps;
-    return Launch(s, "RmsNormForward", [=] {
-      K::RmsNormForward(x, gamma, y, rstd, rows, cols, eps);
-      return OkStatus();
-    });
+    return Launch(s, "RmsNormForward",
+                  [=] { K::RmsNormForward(x, gamma, y, rstd, rows, cols, eps); });
   }
   Status DoRmsNormBackward(Stream& s, const RmsNormBackwardArgs& a) override {
     const T *x = P(a.x), *gamma = P(a.gamma), *rstd = P(a.rstd), *dy = P(a.dy);
     T *dx = P(a.dx), *dgamma = P(a.dgamma);
     const int64_t rows = Rows(a.x), cols = Last(a.x);
-    return Launch(s, "RmsNormBackward", [=] {
-      K::RmsNormBackward(x, gamma, rstd, dy, dx, dgamma, rows, cols);
-      return OkStatus();
-    });
+    return Launch(s, "RmsNormBackward",
+                  [=] { K::RmsNormBackward(x, gamma, rstd, dy, dx, dgamma, rows, cols); });
   }
   Status DoGeluForward(Stream& s, const GeluForwardArgs& a) override {
     const T* x = P(a.x);
     T* y = P(a.y);
     const int64_t n = a.x.numel();
-    return Launch(s, "GeluForward", [=] {
-      K::GeluForward(x, y, n);
-      return OkStatus();
-    });
+    return Launch(s, "GeluForward", [=] { K::GeluForward(x, y, n); });
   }
   Status DoGeluBackward(Stream& s, const GeluBackwardArgs& a) override {
     const T *x = P(a.x), *dy = P(a.dy);
     T* dx = P(a.dx);
     const int64_t n = a.x.numel();
-    return Launch(s, "GeluBackward", [=] {
-      K::GeluBackward(x, dy, dx, n);
-      return OkStatus();
-    });
+    return Launch(s, "GeluBackward", [=] { K::GeluBackward(x, dy, dx, n); });
   }
   Status DoSwiGluForward(Stream& s, const SwiGluForwardArgs& a) override {
     const T *gate = P(a.gate), *up = P(a.up);
     T* y = P(a.y);
     const int64_t n = a.gate.numel();
-    return Launch(s, "SwiGluForward", [=] {
-      K::SwiGluForward(gate, up, y, n);
-      return OkStatus();
-    });
+    return Launch(s, "SwiGluForward", [=] { K::SwiGluForward(gate, up, y, n); });
   }
   Status DoSwiGluBackward(Stream& s, const SwiGluBackwardArgs& a) override {
     const T *gate = P(a.gate), *up = P(a.up), *dy = P(a.dy);
     T *dgate = P(a.dgate), *dup = P(a.dup);
     const int64_t n = a.gate.numel();
-    return Launch(s, "SwiGluBackward", [=] {
-      K::SwiGluBackward(gate, up, dy, dgate, dup, n);
-      return OkStatus();
-    });
+    return Launch(s, "SwiGluBackward", [=] { K::SwiGluBackward(gate, up, dy, dgate, dup, n); });
   }
   Status DoRopeForward(Stream& s, const RopeForwardArgs& a) override {
     const T* x = P(a.x);
     T* y = P(a.y);
     const int64_t b = a.x.dim(0), seq = a.x.dim(1), h = a.x.dim(2), d = a.x.dim(3);
     const float theta = a.theta;
-    return Launch(s, "RopeForward", [=] {
-      K::RopeForward(x, y, b, seq, h, d, theta);
-      return OkStatus();
-    });
+    return Launch(s, "RopeForward", [=] { K::RopeForward(x, y, b, seq, h, d, theta); });
   }
   Status DoRopeBackward(Stream& s, const RopeBackwardArgs& a) override {
     const T* dy = P(a.dy);
     T* dx = P(a.dx);
     const int64_t b = a.dy.dim(0), seq = a.dy.dim(1), h = a.dy.dim(2), d = a.dy.dim(3);
     const float theta = a.theta;
-    return Launch(s, "RopeBackward", [=] {
-      K::RopeBackward(dy, dx, b, seq, h, d, theta);
-      return OkStatus();
-    });
+    return Launch(s, "RopeBackward", [=] { K::RopeBackward(dy, dx, b, seq, h, d, theta); });
   }
   Status DoAdd(Stream& s, const Tensor& ta, const Tensor& tb, const Tensor& ty) override {
     const T *a = P(ta), *b = P(tb);
     T* y = P(ty);
     const int64_t n = ta.numel();
-    return Launch(s, "Add", [=] {
-      K::Add(a, b, y, n);
-      return OkStatus();
-    });
+    return Launch(s, "Add", [=] { K::Add(a, b, y, n); });
   }
   Status DoAccumulate(Stream& s, const Tensor& tx, const Tensor& ty) override {
     const int64_t n = tx.numel();
     if (tx.dtype() == K::kCompute && ty.dtype() == K::kCompute) {
       const T* x = P(tx);
       T* y = P(ty);
-      return Launch(s, "Accumulate", [=] {
-        K::Accumulate(x, y, n);
-        return OkStatus();
-      });
+      return Launch(s, "Accumulate", [=] { K::Accumulate(x, y, n); });
     }
     if (ty.dtype() != DType::kF32 || tx.dtype() == DType::kF32) {
       return UnsupportedDType("Accumulate", "x", tx);
@@ -320,7 +287,6 @@ class HostOpsBackend : public OpsBackend {
     float* y = F(ty);
     return Launch(s, "Accumulate", [=] {
       for (int64_t i = 0; i < n; ++i) y[i] += static_cast<float>(LoadElement(x, xt, i));
-      return OkStatus();
     });
   }
   Status DoAdamStep(Stream& s, const AdamStepArgs& a) override {
@@ -342,10 +308,7 @@ class HostOpsBackend : public OpsBackend {
     if (!error.empty()) return InvalidArgumentError("AdamStep: {}", error);
     const kernels::AdamHyperparams hyper = a.hyper;
     const float grad_scale = a.grad_scale;
-    return Launch(s, "AdamStep", [=] {
-      K::AdamStep(t, hyper, grad_scale);
-      return OkStatus();
-    });
+    return Launch(s, "AdamStep", [=] { K::AdamStep(t, hyper, grad_scale); });
   }
   Status DoConvert(Stream& s, const Tensor& src, const Tensor& dst) override {
     const int64_t n = src.numel();
@@ -362,7 +325,6 @@ class HostOpsBackend : public OpsBackend {
       } else {
         K::ConvertF16ToF32(static_cast<const uint16_t*>(x), static_cast<float*>(y), n);
       }
-      return OkStatus();
     });
   }
   Status DoSquaredSum(Stream& s, const Tensor& tx, const Tensor& out) override {
@@ -379,7 +341,6 @@ class HostOpsBackend : public OpsBackend {
         sum += v * v;
       }
       *result = sum;
-      return OkStatus();
     });
   }
   Status DoFlagInfOrNan(Stream& s, const Tensor& tx, int32_t* flag) override {
@@ -393,7 +354,6 @@ class HostOpsBackend : public OpsBackend {
           break;
         }
       }
-      return OkStatus();
     });
   }
   Status DoFill(Stream& s, const Tensor& ty, double value) override {
@@ -402,7 +362,6 @@ class HostOpsBackend : public OpsBackend {
     const int64_t n = ty.numel();
     return Launch(s, "Fill", [=] {
       for (int64_t i = 0; i < n; ++i) StoreElement(y, dtype, i, value);
-      return OkStatus();
     });
   }
   Status DoCopySegments(Stream& s, const Tensor& src, const Tensor& dst,

@@ -26,11 +26,15 @@ Shape WithLastDim(const Shape& shape, int64_t last) {
 
 // Checks the tensors of one op call against what the op expects and builds the message of the
 // first mismatch: "LinearForward: w is bf16[64, 32], expected f32[64, 32] (x is f32[8, 32])".
+// `first` is a check already made (the op's compute-dtype gate): when it failed, it is the result.
 class ArgCheck {
  public:
   ArgCheck(std::string_view op, const Device& device, std::string_view anchor_name,
-           const Tensor& anchor)
-      : op_(op), device_(device), anchor_(fmt::format("{} is {}", anchor_name, Describe(anchor))) {}
+           const Tensor& anchor, Status first = OkStatus())
+      : op_(op),
+        device_(device),
+        anchor_(fmt::format("{} is {}", anchor_name, Describe(anchor))),
+        status_(std::move(first)) {}
 
   // A tensor that must be present with exactly this dtype and shape.
   ArgCheck& Exact(std::string_view name, const Tensor& t, DType dtype, const Shape& shape) {
@@ -40,6 +44,10 @@ class ArgCheck {
       return *this;
     }
     return Place(name, t);
+  }
+  // As Exact, with the dtype and shape of `like`.
+  ArgCheck& Like(std::string_view name, const Tensor& t, const Tensor& like) {
+    return Exact(name, t, like.dtype(), like.shape());
   }
   // As Exact, but an empty tensor (not wanted) passes.
   ArgCheck& Optional(std::string_view name, const Tensor& t, DType dtype, const Shape& shape) {
@@ -55,6 +63,10 @@ class ArgCheck {
       return *this;
     }
     return Place(name, t);
+  }
+  // A tensor of `n` elements of `dtype`, any shape (expected "[n]").
+  ArgCheck& Elements(std::string_view name, const Tensor& t, DType dtype, int64_t n) {
+    return Numel(name, t, dtype, n, fmt::format("[{}]", n));
   }
   // A condition the message explains on its own.
   ArgCheck& Require(bool ok, std::string_view name, const Tensor& t, std::string_view expected) {
@@ -126,11 +138,10 @@ Status OpsBackend::CheckCompute(std::string_view op, std::string_view name, cons
 
 Status OpsBackend::LinearForward(Stream& stream, const LinearForwardArgs& a) {
   constexpr std::string_view kOp = "LinearForward";
-  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "x", a.x));
+  ArgCheck check(kOp, device(), "x", a.x, CheckCompute(kOp, "x", a.x));
   const DType t = a.x.dtype();
   const int64_t in = LastDim(a.x);
   const int64_t out = a.w.rank() == 2 ? a.w.dim(0) : 0;
-  ArgCheck check(kOp, device(), "x", a.x);
   check.Place("x", a.x)
       .Require(a.w.rank() == 2, "w", a.w, fmt::format("{}[out, {}]", DTypeName(t), in))
       .Exact("w", a.w, t, Shape{out, in})
@@ -142,12 +153,11 @@ Status OpsBackend::LinearForward(Stream& stream, const LinearForwardArgs& a) {
 
 Status OpsBackend::LinearBackward(Stream& stream, const LinearBackwardArgs& a) {
   constexpr std::string_view kOp = "LinearBackward";
-  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "x", a.x));
+  ArgCheck check(kOp, device(), "x", a.x, CheckCompute(kOp, "x", a.x));
   const DType t = a.x.dtype();
   const DType acc = AccumDType(t);
   const int64_t in = LastDim(a.x);
   const int64_t out = a.w.rank() == 2 ? a.w.dim(0) : 0;
-  ArgCheck check(kOp, device(), "x", a.x);
   check.Place("x", a.x)
       .Require(a.w.rank() == 2, "w", a.w, fmt::format("{}[out, {}]", DTypeName(t), in))
       .Exact("w", a.w, t, Shape{out, in})
@@ -161,10 +171,9 @@ Status OpsBackend::LinearBackward(Stream& stream, const LinearBackwardArgs& a) {
 
 Status OpsBackend::EmbeddingForward(Stream& stream, const EmbeddingForwardArgs& a) {
   constexpr std::string_view kOp = "EmbeddingForward";
-  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "table", a.table));
+  ArgCheck check(kOp, device(), "table", a.table, CheckCompute(kOp, "table", a.table));
   const DType t = a.table.dtype();
   const int64_t dim = LastDim(a.table);
-  ArgCheck check(kOp, device(), "table", a.table);
   check.Require(a.table.rank() == 2, "table", a.table, fmt::format("{}[vocab, dim]", DTypeName(t)))
       .Place("table", a.table)
       .Require(a.tokens.count >= 0, "out", a.out, "a non-negative token count")
@@ -178,66 +187,61 @@ Status OpsBackend::EmbeddingForward(Stream& stream, const EmbeddingForwardArgs& 
 
 Status OpsBackend::EmbeddingBackward(Stream& stream, const EmbeddingBackwardArgs& a) {
   constexpr std::string_view kOp = "EmbeddingBackward";
-  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "dout", a.dout));
-  const DType t = a.dout.dtype();
+  ArgCheck check(kOp, device(), "dout", a.dout, CheckCompute(kOp, "dout", a.dout));
+  const DType acc = AccumDType(a.dout.dtype());
   const int64_t dim = LastDim(a.dout);
   const int64_t vocab = a.dtable.rank() == 2 ? a.dtable.dim(0) : 0;
-  ArgCheck check(kOp, device(), "dout", a.dout);
   check.Place("dout", a.dout)
       .Require(a.dtable.rank() == 2, "dtable", a.dtable,
-               fmt::format("{}[vocab, {}]", DTypeName(AccumDType(t)), dim))
-      .Exact("dtable", a.dtable, AccumDType(t), Shape{vocab, dim})
+               fmt::format("{}[vocab, {}]", DTypeName(acc), dim))
+      .Exact("dtable", a.dtable, acc, Shape{vocab, dim})
       .Int32("tokens", a.tokens, RowsOf(a.dout));
   SLUICE_RETURN_IF_ERROR(check.status());
   return DoEmbeddingBackward(stream, a);
 }
 
+namespace {
+
+// x [batch, seq, dim] (the check's anchor) and a position table wpe [positions >= seq, dim].
+Status CheckPositionEmbedding(ArgCheck& check, std::string_view x_name, const Tensor& x,
+                              std::string_view wpe_name, const Tensor& wpe, DType wpe_dtype) {
+  check.Require(x.rank() == 3, x_name, x, fmt::format("{}[batch, seq, dim]", DTypeName(x.dtype())))
+      .Place(x_name, x);
+  SLUICE_RETURN_IF_ERROR(check.status());
+  const int64_t seq = x.dim(1);
+  const int64_t dim = x.dim(2);
+  check
+      .Require(wpe.rank() == 2 && wpe.dim(0) >= seq, wpe_name, wpe,
+               fmt::format("{}[positions >= {}, {}]", DTypeName(wpe_dtype), seq, dim))
+      .Exact(wpe_name, wpe, wpe_dtype, Shape{wpe.rank() == 2 ? wpe.dim(0) : 0, dim});
+  return check.status();
+}
+
+}  // namespace
+
 Status OpsBackend::PositionEmbeddingForward(Stream& stream, const PositionEmbeddingForwardArgs& a) {
   constexpr std::string_view kOp = "PositionEmbeddingForward";
-  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "x", a.x));
-  const DType t = a.x.dtype();
-  ArgCheck check(kOp, device(), "x", a.x);
-  check.Require(a.x.rank() == 3, "x", a.x, fmt::format("{}[batch, seq, dim]", DTypeName(t)))
-      .Place("x", a.x);
-  SLUICE_RETURN_IF_ERROR(check.status());
-  const int64_t seq = a.x.dim(1);
-  const int64_t dim = a.x.dim(2);
-  check
-      .Require(a.wpe.rank() == 2 && a.wpe.dim(0) >= seq, "wpe", a.wpe,
-               fmt::format("{}[positions >= {}, {}]", DTypeName(t), seq, dim))
-      .Exact("wpe", a.wpe, t, Shape{a.wpe.rank() == 2 ? a.wpe.dim(0) : 0, dim});
-  SLUICE_RETURN_IF_ERROR(check.status());
+  ArgCheck check(kOp, device(), "x", a.x, CheckCompute(kOp, "x", a.x));
+  SLUICE_RETURN_IF_ERROR(CheckPositionEmbedding(check, "x", a.x, "wpe", a.wpe, a.x.dtype()));
   return DoPositionEmbeddingForward(stream, a);
 }
 
 Status OpsBackend::PositionEmbeddingBackward(Stream& stream,
                                              const PositionEmbeddingBackwardArgs& a) {
   constexpr std::string_view kOp = "PositionEmbeddingBackward";
-  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "dx", a.dx));
-  const DType acc = AccumDType(a.dx.dtype());
-  ArgCheck check(kOp, device(), "dx", a.dx);
-  check
-      .Require(a.dx.rank() == 3, "dx", a.dx,
-               fmt::format("{}[batch, seq, dim]", DTypeName(a.dx.dtype())))
-      .Place("dx", a.dx);
-  SLUICE_RETURN_IF_ERROR(check.status());
-  const int64_t seq = a.dx.dim(1);
-  const int64_t dim = a.dx.dim(2);
-  check
-      .Require(a.dwpe.rank() == 2 && a.dwpe.dim(0) >= seq, "dwpe", a.dwpe,
-               fmt::format("{}[positions >= {}, {}]", DTypeName(acc), seq, dim))
-      .Exact("dwpe", a.dwpe, acc, Shape{a.dwpe.rank() == 2 ? a.dwpe.dim(0) : 0, dim});
-  SLUICE_RETURN_IF_ERROR(check.status());
+  ArgCheck check(kOp, device(), "dx", a.dx, CheckCompute(kOp, "dx", a.dx));
+  SLUICE_RETURN_IF_ERROR(
+      CheckPositionEmbedding(check, "dx", a.dx, "dwpe", a.dwpe, AccumDType(a.dx.dtype())));
   return DoPositionEmbeddingBackward(stream, a);
 }
 
 namespace {
 
-// The attention dims of q [b, s, hq, d] and k [b, s, hkv, d], or the error naming what is wrong.
-Status AttentionShapes(std::string_view op, const Device& device, const Tensor& q, const Tensor& k,
-                       kernels::AttentionDims* dims) {
+// The attention dims of q [b, s, hq, d] (the check's anchor) and k [b, s, hkv, d], or the error
+// naming what is wrong.
+Result<kernels::AttentionDims> AttentionShapes(std::string_view op, ArgCheck& check,
+                                               const Tensor& q, const Tensor& k) {
   const DType t = q.dtype();
-  ArgCheck check(op, device, "q", q);
   check
       .Require(q.rank() == 4, "q", q,
                fmt::format("{}[batch, seq, q_heads, head_dim]", DTypeName(t)))
@@ -249,61 +253,54 @@ Status AttentionShapes(std::string_view op, const Device& device, const Tensor& 
   SLUICE_RETURN_IF_ERROR(check.status());
   check.Exact("k", k, t, Shape{q.dim(0), q.dim(1), k.dim(2), q.dim(3)});
   SLUICE_RETURN_IF_ERROR(check.status());
-  *dims = kernels::AttentionDims{.batch = q.dim(0),
-                                 .seq = q.dim(1),
-                                 .q_heads = q.dim(2),
-                                 .kv_heads = k.dim(2),
-                                 .head_dim = q.dim(3)};
-  const std::string error = kernels::AttentionDimsError(*dims);
+  const kernels::AttentionDims dims{.batch = q.dim(0),
+                                    .seq = q.dim(1),
+                                    .q_heads = q.dim(2),
+                                    .kv_heads = k.dim(2),
+                                    .head_dim = q.dim(3)};
+  const std::string error = kernels::AttentionDimsError(dims);
   if (!error.empty()) {
     return InvalidArgumentError("{}: {} (q is {}, k is {})", op, error, Describe(q), Describe(k));
   }
-  return OkStatus();
+  return dims;
 }
 
 }  // namespace
 
 Status OpsBackend::AttentionForward(Stream& stream, const AttentionForwardArgs& a) {
   constexpr std::string_view kOp = "AttentionForward";
-  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "q", a.q));
-  kernels::AttentionDims d;
-  SLUICE_RETURN_IF_ERROR(AttentionShapes(kOp, device(), a.q, a.k, &d));
-  const DType t = a.q.dtype();
-  ArgCheck check(kOp, device(), "q", a.q);
-  check.Exact("v", a.v, t, a.k.shape())
-      .Exact("out", a.out, t, a.q.shape())
-      .Exact("lse", a.lse, AccumDType(t), Shape{d.batch, d.q_heads, d.seq});
+  ArgCheck check(kOp, device(), "q", a.q, CheckCompute(kOp, "q", a.q));
+  SLUICE_ASSIGN_OR_RETURN(const kernels::AttentionDims d, AttentionShapes(kOp, check, a.q, a.k));
+  check.Like("v", a.v, a.k)
+      .Like("out", a.out, a.q)
+      .Exact("lse", a.lse, AccumDType(a.q.dtype()), Shape{d.batch, d.q_heads, d.seq});
   SLUICE_RETURN_IF_ERROR(check.status());
   return DoAttentionForward(stream, a);
 }
 
 Status OpsBackend::AttentionBackward(Stream& stream, const AttentionBackwardArgs& a) {
   constexpr std::string_view kOp = "AttentionBackward";
-  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "q", a.q));
-  kernels::AttentionDims d;
-  SLUICE_RETURN_IF_ERROR(AttentionShapes(kOp, device(), a.q, a.k, &d));
-  const DType t = a.q.dtype();
-  ArgCheck check(kOp, device(), "q", a.q);
-  check.Exact("v", a.v, t, a.k.shape())
-      .Exact("out", a.out, t, a.q.shape())
-      .Exact("lse", a.lse, AccumDType(t), Shape{d.batch, d.q_heads, d.seq})
-      .Exact("dout", a.dout, t, a.q.shape())
-      .Exact("dq", a.dq, t, a.q.shape())
-      .Exact("dk", a.dk, t, a.k.shape())
-      .Exact("dv", a.dv, t, a.k.shape());
+  ArgCheck check(kOp, device(), "q", a.q, CheckCompute(kOp, "q", a.q));
+  SLUICE_ASSIGN_OR_RETURN(const kernels::AttentionDims d, AttentionShapes(kOp, check, a.q, a.k));
+  check.Like("v", a.v, a.k)
+      .Like("out", a.out, a.q)
+      .Exact("lse", a.lse, AccumDType(a.q.dtype()), Shape{d.batch, d.q_heads, d.seq})
+      .Like("dout", a.dout, a.q)
+      .Like("dq", a.dq, a.q)
+      .Like("dk", a.dk, a.k)
+      .Like("dv", a.dv, a.k);
   SLUICE_RETURN_IF_ERROR(check.status());
   return DoAttentionBackward(stream, a);
 }
 
 Status OpsBackend::CrossEntropyForward(Stream& stream, const CrossEntropyForwardArgs& a) {
   constexpr std::string_view kOp = "CrossEntropyForward";
-  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "logits", a.logits));
+  ArgCheck check(kOp, device(), "logits", a.logits, CheckCompute(kOp, "logits", a.logits));
   const DType acc = AccumDType(a.logits.dtype());
   const int64_t rows = RowsOf(a.logits);
-  ArgCheck check(kOp, device(), "logits", a.logits);
   check.Place("logits", a.logits)
       .Int32("targets", a.targets, rows)
-      .Numel("lse", a.lse, acc, rows, fmt::format("[{}]", rows))
+      .Elements("lse", a.lse, acc, rows)
       .Numel("loss", a.loss, acc, 1, "[] (one element)");
   SLUICE_RETURN_IF_ERROR(check.status());
   return DoCrossEntropyForward(stream, a);
@@ -311,49 +308,45 @@ Status OpsBackend::CrossEntropyForward(Stream& stream, const CrossEntropyForward
 
 Status OpsBackend::CrossEntropyBackward(Stream& stream, const CrossEntropyBackwardArgs& a) {
   constexpr std::string_view kOp = "CrossEntropyBackward";
-  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "logits", a.logits));
-  const DType acc = AccumDType(a.logits.dtype());
+  ArgCheck check(kOp, device(), "logits", a.logits, CheckCompute(kOp, "logits", a.logits));
   const int64_t rows = RowsOf(a.logits);
-  ArgCheck check(kOp, device(), "logits", a.logits);
   check.Place("logits", a.logits)
       .Int32("targets", a.targets, rows)
-      .Numel("lse", a.lse, acc, rows, fmt::format("[{}]", rows))
-      .Exact("dlogits", a.dlogits, a.logits.dtype(), a.logits.shape());
+      .Elements("lse", a.lse, AccumDType(a.logits.dtype()), rows)
+      .Like("dlogits", a.dlogits, a.logits);
   SLUICE_RETURN_IF_ERROR(check.status());
   return DoCrossEntropyBackward(stream, a);
 }
 
 Status OpsBackend::LayerNormForward(Stream& stream, const LayerNormForwardArgs& a) {
   constexpr std::string_view kOp = "LayerNormForward";
-  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "x", a.x));
+  ArgCheck check(kOp, device(), "x", a.x, CheckCompute(kOp, "x", a.x));
   const DType t = a.x.dtype();
   const int64_t rows = RowsOf(a.x);
   const int64_t cols = LastDim(a.x);
-  ArgCheck check(kOp, device(), "x", a.x);
   check.Place("x", a.x)
       .Exact("gamma", a.gamma, t, Shape{cols})
       .Optional("beta", a.beta, t, Shape{cols})
-      .Exact("y", a.y, t, a.x.shape())
-      .Numel("mean", a.mean, AccumDType(t), rows, fmt::format("[{}]", rows))
-      .Numel("rstd", a.rstd, AccumDType(t), rows, fmt::format("[{}]", rows));
+      .Like("y", a.y, a.x)
+      .Elements("mean", a.mean, AccumDType(t), rows)
+      .Elements("rstd", a.rstd, AccumDType(t), rows);
   SLUICE_RETURN_IF_ERROR(check.status());
   return DoLayerNormForward(stream, a);
 }
 
 Status OpsBackend::LayerNormBackward(Stream& stream, const LayerNormBackwardArgs& a) {
   constexpr std::string_view kOp = "LayerNormBackward";
-  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "x", a.x));
+  ArgCheck check(kOp, device(), "x", a.x, CheckCompute(kOp, "x", a.x));
   const DType t = a.x.dtype();
   const DType acc = AccumDType(t);
   const int64_t rows = RowsOf(a.x);
   const int64_t cols = LastDim(a.x);
-  ArgCheck check(kOp, device(), "x", a.x);
   check.Place("x", a.x)
       .Exact("gamma", a.gamma, t, Shape{cols})
-      .Numel("mean", a.mean, acc, rows, fmt::format("[{}]", rows))
-      .Numel("rstd", a.rstd, acc, rows, fmt::format("[{}]", rows))
-      .Exact("dy", a.dy, t, a.x.shape())
-      .Exact("dx", a.dx, t, a.x.shape())
+      .Elements("mean", a.mean, acc, rows)
+      .Elements("rstd", a.rstd, acc, rows)
+      .Like("dy", a.dy, a.x)
+      .Like("dx", a.dx, a.x)
       .Exact("dgamma", a.dgamma, acc, Shape{cols})
       .Optional("dbeta", a.dbeta, acc, Shape{cols});
   SLUICE_RETURN_IF_ERROR(check.status());
@@ -362,107 +355,98 @@ Status OpsBackend::LayerNormBackward(Stream& stream, const LayerNormBackwardArgs
 
 Status OpsBackend::RmsNormForward(Stream& stream, const RmsNormForwardArgs& a) {
   constexpr std::string_view kOp = "RmsNormForward";
-  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "x", a.x));
+  ArgCheck check(kOp, device(), "x", a.x, CheckCompute(kOp, "x", a.x));
   const DType t = a.x.dtype();
-  const int64_t rows = RowsOf(a.x);
-  ArgCheck check(kOp, device(), "x", a.x);
   check.Place("x", a.x)
       .Exact("gamma", a.gamma, t, Shape{LastDim(a.x)})
-      .Exact("y", a.y, t, a.x.shape())
-      .Numel("rstd", a.rstd, AccumDType(t), rows, fmt::format("[{}]", rows));
+      .Like("y", a.y, a.x)
+      .Elements("rstd", a.rstd, AccumDType(t), RowsOf(a.x));
   SLUICE_RETURN_IF_ERROR(check.status());
   return DoRmsNormForward(stream, a);
 }
 
 Status OpsBackend::RmsNormBackward(Stream& stream, const RmsNormBackwardArgs& a) {
   constexpr std::string_view kOp = "RmsNormBackward";
-  SLUICE_RETURN_IF_ERROR(CheckCompute(kOp, "x", a.x));
+  ArgCheck check(kOp, device(), "x", a.x, CheckCompute(kOp, "x", a.x));
   const DType t = a.x.dtype();
-  const int64_t rows = RowsOf(a.x);
   const int64_t cols = LastDim(a.x);
-  ArgCheck check(kOp, device(), "x", a.x);
   check.Place("x", a.x)
       .Exact("gamma", a.gamma, t, Shape{cols})
-      .Numel("rstd", a.rstd, AccumDType(t), rows, fmt::format("[{}]", rows))
-      .Exact("dy", a.dy, t, a.x.shape())
-      .Exact("dx", a.dx, t, a.x.shape())
+      .Elements("rstd", a.rstd, AccumDType(t), RowsOf(a.x))
+      .Like("dy", a.dy, a.x)
+      .Like("dx", a.dx, a.x)
       .Exact("dgamma", a.dgamma, AccumDType(t), Shape{cols});
   SLUICE_RETURN_IF_ERROR(check.status());
   return DoRmsNormBackward(stream, a);
 }
 
 Status OpsBackend::GeluForward(Stream& stream, const GeluForwardArgs& a) {
-  SLUICE_RETURN_IF_ERROR(CheckCompute("GeluForward", "x", a.x));
-  ArgCheck check("GeluForward", device(), "x", a.x);
-  check.Place("x", a.x).Exact("y", a.y, a.x.dtype(), a.x.shape());
-  SLUICE_RETURN_IF_ERROR(check.status());
+  constexpr std::string_view kOp = "GeluForward";
+  ArgCheck check(kOp, device(), "x", a.x, CheckCompute(kOp, "x", a.x));
+  SLUICE_RETURN_IF_ERROR(check.Place("x", a.x).Like("y", a.y, a.x).status());
   return DoGeluForward(stream, a);
 }
 
 Status OpsBackend::GeluBackward(Stream& stream, const GeluBackwardArgs& a) {
-  SLUICE_RETURN_IF_ERROR(CheckCompute("GeluBackward", "x", a.x));
-  ArgCheck check("GeluBackward", device(), "x", a.x);
-  check.Place("x", a.x)
-      .Exact("dy", a.dy, a.x.dtype(), a.x.shape())
-      .Exact("dx", a.dx, a.x.dtype(), a.x.shape());
-  SLUICE_RETURN_IF_ERROR(check.status());
+  constexpr std::string_view kOp = "GeluBackward";
+  ArgCheck check(kOp, device(), "x", a.x, CheckCompute(kOp, "x", a.x));
+  SLUICE_RETURN_IF_ERROR(
+      check.Place("x", a.x).Like("dy", a.dy, a.x).Like("dx", a.dx, a.x).status());
   return DoGeluBackward(stream, a);
 }
 
 Status OpsBackend::SwiGluForward(Stream& stream, const SwiGluForwardArgs& a) {
-  SLUICE_RETURN_IF_ERROR(CheckCompute("SwiGluForward", "gate", a.gate));
-  ArgCheck check("SwiGluForward", device(), "gate", a.gate);
-  check.Place("gate", a.gate)
-      .Exact("up", a.up, a.gate.dtype(), a.gate.shape())
-      .Exact("y", a.y, a.gate.dtype(), a.gate.shape());
+  constexpr std::string_view kOp = "SwiGluForward";
+  ArgCheck check(kOp, device(), "gate", a.gate, CheckCompute(kOp, "gate", a.gate));
+  check.Place("gate", a.gate).Like("up", a.up, a.gate).Like("y", a.y, a.gate);
   SLUICE_RETURN_IF_ERROR(check.status());
   return DoSwiGluForward(stream, a);
 }
 
 Status OpsBackend::SwiGluBackward(Stream& stream, const SwiGluBackwardArgs& a) {
-  SLUICE_RETURN_IF_ERROR(CheckCompute("SwiGluBackward", "gate", a.gate));
-  ArgCheck check("SwiGluBackward", device(), "gate", a.gate);
+  constexpr std::string_view kOp = "SwiGluBackward";
+  ArgCheck check(kOp, device(), "gate", a.gate, CheckCompute(kOp, "gate", a.gate));
   check.Place("gate", a.gate)
-      .Exact("up", a.up, a.gate.dtype(), a.gate.shape())
-      .Exact("dy", a.dy, a.gate.dtype(), a.gate.shape())
-      .Exact("dgate", a.dgate, a.gate.dtype(), a.gate.shape())
-      .Exact("dup", a.dup, a.gate.dtype(), a.gate.shape());
+      .Like("up", a.up, a.gate)
+      .Like("dy", a.dy, a.gate)
+      .Like("dgate", a.dgate, a.gate)
+      .Like("dup", a.dup, a.gate);
   SLUICE_RETURN_IF_ERROR(check.status());
   return DoSwiGluBackward(stream, a);
 }
 
 namespace {
 
-Status CheckRope(std::string_view op, const Device& device, std::string_view in_name,
-                 const Tensor& in, std::string_view out_name, const Tensor& out) {
-  ArgCheck check(op, device, in_name, in);
+// in [batch, seq, heads, even head_dim] (the check's anchor) and out like it.
+Status CheckRope(ArgCheck& check, std::string_view in_name, const Tensor& in,
+                 std::string_view out_name, const Tensor& out) {
   check
       .Require(in.rank() == 4 && in.dim(3) % 2 == 0, in_name, in,
                fmt::format("{}[batch, seq, heads, even head_dim]", DTypeName(in.dtype())))
       .Place(in_name, in)
-      .Exact(out_name, out, in.dtype(), in.shape());
+      .Like(out_name, out, in);
   return check.status();
 }
 
 }  // namespace
 
 Status OpsBackend::RopeForward(Stream& stream, const RopeForwardArgs& a) {
-  SLUICE_RETURN_IF_ERROR(CheckCompute("RopeForward", "x", a.x));
-  SLUICE_RETURN_IF_ERROR(CheckRope("RopeForward", device(), "x", a.x, "y", a.y));
+  constexpr std::string_view kOp = "RopeForward";
+  ArgCheck check(kOp, device(), "x", a.x, CheckCompute(kOp, "x", a.x));
+  SLUICE_RETURN_IF_ERROR(CheckRope(check, "x", a.x, "y", a.y));
   return DoRopeForward(stream, a);
 }
 
 Status OpsBackend::RopeBackward(Stream& stream, const RopeBackwardArgs& a) {
-  SLUICE_RETURN_IF_ERROR(CheckCompute("RopeBackward", "dy", a.dy));
-  SLUICE_RETURN_IF_ERROR(CheckRope("RopeBackward", device(), "dy", a.dy, "dx", a.dx));
+  constexpr std::string_view kOp = "RopeBackward";
+  ArgCheck check(kOp, device(), "dy", a.dy, CheckCompute(kOp, "dy", a.dy));
+  SLUICE_RETURN_IF_ERROR(CheckRope(check, "dy", a.dy, "dx", a.dx));
   return DoRopeBackward(stream, a);
 }
 
 Status OpsBackend::Add(Stream& stream, const Tensor& a, const Tensor& b, const Tensor& y) {
-  SLUICE_RETURN_IF_ERROR(CheckCompute("Add", "a", a));
-  ArgCheck check("Add", device(), "a", a);
-  check.Place("a", a).Exact("b", b, a.dtype(), a.shape()).Exact("y", y, a.dtype(), a.shape());
-  SLUICE_RETURN_IF_ERROR(check.status());
+  ArgCheck check("Add", device(), "a", a, CheckCompute("Add", "a", a));
+  SLUICE_RETURN_IF_ERROR(check.Place("a", a).Like("b", b, a).Like("y", y, a).status());
   return DoAdd(stream, a, b, y);
 }
 
@@ -487,11 +471,10 @@ Status OpsBackend::AdamStep(Stream& stream, const AdamStepArgs& a) {
   const std::string hyper_error = kernels::AdamHyperparamsError(a.hyper);
   if (!hyper_error.empty()) return InvalidArgumentError("{}: {}", kOp, hyper_error);
   const int64_t n = a.params.numel();
-  const std::string flat = fmt::format("[{}]", n);
   ArgCheck check(kOp, device(), "params", a.params);
-  check.Numel("params", a.params, DType::kF32, n, flat)
-      .Numel("exp_avg", a.exp_avg, DType::kF32, n, flat)
-      .Numel("exp_avg_sq", a.exp_avg_sq, DType::kF32, n, flat)
+  check.Elements("params", a.params, DType::kF32, n)
+      .Elements("exp_avg", a.exp_avg, DType::kF32, n)
+      .Elements("exp_avg_sq", a.exp_avg_sq, DType::kF32, n)
       .Require(!IsAbsent(a.grads) && a.grads.dtype() != DType::kF64 && a.grads.numel() == n,
                "grads", a.grads, fmt::format("f32, bf16 or f16[{}]", n))
       .Place("grads", a.grads)
@@ -520,24 +503,20 @@ Status OpsBackend::Convert(Stream& stream, const Tensor& src, const Tensor& dst)
 
 Status OpsBackend::SquaredSum(Stream& stream, const Tensor& x, const Tensor& out) {
   ArgCheck check("SquaredSum", device(), "x", x);
-  check.Place("x", x).Numel("out", out, DType::kF64, 1, "[] (one element)");
-  SLUICE_RETURN_IF_ERROR(check.status());
+  SLUICE_RETURN_IF_ERROR(
+      check.Place("x", x).Numel("out", out, DType::kF64, 1, "[] (one element)").status());
   return DoSquaredSum(stream, x, out);
 }
 
 Status OpsBackend::FlagInfOrNan(Stream& stream, const Tensor& x, int32_t* flag) {
-  ArgCheck check("FlagInfOrNan", device(), "x", x);
-  check.Place("x", x);
-  SLUICE_RETURN_IF_ERROR(check.status());
+  SLUICE_RETURN_IF_ERROR(ArgCheck("FlagInfOrNan", device(), "x", x).Place("x", x).status());
   if (flag == nullptr)
     return InvalidArgumentError("FlagInfOrNan: flag is null (x is {})", Describe(x));
   return DoFlagInfOrNan(stream, x, flag);
 }
 
 Status OpsBackend::Fill(Stream& stream, const Tensor& y, double value) {
-  ArgCheck check("Fill", device(), "y", y);
-  check.Place("y", y);
-  SLUICE_RETURN_IF_ERROR(check.status());
+  SLUICE_RETURN_IF_ERROR(ArgCheck("Fill", device(), "y", y).Place("y", y).status());
   return DoFill(stream, y, value);
 }
 
