@@ -246,6 +246,12 @@ class Device {
   // this device or host memory); a mismatch found at enqueue time is InvalidArgument.
   virtual Status CopyAsync(void* dst, const void* src, size_t bytes, CopyKind kind,
                            Stream& stream) = 0;
+  // Enqueues a strided copy of `height` rows of `width` bytes (cudaMemcpy2DAsync): row r goes
+  // from src + r * src_pitch to dst + r * dst_pitch. Pitches are at least `width`. How the
+  // engine splits and merges column blocks of a row-major activation (a fused qkv projection)
+  // without a kernel of its own.
+  virtual Status Copy2DAsync(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                             size_t width, size_t height, CopyKind kind, Stream& stream) = 0;
   // Enqueues setting `bytes` of device memory at dst to the byte `value`.
   virtual Status MemsetAsync(void* dst, int value, size_t bytes, Stream& stream) = 0;
   // Enqueues a host function; a non-OK Status (or an exception) becomes the stream's sticky error,

@@ -165,6 +165,50 @@ TEST_P(DeviceContractTest, CopiesInEveryDirectionKeepTheData) {
   EXPECT_TRUE(memset_out == expected) << "memset";
 }
 
+// The split of a fused [rows, a + b] activation into [rows, a] and [rows, b] and back.
+TEST_P(DeviceContractTest, StridedCopySplitsAndMergesColumnBlocks) {
+  constexpr size_t kRows = 37, kA = 24, kB = 40, kWidth = kA + kB;
+  std::vector<uint8_t> fused(kRows * kWidth);
+  FillPattern(fused.data(), fused.size(), 3);
+  ASSERT_DEVICE_OK_AND_ASSIGN(DeviceBuffer d_fused,
+                              device_->Allocate(fused.size(), MemoryCategory::kActivations));
+  ASSERT_DEVICE_OK_AND_ASSIGN(DeviceBuffer d_a,
+                              device_->Allocate(kRows * kA, MemoryCategory::kActivations));
+  ASSERT_DEVICE_OK_AND_ASSIGN(DeviceBuffer d_b,
+                              device_->Allocate(kRows * kB, MemoryCategory::kActivations));
+  ASSERT_DEVICE_OK_AND_ASSIGN(DeviceBuffer d_merged,
+                              device_->Allocate(fused.size(), MemoryCategory::kActivations));
+  ASSERT_DEVICE_OK_AND_ASSIGN(std::unique_ptr<Stream> s, device_->CreateStream());
+  ASSERT_DEVICE_OK(
+      device_->CopyAsync(d_fused.data(), fused.data(), fused.size(), CopyKind::kH2D, *s));
+  ASSERT_DEVICE_OK(
+      device_->Copy2DAsync(d_a.data(), kA, d_fused.data(), kWidth, kA, kRows, CopyKind::kD2D, *s));
+  ASSERT_DEVICE_OK(device_->Copy2DAsync(d_b.data(), kB, d_fused.data_as<uint8_t>() + kA, kWidth, kB,
+                                        kRows, CopyKind::kD2D, *s));
+  ASSERT_DEVICE_OK(
+      device_->Copy2DAsync(d_merged.data(), kWidth, d_a.data(), kA, kA, kRows, CopyKind::kD2D, *s));
+  ASSERT_DEVICE_OK(device_->Copy2DAsync(d_merged.data_as<uint8_t>() + kA, kWidth, d_b.data(), kB,
+                                        kB, kRows, CopyKind::kD2D, *s));
+  std::vector<uint8_t> a(kRows * kA), merged(fused.size());
+  // Device rows to a pitched host buffer: the D2H direction of the same call.
+  std::vector<uint8_t> b_pitched(kRows * (kB + 8), 0);
+  ASSERT_DEVICE_OK(device_->CopyAsync(a.data(), d_a.data(), a.size(), CopyKind::kD2H, *s));
+  ASSERT_DEVICE_OK(device_->Copy2DAsync(b_pitched.data(), kB + 8, d_b.data(), kB, kB, kRows,
+                                        CopyKind::kD2H, *s));
+  ASSERT_DEVICE_OK(
+      device_->CopyAsync(merged.data(), d_merged.data(), merged.size(), CopyKind::kD2H, *s));
+  ASSERT_DEVICE_OK(s->Synchronize());
+  EXPECT_EQ(merged, fused);
+  for (size_t r = 0; r < kRows; ++r) {
+    for (size_t c = 0; c < kA; ++c)
+      ASSERT_EQ(a[r * kA + c], fused[r * kWidth + c]) << r << "," << c;
+    for (size_t c = 0; c < kB; ++c) {
+      ASSERT_EQ(b_pitched[r * (kB + 8) + c], fused[r * kWidth + kA + c]) << r << "," << c;
+    }
+    for (size_t c = kB; c < kB + 8; ++c) ASSERT_EQ(b_pitched[r * (kB + 8) + c], 0) << "pad " << r;
+  }
+}
+
 TEST_P(DeviceContractTest, StreamOrderedFreeIsReusableOnTheSameStreamAtOnce) {
   ASSERT_DEVICE_OK_AND_ASSIGN(std::unique_ptr<Stream> s, device_->CreateStream());
   ASSERT_DEVICE_OK_AND_ASSIGN(DeviceBuffer hold,

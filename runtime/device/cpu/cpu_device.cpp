@@ -158,6 +158,34 @@ Status CpuDevice::CopyAsync(void* dst, const void* src, size_t bytes, CopyKind k
   return OkStatus();
 }
 
+Status CpuDevice::Copy2DAsync(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                              size_t width, size_t height, CopyKind kind, Stream& stream) {
+  CpuStreamQueue& queue = QueueOf(stream);
+  if (width == 0 || height == 0) return OkStatus();
+  const std::string operation =
+      fmt::format("Copy2DAsync {} {} rows of {}", CopyKindName(kind), height, FormatBytes(width));
+  if (dst_pitch < width || src_pitch < width) {
+    return InvalidArgumentError("{} on {}: pitches (dst {}, src {}) must be at least the width {}",
+                                operation, name(), dst_pitch, src_pitch, width);
+  }
+  const bool dst_device = kind == CopyKind::kH2D || kind == CopyKind::kD2D;
+  const bool src_device = kind == CopyKind::kD2H || kind == CopyKind::kD2D;
+  SLUICE_RETURN_IF_ERROR(
+      CheckRange(dst, (height - 1) * dst_pitch + width, dst_device, "dst", operation));
+  SLUICE_RETURN_IF_ERROR(
+      CheckRange(src, (height - 1) * src_pitch + width, src_device, "src", operation));
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  if (!queue.Enqueue(operation, [=] {
+        for (size_t r = 0; r < height; ++r)
+          std::memcpy(d + r * dst_pitch, s + r * src_pitch, width);
+        return OkStatus();
+      })) {
+    return FailedPreconditionError("{} on stream {}, which is shut down", operation, stream.name());
+  }
+  return OkStatus();
+}
+
 Status CpuDevice::MemsetAsync(void* dst, int value, size_t bytes, Stream& stream) {
   CpuStreamQueue& queue = QueueOf(stream);
   if (bytes == 0) return OkStatus();

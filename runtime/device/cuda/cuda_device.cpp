@@ -212,6 +212,15 @@ Status CudaDevice::CopyAsync(void* dst, const void* src, size_t bytes, CopyKind 
   return OkStatus();
 }
 
+Status CudaDevice::Copy2DAsync(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                               size_t width, size_t height, CopyKind kind, Stream& stream) {
+  CudaStream& cuda_stream = StreamOf(stream);
+  if (width == 0 || height == 0) return OkStatus();
+  SLUICE_TRY_CUDA(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height, ToCuda(kind),
+                                    cuda_stream.stream()));
+  return OkStatus();
+}
+
 Status CudaDevice::MemsetAsync(void* dst, int value, size_t bytes, Stream& stream) {
   CudaStream& cuda_stream = StreamOf(stream);
   if (bytes == 0) return OkStatus();

@@ -30,6 +30,8 @@ class CudaDevice final : public Device {
   Result<std::unique_ptr<Event>> CreateEvent() override;
   Status CopyAsync(void* dst, const void* src, size_t bytes, CopyKind kind,
                    Stream& stream) override;
+  Status Copy2DAsync(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                     size_t height, CopyKind kind, Stream& stream) override;
   Status MemsetAsync(void* dst, int value, size_t bytes, Stream& stream) override;
   Status LaunchHostFunc(Stream& stream, std::function<Status()> fn,
                         std::string_view name = "host function") override;
