@@ -2,10 +2,11 @@
 // (Device::LaunchHostFunc): runtime/ops/cpu (kernels/cpu, f32) and runtime/ops/ref (kernels/ref,
 // f64). Both columns differ only in their kernel set K, so the launch code is written once here.
 //
-// K provides: `using T` (the compute type), `kCompute` (its DType), `kName`, and static functions
-// with kernels/ref's signatures (no thread counts) for the layer ops, plus AdamStep and the four
-// 16-bit conversions. Every host function reads and writes device memory only from the stream's
-// worker, never from the enqueuing thread.
+// K provides: `using T` (the compute type), `kCompute` (its DType), `kName`, and functions with
+// kernels/ref's signatures for the layer ops, plus AdamStep and the four 16-bit conversions. The
+// backend keeps one K value and each launch captures a copy of it: K's members are the column's
+// settings (the CPU column's OpenMP team size). Every host function reads and writes device memory
+// only from the stream's worker, never from the enqueuing thread.
 #pragma once
 
 #include <cmath>
@@ -62,7 +63,8 @@ class HostOpsBackend : public OpsBackend {
  public:
   using T = typename K::T;
 
-  explicit HostOpsBackend(Device& device) : OpsBackend(device), scratch_(device) {}
+  explicit HostOpsBackend(Device& device, K kernels = K())
+      : OpsBackend(device), kernels_(kernels), scratch_(device) {}
 
   std::string_view name() const override { return K::kName; }
   bool Supports(DType compute) const override { return compute == K::kCompute; }
@@ -99,14 +101,16 @@ class HostOpsBackend : public OpsBackend {
     const T *x = P(a.x), *w = P(a.w), *b = P(a.b);
     T* y = P(a.y);
     const int64_t rows = Rows(a.x), in = Last(a.x), out = a.w.dim(0);
-    return Launch(s, "LinearForward", [=] { K::LinearForward(x, w, b, y, rows, in, out); });
+    return Launch(s, "LinearForward",
+                  [=, kset = kernels_] { kset.LinearForward(x, w, b, y, rows, in, out); });
   }
   Status DoLinearBackward(Stream& s, const LinearBackwardArgs& a) override {
     const T *x = P(a.x), *w = P(a.w), *dy = P(a.dy);
     T *dx = P(a.dx), *dw = P(a.dw), *db = P(a.db);
     const int64_t rows = Rows(a.x), in = Last(a.x), out = a.w.dim(0);
-    return Launch(s, "LinearBackward",
-                  [=] { K::LinearBackward(x, w, dy, dx, dw, db, rows, in, out); });
+    return Launch(s, "LinearBackward", [=, kset = kernels_] {
+      kset.LinearBackward(x, w, dy, dx, dw, db, rows, in, out);
+    });
   }
   Status DoEmbeddingForward(Stream& s, const EmbeddingForwardArgs& a) override {
     const int32_t* tokens = a.tokens.data;
@@ -114,9 +118,9 @@ class HostOpsBackend : public OpsBackend {
     const T* table = P(a.table);
     T* out = P(a.out);
     const int64_t n = a.tokens.count, vocab = a.table.dim(0), dim = a.table.dim(1);
-    return Launch(s, "EmbeddingForward", [=]() -> Status {
+    return Launch(s, "EmbeddingForward", [=, kset = kernels_]() -> Status {
       SLUICE_RETURN_IF_ERROR(CheckTokens("EmbeddingForward", tokens, n, vocab, flag));
-      K::EmbeddingForward(tokens, table, out, n, vocab, dim);
+      kset.EmbeddingForward(tokens, table, out, n, vocab, dim);
       return OkStatus();
     });
   }
@@ -126,9 +130,9 @@ class HostOpsBackend : public OpsBackend {
     const T* dout = P(a.dout);
     T* dtable = P(a.dtable);
     const int64_t n = a.tokens.count, vocab = a.dtable.dim(0), dim = a.dtable.dim(1);
-    return Launch(s, "EmbeddingBackward", [=]() -> Status {
+    return Launch(s, "EmbeddingBackward", [=, kset = kernels_]() -> Status {
       SLUICE_RETURN_IF_ERROR(CheckTokens("EmbeddingBackward", tokens, n, vocab, flag));
-      K::EmbeddingBackward(tokens, dout, dtable, n, vocab, dim);
+      kset.EmbeddingBackward(tokens, dout, dtable, n, vocab, dim);
       return OkStatus();
     });
   }
@@ -136,16 +140,18 @@ class HostOpsBackend : public OpsBackend {
     const T* wpe = P(a.wpe);
     T* x = P(a.x);
     const int64_t batch = a.x.dim(0), seq = a.x.dim(1), dim = a.x.dim(2), positions = a.wpe.dim(0);
-    return Launch(s, "PositionEmbeddingForward",
-                  [=] { K::PositionEmbeddingForward(wpe, x, batch, seq, positions, dim); });
+    return Launch(s, "PositionEmbeddingForward", [=, kset = kernels_] {
+      kset.PositionEmbeddingForward(wpe, x, batch, seq, positions, dim);
+    });
   }
   Status DoPositionEmbeddingBackward(Stream& s, const PositionEmbeddingBackwardArgs& a) override {
     const T* dx = P(a.dx);
     T* dwpe = P(a.dwpe);
     const int64_t batch = a.dx.dim(0), seq = a.dx.dim(1), dim = a.dx.dim(2),
                   positions = a.dwpe.dim(0);
-    return Launch(s, "PositionEmbeddingBackward",
-                  [=] { K::PositionEmbeddingBackward(dx, dwpe, batch, seq, positions, dim); });
+    return Launch(s, "PositionEmbeddingBackward", [=, kset = kernels_] {
+      kset.PositionEmbeddingBackward(dx, dwpe, batch, seq, positions, dim);
+    });
   }
   static kernels::AttentionDims Dims(const Tensor& q, const Tensor& k) {
     return {.batch = q.dim(0),
@@ -160,7 +166,7 @@ class HostOpsBackend : public OpsBackend {
     const T *q = P(a.q), *k = P(a.k), *v = P(a.v);
     T *out = P(a.out), *lse = P(a.lse), *workspace = static_cast<T*>(ws);
     return Launch(s, "AttentionForward",
-                  [=] { K::AttentionForward(q, k, v, out, lse, d, workspace); });
+                  [=, kset = kernels_] { kset.AttentionForward(q, k, v, out, lse, d, workspace); });
   }
   Status DoAttentionBackward(Stream& s, const AttentionBackwardArgs& a) override {
     const kernels::AttentionDims d = Dims(a.q, a.k);
@@ -168,8 +174,9 @@ class HostOpsBackend : public OpsBackend {
     const T *q = P(a.q), *k = P(a.k), *v = P(a.v), *out = P(a.out), *lse = P(a.lse),
             *dout = P(a.dout);
     T *dq = P(a.dq), *dk = P(a.dk), *dv = P(a.dv), *workspace = static_cast<T*>(ws);
-    return Launch(s, "AttentionBackward",
-                  [=] { K::AttentionBackward(q, k, v, out, lse, dout, dq, dk, dv, d, workspace); });
+    return Launch(s, "AttentionBackward", [=, kset = kernels_] {
+      kset.AttentionBackward(q, k, v, out, lse, dout, dq, dk, dv, d, workspace);
+    });
   }
   Status DoCrossEntropyForward(Stream& s, const CrossEntropyForwardArgs& a) override {
     const T* logits = P(a.logits);
@@ -177,9 +184,9 @@ class HostOpsBackend : public OpsBackend {
     int32_t* flag = a.invalid_target;
     T *lse = P(a.lse), *loss = P(a.loss);
     const int64_t rows = Rows(a.logits), vocab = Last(a.logits);
-    return Launch(s, "CrossEntropyForward", [=]() -> Status {
+    return Launch(s, "CrossEntropyForward", [=, kset = kernels_]() -> Status {
       SLUICE_RETURN_IF_ERROR(CheckTargets("CrossEntropyForward", targets, rows, vocab, flag));
-      *loss = K::CrossEntropyForward(logits, targets, lse, rows, vocab);
+      *loss = kset.CrossEntropyForward(logits, targets, lse, rows, vocab);
       return OkStatus();
     });
   }
@@ -190,9 +197,9 @@ class HostOpsBackend : public OpsBackend {
     T* dlogits = P(a.dlogits);
     const T dloss = static_cast<T>(a.dloss);
     const int64_t rows = Rows(a.logits), vocab = Last(a.logits);
-    return Launch(s, "CrossEntropyBackward", [=]() -> Status {
+    return Launch(s, "CrossEntropyBackward", [=, kset = kernels_]() -> Status {
       SLUICE_RETURN_IF_ERROR(CheckTargets("CrossEntropyBackward", targets, rows, vocab, flag));
-      K::CrossEntropyBackward(logits, targets, lse, dloss, dlogits, rows, vocab);
+      kset.CrossEntropyBackward(logits, targets, lse, dloss, dlogits, rows, vocab);
       return OkStatus();
     });
   }
@@ -201,15 +208,16 @@ class HostOpsBackend : public OpsBackend {
     T *y = P(a.y), *mean = P(a.mean), *rstd = P(a.rstd);
     const int64_t rows = Rows(a.x), cols = Last(a.x);
     const float eps = a.eps;
-    return Launch(s, "LayerNormForward",
-                  [=] { K::LayerNormForward(x, gamma, beta, y, mean, rstd, rows, cols, eps); });
+    return Launch(s, "LayerNormForward", [=, kset = kernels_] {
+      kset.LayerNormForward(x, gamma, beta, y, mean, rstd, rows, cols, eps);
+    });
   }
   Status DoLayerNormBackward(Stream& s, const LayerNormBackwardArgs& a) override {
     const T *x = P(a.x), *gamma = P(a.gamma), *mean = P(a.mean), *rstd = P(a.rstd), *dy = P(a.dy);
     T *dx = P(a.dx), *dgamma = P(a.dgamma), *dbeta = P(a.dbeta);
     const int64_t rows = Rows(a.x), cols = Last(a.x);
-    return Launch(s, "LayerNormBackward", [=] {
-      K::LayerNormBackward(x, gamma, mean, rstd, dy, dx, dgamma, dbeta, rows, cols);
+    return Launch(s, "LayerNormBackward", [=, kset = kernels_] {
+      kset.LayerNormBackward(x, gamma, mean, rstd, dy, dx, dgamma, dbeta, rows, cols);
     });
   }
   Status DoRmsNormForward(Stream& s, const RmsNormForwardArgs& a) override {
@@ -217,66 +225,71 @@ class HostOpsBackend : public OpsBackend {
     T *y = P(a.y), *rstd = P(a.rstd);
     const int64_t rows = Rows(a.x), cols = Last(a.x);
     const float eps = a.eps;
-    return Launch(s, "RmsNormForward",
-                  [=] { K::RmsNormForward(x, gamma, y, rstd, rows, cols, eps); });
+    return Launch(s, "RmsNormForward", [=, kset = kernels_] {
+      kset.RmsNormForward(x, gamma, y, rstd, rows, cols, eps);
+    });
   }
   Status DoRmsNormBackward(Stream& s, const RmsNormBackwardArgs& a) override {
     const T *x = P(a.x), *gamma = P(a.gamma), *rstd = P(a.rstd), *dy = P(a.dy);
     T *dx = P(a.dx), *dgamma = P(a.dgamma);
     const int64_t rows = Rows(a.x), cols = Last(a.x);
-    return Launch(s, "RmsNormBackward",
-                  [=] { K::RmsNormBackward(x, gamma, rstd, dy, dx, dgamma, rows, cols); });
+    return Launch(s, "RmsNormBackward", [=, kset = kernels_] {
+      kset.RmsNormBackward(x, gamma, rstd, dy, dx, dgamma, rows, cols);
+    });
   }
   Status DoGeluForward(Stream& s, const GeluForwardArgs& a) override {
     const T* x = P(a.x);
     T* y = P(a.y);
     const int64_t n = a.x.numel();
-    return Launch(s, "GeluForward", [=] { K::GeluForward(x, y, n); });
+    return Launch(s, "GeluForward", [=, kset = kernels_] { kset.GeluForward(x, y, n); });
   }
   Status DoGeluBackward(Stream& s, const GeluBackwardArgs& a) override {
     const T *x = P(a.x), *dy = P(a.dy);
     T* dx = P(a.dx);
     const int64_t n = a.x.numel();
-    return Launch(s, "GeluBackward", [=] { K::GeluBackward(x, dy, dx, n); });
+    return Launch(s, "GeluBackward", [=, kset = kernels_] { kset.GeluBackward(x, dy, dx, n); });
   }
   Status DoSwiGluForward(Stream& s, const SwiGluForwardArgs& a) override {
     const T *gate = P(a.gate), *up = P(a.up);
     T* y = P(a.y);
     const int64_t n = a.gate.numel();
-    return Launch(s, "SwiGluForward", [=] { K::SwiGluForward(gate, up, y, n); });
+    return Launch(s, "SwiGluForward", [=, kset = kernels_] { kset.SwiGluForward(gate, up, y, n); });
   }
   Status DoSwiGluBackward(Stream& s, const SwiGluBackwardArgs& a) override {
     const T *gate = P(a.gate), *up = P(a.up), *dy = P(a.dy);
     T *dgate = P(a.dgate), *dup = P(a.dup);
     const int64_t n = a.gate.numel();
-    return Launch(s, "SwiGluBackward", [=] { K::SwiGluBackward(gate, up, dy, dgate, dup, n); });
+    return Launch(s, "SwiGluBackward",
+                  [=, kset = kernels_] { kset.SwiGluBackward(gate, up, dy, dgate, dup, n); });
   }
   Status DoRopeForward(Stream& s, const RopeForwardArgs& a) override {
     const T* x = P(a.x);
     T* y = P(a.y);
     const int64_t b = a.x.dim(0), seq = a.x.dim(1), h = a.x.dim(2), d = a.x.dim(3);
     const float theta = a.theta;
-    return Launch(s, "RopeForward", [=] { K::RopeForward(x, y, b, seq, h, d, theta); });
+    return Launch(s, "RopeForward",
+                  [=, kset = kernels_] { kset.RopeForward(x, y, b, seq, h, d, theta); });
   }
   Status DoRopeBackward(Stream& s, const RopeBackwardArgs& a) override {
     const T* dy = P(a.dy);
     T* dx = P(a.dx);
     const int64_t b = a.dy.dim(0), seq = a.dy.dim(1), h = a.dy.dim(2), d = a.dy.dim(3);
     const float theta = a.theta;
-    return Launch(s, "RopeBackward", [=] { K::RopeBackward(dy, dx, b, seq, h, d, theta); });
+    return Launch(s, "RopeBackward",
+                  [=, kset = kernels_] { kset.RopeBackward(dy, dx, b, seq, h, d, theta); });
   }
   Status DoAdd(Stream& s, const Tensor& ta, const Tensor& tb, const Tensor& ty) override {
     const T *a = P(ta), *b = P(tb);
     T* y = P(ty);
     const int64_t n = ta.numel();
-    return Launch(s, "Add", [=] { K::Add(a, b, y, n); });
+    return Launch(s, "Add", [=, kset = kernels_] { kset.Add(a, b, y, n); });
   }
   Status DoAccumulate(Stream& s, const Tensor& tx, const Tensor& ty) override {
     const int64_t n = tx.numel();
     if (tx.dtype() == K::kCompute && ty.dtype() == K::kCompute) {
       const T* x = P(tx);
       T* y = P(ty);
-      return Launch(s, "Accumulate", [=] { K::Accumulate(x, y, n); });
+      return Launch(s, "Accumulate", [=, kset = kernels_] { kset.Accumulate(x, y, n); });
     }
     if (ty.dtype() != DType::kF32 || tx.dtype() == DType::kF32) {
       return UnsupportedDType("Accumulate", "x", tx);
@@ -308,22 +321,22 @@ class HostOpsBackend : public OpsBackend {
     if (!error.empty()) return InvalidArgumentError("AdamStep: {}", error);
     const kernels::AdamHyperparams hyper = a.hyper;
     const float grad_scale = a.grad_scale;
-    return Launch(s, "AdamStep", [=] { K::AdamStep(t, hyper, grad_scale); });
+    return Launch(s, "AdamStep", [=, kset = kernels_] { kset.AdamStep(t, hyper, grad_scale); });
   }
   Status DoConvert(Stream& s, const Tensor& src, const Tensor& dst) override {
     const int64_t n = src.numel();
     const void* x = src.raw_data();
     void* y = dst.raw_data();
     const DType from = src.dtype(), to = dst.dtype();
-    return Launch(s, "Convert", [=] {
+    return Launch(s, "Convert", [=, kset = kernels_] {
       if (from == DType::kF32 && to == DType::kBF16) {
-        K::ConvertF32ToBf16(static_cast<const float*>(x), static_cast<uint16_t*>(y), n);
+        kset.ConvertF32ToBf16(static_cast<const float*>(x), static_cast<uint16_t*>(y), n);
       } else if (from == DType::kF32 && to == DType::kF16) {
-        K::ConvertF32ToF16(static_cast<const float*>(x), static_cast<uint16_t*>(y), n);
+        kset.ConvertF32ToF16(static_cast<const float*>(x), static_cast<uint16_t*>(y), n);
       } else if (from == DType::kBF16) {
-        K::ConvertBf16ToF32(static_cast<const uint16_t*>(x), static_cast<float*>(y), n);
+        kset.ConvertBf16ToF32(static_cast<const uint16_t*>(x), static_cast<float*>(y), n);
       } else {
-        K::ConvertF16ToF32(static_cast<const uint16_t*>(x), static_cast<float*>(y), n);
+        kset.ConvertF16ToF32(static_cast<const uint16_t*>(x), static_cast<float*>(y), n);
       }
     });
   }
@@ -420,6 +433,7 @@ class HostOpsBackend : public OpsBackend {
         targets[bad], bad, vocab, kernels::kIgnoreIndex);
   }
 
+  K kernels_;
   ScratchPool scratch_;
 };
 

@@ -11,10 +11,11 @@
 //   lacks (Unimplemented), a launch the device refused. What goes wrong while the op runs (a token
 //   id outside the vocabulary on the CPU, a CUDA fault) becomes the stream's sticky error, named
 //   after the op, and is returned by the stream's next Synchronize / Query (runtime/device.h).
-// - The compute dtype is a run-time property: the dtype of the op's activations (x, q, logits, ...).
+// - The compute dtype is a run-time property: the dtype of the op's activations (x, q, logits,
+// ...).
 //   Parameters (w, b, gamma, beta, table, wpe) are in the compute dtype too. Saved statistics
-//   (lse, mean, rstd), parameter gradients (dw, db, dgamma, dbeta, dtable, dwpe) and the loss are in
-//   AccumDType(compute): fp32 for the 16-bit and fp32 compute dtypes, fp64 for the reference.
+//   (lse, mean, rstd), parameter gradients (dw, db, dgamma, dbeta, dtable, dwpe) and the loss are
+//   in AccumDType(compute): fp32 for the 16-bit and fp32 compute dtypes, fp64 for the reference.
 //   Input gradients (dx) are in the compute dtype and OVERWRITTEN; parameter gradients ACCUMULATE
 //   (+=), as PyTorch's .grad and kernels/ref/ops_linear.h state.
 // - A gradient (or bias) that is not wanted is an empty Tensor (`Tensor()`, null data).
@@ -127,13 +128,14 @@ struct CrossEntropyForwardArgs {
   Tensor lse, loss;
   int32_t* invalid_target = nullptr;
 };
-// dloss: the gradient of the mean loss (loss scale, 1 / accumulation steps), a host value.
+// dloss: the gradient of the mean loss (loss scale, 1 / accumulation steps), a host value,
+// rounded to the compute dtype's accumulation type (fp32 on cpu and cuda; exact on ref).
 // dlogits like logits, overwritten; may be logits itself.
 struct CrossEntropyBackwardArgs {
   Tensor logits;
   Int32View targets;
   Tensor lse;
-  float dloss = 1.0f;
+  double dloss = 1.0;
   Tensor dlogits;
   int32_t* invalid_target = nullptr;
 };

@@ -6,15 +6,15 @@
 
 namespace sluice::ops {
 
-Result<std::unique_ptr<OpsBackend>> CreateOpsBackend(Device& device) {
+Result<std::unique_ptr<OpsBackend>> CreateOpsBackend(Device& device,
+                                                     const OpsBackendOptions& options) {
   switch (device.kind()) {
     case DeviceKind::kCpu:
-      return CreateCpuOpsBackend(device);
+      return CreateCpuOpsBackend(device, options.cpu_threads);
     case DeviceKind::kCuda:
       return internal::CreateCudaOpsBackend(device);
   }
-  return InvalidArgumentError("no ops backend for device kind {}",
-                              static_cast<int>(device.kind()));
+  return InvalidArgumentError("no ops backend for device kind {}", static_cast<int>(device.kind()));
 }
 
 Result<std::unique_ptr<OpsBackend>> CreateReferenceOpsBackend(Device& device) {

@@ -8,6 +8,7 @@
 
 namespace sluice::ops {
 
-std::unique_ptr<OpsBackend> CreateCpuOpsBackend(Device& device);
+// threads: the OpenMP team size of each op (0: OpenMP's default). Results do not depend on it.
+std::unique_ptr<OpsBackend> CreateCpuOpsBackend(Device& device, int threads);
 
 }  // namespace sluice::ops

@@ -101,19 +101,19 @@ class CudaOpsBackend : public OpsBackend {
     SLUICE_ASSIGN_OR_RETURN(kc::GemmContext * ctx, Gemm(s));
     return ByCompute(a.x.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      return FromLaunch("LinearBackward",
-                        kc::LinearBackward<T>(*ctx, P<T>(a.x), P<T>(a.w), P<T>(a.dy), P<T>(a.dx),
-                                              F(a.dw), F(a.db), Rows(a.x), Last(a.x), a.w.dim(0),
-                                              Native(s)));
+      return FromLaunch(
+          "LinearBackward",
+          kc::LinearBackward<T>(*ctx, P<T>(a.x), P<T>(a.w), P<T>(a.dy), P<T>(a.dx), F(a.dw),
+                                F(a.db), Rows(a.x), Last(a.x), a.w.dim(0), Native(s)));
     });
   }
   Status DoEmbeddingForward(Stream& s, const EmbeddingForwardArgs& a) override {
     return ByCompute(a.table.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      return FromLaunch("EmbeddingForward",
-                        kc::EmbeddingForward<T>(a.tokens.data, P<T>(a.table), P<T>(a.out),
-                                                a.tokens.count, a.table.dim(0), a.table.dim(1),
-                                                a.invalid_token, Native(s)));
+      return FromLaunch(
+          "EmbeddingForward",
+          kc::EmbeddingForward<T>(a.tokens.data, P<T>(a.table), P<T>(a.out), a.tokens.count,
+                                  a.table.dim(0), a.table.dim(1), a.invalid_token, Native(s)));
     });
   }
   Status DoEmbeddingBackward(Stream& s, const EmbeddingBackwardArgs& a) override {
@@ -122,28 +122,28 @@ class CudaOpsBackend : public OpsBackend {
     SLUICE_ASSIGN_OR_RETURN(void* ws, scratch_.Get(s, bytes));
     return ByCompute(a.dout.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      return FromLaunch("EmbeddingBackward",
-                        kc::EmbeddingBackward<T>(a.tokens.data, P<T>(a.dout), F(a.dtable),
-                                                 a.tokens.count, vocab, a.dtable.dim(1),
-                                                 a.invalid_token, ws, bytes, Native(s)));
+      return FromLaunch(
+          "EmbeddingBackward",
+          kc::EmbeddingBackward<T>(a.tokens.data, P<T>(a.dout), F(a.dtable), a.tokens.count, vocab,
+                                   a.dtable.dim(1), a.invalid_token, ws, bytes, Native(s)));
     });
   }
   Status DoPositionEmbeddingForward(Stream& s, const PositionEmbeddingForwardArgs& a) override {
     return ByCompute(a.x.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      return FromLaunch("PositionEmbeddingForward",
-                        kc::PositionEmbeddingForward<T>(P<T>(a.wpe), P<T>(a.x), a.x.dim(0),
-                                                        a.x.dim(1), a.wpe.dim(0), a.x.dim(2),
-                                                        Native(s)));
+      return FromLaunch(
+          "PositionEmbeddingForward",
+          kc::PositionEmbeddingForward<T>(P<T>(a.wpe), P<T>(a.x), a.x.dim(0), a.x.dim(1),
+                                          a.wpe.dim(0), a.x.dim(2), Native(s)));
     });
   }
   Status DoPositionEmbeddingBackward(Stream& s, const PositionEmbeddingBackwardArgs& a) override {
     return ByCompute(a.dx.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      return FromLaunch("PositionEmbeddingBackward",
-                        kc::PositionEmbeddingBackward<T>(P<T>(a.dx), F(a.dwpe), a.dx.dim(0),
-                                                         a.dx.dim(1), a.dwpe.dim(0), a.dx.dim(2),
-                                                         Native(s)));
+      return FromLaunch(
+          "PositionEmbeddingBackward",
+          kc::PositionEmbeddingBackward<T>(P<T>(a.dx), F(a.dwpe), a.dx.dim(0), a.dx.dim(1),
+                                           a.dwpe.dim(0), a.dx.dim(2), Native(s)));
     });
   }
   Status DoAttentionForward(Stream& s, const AttentionForwardArgs& a) override {
@@ -161,20 +161,19 @@ class CudaOpsBackend : public OpsBackend {
     SLUICE_ASSIGN_OR_RETURN(void* ws, scratch_.Get(s, bytes));
     return ByCompute(a.q.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      return FromLaunch(
-          "AttentionBackward",
-          kc::AttentionBackward<T>(P<T>(a.q), P<T>(a.k), P<T>(a.v), P<T>(a.out), F(a.lse),
-                                   P<T>(a.dout), P<T>(a.dq), P<T>(a.dk), P<T>(a.dv), d, ws, bytes,
-                                   Native(s)));
+      return FromLaunch("AttentionBackward",
+                        kc::AttentionBackward<T>(P<T>(a.q), P<T>(a.k), P<T>(a.v), P<T>(a.out),
+                                                 F(a.lse), P<T>(a.dout), P<T>(a.dq), P<T>(a.dk),
+                                                 P<T>(a.dv), d, ws, bytes, Native(s)));
     });
   }
   Status DoCrossEntropyForward(Stream& s, const CrossEntropyForwardArgs& a) override {
     return ByCompute(a.logits.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      return FromLaunch("CrossEntropyForward",
-                        kc::CrossEntropyForward<T>(P<T>(a.logits), a.targets.data, F(a.lse),
-                                                   Rows(a.logits), Last(a.logits), F(a.loss),
-                                                   a.invalid_target, Native(s)));
+      return FromLaunch(
+          "CrossEntropyForward",
+          kc::CrossEntropyForward<T>(P<T>(a.logits), a.targets.data, F(a.lse), Rows(a.logits),
+                                     Last(a.logits), F(a.loss), a.invalid_target, Native(s)));
     });
   }
   Status DoCrossEntropyBackward(Stream& s, const CrossEntropyBackwardArgs& a) override {
@@ -182,20 +181,20 @@ class CudaOpsBackend : public OpsBackend {
     SLUICE_ASSIGN_OR_RETURN(void* ws, scratch_.Get(s, bytes));
     return ByCompute(a.logits.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      return FromLaunch("CrossEntropyBackward",
-                        kc::CrossEntropyBackward<T>(P<T>(a.logits), a.targets.data, F(a.lse),
-                                                    a.dloss, P<T>(a.dlogits), Rows(a.logits),
-                                                    Last(a.logits), a.invalid_target, ws, bytes,
-                                                    Native(s)));
+      return FromLaunch(
+          "CrossEntropyBackward",
+          kc::CrossEntropyBackward<T>(P<T>(a.logits), a.targets.data, F(a.lse),
+                                      static_cast<float>(a.dloss), P<T>(a.dlogits), Rows(a.logits),
+                                      Last(a.logits), a.invalid_target, ws, bytes, Native(s)));
     });
   }
   Status DoLayerNormForward(Stream& s, const LayerNormForwardArgs& a) override {
     return ByCompute(a.x.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      return FromLaunch("LayerNormForward",
-                        kc::LayerNormForward<T>(P<T>(a.x), P<T>(a.gamma), P<T>(a.beta), P<T>(a.y),
-                                                F(a.mean), F(a.rstd), Rows(a.x), Last(a.x), a.eps,
-                                                Native(s)));
+      return FromLaunch(
+          "LayerNormForward",
+          kc::LayerNormForward<T>(P<T>(a.x), P<T>(a.gamma), P<T>(a.beta), P<T>(a.y), F(a.mean),
+                                  F(a.rstd), Rows(a.x), Last(a.x), a.eps, Native(s)));
     });
   }
   Status DoLayerNormBackward(Stream& s, const LayerNormBackwardArgs& a) override {
@@ -203,11 +202,10 @@ class CudaOpsBackend : public OpsBackend {
     SLUICE_ASSIGN_OR_RETURN(void* ws, scratch_.Get(s, bytes));
     return ByCompute(a.x.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      return FromLaunch(
-          "LayerNormBackward",
-          kc::LayerNormBackward<T>(P<T>(a.x), P<T>(a.gamma), F(a.mean), F(a.rstd), P<T>(a.dy),
-                                   P<T>(a.dx), F(a.dgamma), F(a.dbeta), Rows(a.x), Last(a.x), ws,
-                                   bytes, Native(s)));
+      return FromLaunch("LayerNormBackward",
+                        kc::LayerNormBackward<T>(P<T>(a.x), P<T>(a.gamma), F(a.mean), F(a.rstd),
+                                                 P<T>(a.dy), P<T>(a.dx), F(a.dgamma), F(a.dbeta),
+                                                 Rows(a.x), Last(a.x), ws, bytes, Native(s)));
     });
   }
   Status DoRmsNormForward(Stream& s, const RmsNormForwardArgs& a) override {
@@ -223,10 +221,10 @@ class CudaOpsBackend : public OpsBackend {
     SLUICE_ASSIGN_OR_RETURN(void* ws, scratch_.Get(s, bytes));
     return ByCompute(a.x.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      return FromLaunch("RmsNormBackward",
-                        kc::RmsNormBackward<T>(P<T>(a.x), P<T>(a.gamma), F(a.rstd), P<T>(a.dy),
-                                               P<T>(a.dx), F(a.dgamma), Rows(a.x), Last(a.x), ws,
-                                               bytes, Native(s)));
+      return FromLaunch(
+          "RmsNormBackward",
+          kc::RmsNormBackward<T>(P<T>(a.x), P<T>(a.gamma), F(a.rstd), P<T>(a.dy), P<T>(a.dx),
+                                 F(a.dgamma), Rows(a.x), Last(a.x), ws, bytes, Native(s)));
     });
   }
   Status DoGeluForward(Stream& s, const GeluForwardArgs& a) override {
@@ -262,8 +260,8 @@ class CudaOpsBackend : public OpsBackend {
     return ByCompute(a.x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       return FromLaunch("RopeForward",
-                        kc::RopeForward<T>(P<T>(a.x), P<T>(a.y), a.x.dim(0), a.x.dim(1),
-                                           a.x.dim(2), a.x.dim(3), a.theta, Native(s)));
+                        kc::RopeForward<T>(P<T>(a.x), P<T>(a.y), a.x.dim(0), a.x.dim(1), a.x.dim(2),
+                                           a.x.dim(3), a.theta, Native(s)));
     });
   }
   Status DoRopeBackward(Stream& s, const RopeBackwardArgs& a) override {
@@ -338,14 +336,13 @@ class CudaOpsBackend : public OpsBackend {
     if (!Supports(x.dtype())) return UnsupportedDType("FlagInfOrNan", "x", x);
     return ByCompute(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      return FromLaunch("FlagInfOrNan",
-                        kc::FlagInfOrNan<T>(P<T>(x), x.numel(), flag, Native(s)));
+      return FromLaunch("FlagInfOrNan", kc::FlagInfOrNan<T>(P<T>(x), x.numel(), flag, Native(s)));
     });
   }
   Status DoFill(Stream& s, const Tensor& y, double value) override {
     if (y.dtype() == DType::kF32) {
-      return FromLaunch("Fill", kc::Fill<float>(F(y), static_cast<float>(value), y.numel(),
-                                                Native(s)));
+      return FromLaunch("Fill",
+                        kc::Fill<float>(F(y), static_cast<float>(value), y.numel(), Native(s)));
     }
     if (y.dtype() == DType::kBF16) {
       __nv_bfloat16_raw raw;
@@ -396,9 +393,9 @@ class CudaOpsBackend : public OpsBackend {
     auto it = gemm_.find(stream.id());
     if (it != gemm_.end()) return it->second.context.get();
     GemmState state;
-    SLUICE_ASSIGN_OR_RETURN(state.workspace,
-                            device().Allocate(kc::GemmContext::kDefaultWorkspaceBytes,
-                                              MemoryCategory::kBuffers));
+    SLUICE_ASSIGN_OR_RETURN(
+        state.workspace,
+        device().Allocate(kc::GemmContext::kDefaultWorkspaceBytes, MemoryCategory::kBuffers));
     const cudaError_t set = cudaSetDevice(device().index());
     if (set != cudaSuccess) {
       return InternalError("LinearForward: cudaSetDevice({}) failed: {}", device().index(),
