@@ -50,14 +50,15 @@ ActivationEstimate EstimateActivations(const model::ModelOptions& o, int64_t mic
   const int64_t tail = std::max(head, recomputed + r * f);
   const int64_t peak = embeddings + o.n_layer * kept + r * d + tail;
 
-  // Scratch, per block backward: GELU's or SwiGLU's input gradients, then the block's residual
-  // gradient with dq, dk, dv and either the attention workspace or the fused dqkv.
+  // Scratch: the attention workspace, which the ops backend keeps for the compute stream once the
+  // first attention ran (runtime/ops/ops_backend.h), and on top of it, per block backward, GELU's
+  // or SwiGLU's input gradients, then the block's residual gradient with dq, dk, dv and, fused,
+  // the dqkv they are merged into.
   const int64_t mlp_scratch = gpt2 ? r * f : 2 * r * f;
   const int64_t attention_scratch =
-      gpt2 ? 2 * r * d + 2 * r * kv + std::max(workspace, r * (d + 2 * kv))
-           : 2 * r * d + 2 * r * kv + workspace;
+      gpt2 ? 2 * r * d + 2 * r * kv + r * (d + 2 * kv) : 2 * r * d + 2 * r * kv;
   const int64_t block_scratch = std::max(mlp_scratch, attention_scratch);
-  int64_t scratch = block_scratch;
+  int64_t scratch = workspace + block_scratch;
   std::string widening;
   if (o.param_dtype == DType::kBF16) {
     // The running unit's parameters, widened to fp32 for the whole of its forward or backward.
@@ -66,7 +67,7 @@ ActivationEstimate EstimateActivations(const model::ModelOptions& o, int64_t mic
       const int64_t extra = unit.name == "block" ? block_scratch : 0;
       widened = std::max(widened, unit.read_elements + extra);
     }
-    scratch = widened;
+    scratch = workspace + widened;
     widening = " incl. bf16->fp32 widening of the running unit";
   }
 
@@ -85,7 +86,8 @@ ActivationEstimate EstimateActivations(const model::ModelOptions& o, int64_t mic
       o.activation_checkpointing ? " (checkpointed: R*d)" : "", FormatCount(r * d),
       FormatCount(head), o.activation_checkpointing ? "recomputed block + " : "",
       FormatCount(recomputed + r * f), FormatCount(r));
-  e.scratch_formula = fmt::format("4 B x max(MLP {}, attention {}){}", FormatCount(mlp_scratch),
+  e.scratch_formula = fmt::format("4 B x (attention workspace {} + max(MLP {}, attention {}){})",
+                                  FormatCount(workspace), FormatCount(mlp_scratch),
                                   FormatCount(attention_scratch), widening);
   return e;
 }

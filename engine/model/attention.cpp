@@ -1,9 +1,6 @@
 #include "engine/model/attention.h"
 
-#include <algorithm>
 #include <utility>
-
-#include "engine/model/ops_backend.h"
 
 namespace sluice::model {
 namespace {
@@ -65,12 +62,9 @@ Result<Act<T>> CausalSelfAttention<T>::Forward(ForwardContext<T>& ctx, Act<T> x)
     SLUICE_ASSIGN_OR_RETURN(T * q, ctx.AllocateSaved(id, rows * qw));
     SLUICE_ASSIGN_OR_RETURN(T * k, ctx.AllocateSaved(id, rows * kvw));
     SLUICE_ASSIGN_OR_RETURN(T * v, ctx.AllocateSaved(id, rows * kvw));
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* row = qkv.data + r * qkv.cols;
-      std::copy_n(row, qw, q + r * qw);
-      std::copy_n(row + qw, kvw, k + r * kvw);
-      std::copy_n(row + qw + kvw, kvw, v + r * kvw);
-    }
+    SLUICE_RETURN_IF_ERROR(ctx.CopyColumns(qkv.data, qkv.cols, q, qw, rows, qw));
+    SLUICE_RETURN_IF_ERROR(ctx.CopyColumns(qkv.data + qw, qkv.cols, k, kvw, rows, kvw));
+    SLUICE_RETURN_IF_ERROR(ctx.CopyColumns(qkv.data + qw + kvw, qkv.cols, v, kvw, rows, kvw));
   } else {
     SLUICE_ASSIGN_OR_RETURN(Act<T> q, q_->Forward(ctx, x));
     SLUICE_ASSIGN_OR_RETURN(Act<T> k, k_->Forward(ctx, x));
@@ -83,17 +77,18 @@ Result<Act<T>> CausalSelfAttention<T>::Forward(ForwardContext<T>& ctx, Act<T> x)
     ctx.KeepSaved(id, k.data);
     ctx.KeepSaved(id, v.data);
   }
-  const kernels::AttentionDims dims{ctx.batch(), ctx.seq(), options_.n_head, options_.n_kv_head,
-                                    head_dim_};
   SLUICE_ASSIGN_OR_RETURN(T * out, ctx.AllocateSaved(id, rows * qw));
   SLUICE_ASSIGN_OR_RETURN(T * lse,
                           ctx.AllocateSaved(id, ctx.batch() * options_.n_head * ctx.seq()));
-  {
-    SLUICE_ASSIGN_OR_RETURN(Scratch<T> workspace,
-                            ctx.AllocateScratch(kernels::AttentionWorkspaceElements(dims)));
-    const auto saved = ctx.Saved(id);
-    Ops<T>::AttentionForward(saved[kQ], saved[kK], saved[kV], out, lse, dims, workspace.get());
-  }
+  const auto saved = ctx.Saved(id);
+  const Shape q_shape = QShape(ctx);
+  const Shape kv_shape = KvShape(ctx);
+  SLUICE_RETURN_IF_ERROR(
+      ctx.ops().AttentionForward(ctx.stream(), {.q = ctx.View(saved[kQ], q_shape),
+                                                .k = ctx.View(saved[kK], kv_shape),
+                                                .v = ctx.View(saved[kV], kv_shape),
+                                                .out = ctx.View(out, q_shape),
+                                                .lse = ctx.View(lse, LseShape(ctx))}));
   return out_->Forward(ctx, Act<T>{out, rows, qw});
 }
 
@@ -103,31 +98,33 @@ Result<Act<T>> CausalSelfAttention<T>::Backward(ForwardContext<T>& ctx, Act<T> d
   const int64_t rows = dy.rows;
   const int64_t qw = q_width();
   const int64_t kvw = kv_width();
-  const kernels::AttentionDims dims{ctx.batch(), ctx.seq(), options_.n_head, options_.n_kv_head,
-                                    head_dim_};
   SLUICE_ASSIGN_OR_RETURN(Act<T> dout, out_->Backward(ctx, dy));
   SLUICE_ASSIGN_OR_RETURN(Scratch<T> dq, ctx.AllocateScratch(rows * qw));
   SLUICE_ASSIGN_OR_RETURN(Scratch<T> dk, ctx.AllocateScratch(rows * kvw));
   SLUICE_ASSIGN_OR_RETURN(Scratch<T> dv, ctx.AllocateScratch(rows * kvw));
-  {
-    SLUICE_ASSIGN_OR_RETURN(Scratch<T> workspace,
-                            ctx.AllocateScratch(kernels::AttentionWorkspaceElements(dims)));
-    const auto saved = ctx.Saved(id);
-    Ops<T>::AttentionBackward(saved[kQ], saved[kK], saved[kV], saved[kOut], saved[kLse], dout.data,
-                              dq.get(), dk.get(), dv.get(), dims, workspace.get());
-  }
+  const auto saved = ctx.Saved(id);
+  const Shape q_shape = QShape(ctx);
+  const Shape kv_shape = KvShape(ctx);
+  SLUICE_RETURN_IF_ERROR(
+      ctx.ops().AttentionBackward(ctx.stream(), {.q = ctx.View(saved[kQ], q_shape),
+                                                 .k = ctx.View(saved[kK], kv_shape),
+                                                 .v = ctx.View(saved[kV], kv_shape),
+                                                 .out = ctx.View(saved[kOut], q_shape),
+                                                 .lse = ctx.View(saved[kLse], LseShape(ctx)),
+                                                 .dout = ctx.View(dout.data, q_shape),
+                                                 .dq = ctx.View(dq.get(), q_shape),
+                                                 .dk = ctx.View(dk.get(), kv_shape),
+                                                 .dv = ctx.View(dv.get(), kv_shape)}));
   ReleaseGradsOf(ctx, *out_);
   ctx.ReleaseSaved(id);
 
   if (qkv_ != nullptr) {
-    SLUICE_ASSIGN_OR_RETURN(Scratch<T> dqkv, ctx.AllocateScratch(rows * (qw + 2 * kvw)));
-    for (int64_t r = 0; r < rows; ++r) {
-      T* row = dqkv.get() + r * (qw + 2 * kvw);
-      std::copy_n(dq.get() + r * qw, qw, row);
-      std::copy_n(dk.get() + r * kvw, kvw, row + qw);
-      std::copy_n(dv.get() + r * kvw, kvw, row + qw + kvw);
-    }
-    return qkv_->Backward(ctx, Act<T>{dqkv.get(), rows, qw + 2 * kvw});
+    const int64_t width = qw + 2 * kvw;
+    SLUICE_ASSIGN_OR_RETURN(Scratch<T> dqkv, ctx.AllocateScratch(rows * width));
+    SLUICE_RETURN_IF_ERROR(ctx.CopyColumns(dq.get(), qw, dqkv.get(), width, rows, qw));
+    SLUICE_RETURN_IF_ERROR(ctx.CopyColumns(dk.get(), kvw, dqkv.get() + qw, width, rows, kvw));
+    SLUICE_RETURN_IF_ERROR(ctx.CopyColumns(dv.get(), kvw, dqkv.get() + qw + kvw, width, rows, kvw));
+    return qkv_->Backward(ctx, Act<T>{dqkv.get(), rows, width});
   }
 
   Act<T> dq_act{dq.get(), rows, qw};
@@ -140,8 +137,9 @@ Result<Act<T>> CausalSelfAttention<T>::Backward(ForwardContext<T>& ctx, Act<T> d
   SLUICE_ASSIGN_OR_RETURN(Act<T> dx_k, k_->Backward(ctx, dk_act));
   SLUICE_ASSIGN_OR_RETURN(Act<T> dx_v, v_->Backward(ctx, Act<T>{dv.get(), rows, kvw}));
   SLUICE_ASSIGN_OR_RETURN(T * dx, ctx.AllocateGrad(id, dx_q.numel()));
-  Ops<T>::Add(dx_q.data, dx_k.data, dx, dx_q.numel(), ctx.num_threads());
-  Ops<T>::Accumulate(dx_v.data, dx, dx_q.numel(), ctx.num_threads());
+  const Tensor dx_view = ctx.View(dx, {rows, options_.d_model});
+  SLUICE_RETURN_IF_ERROR(ctx.ops().Add(ctx.stream(), ctx.View(dx_q), ctx.View(dx_k), dx_view));
+  SLUICE_RETURN_IF_ERROR(ctx.ops().Accumulate(ctx.stream(), ctx.View(dx_v), dx_view));
   for (Module<T>* child : this->children()) {
     if (child != out_.get()) ReleaseGradsOf(ctx, *child);
   }

@@ -35,6 +35,17 @@ class CausalSelfAttention final : public Module<T> {
  private:
   int64_t q_width() const { return options_.n_head * head_dim_; }
   int64_t kv_width() const { return options_.n_kv_head * head_dim_; }
+  // The kernel's views: q, out [batch, seq, heads, head_dim]; k, v with the kv heads; lse
+  // [batch, heads, seq].
+  Shape QShape(const ForwardContext<T>& ctx) const {
+    return {ctx.batch(), ctx.seq(), options_.n_head, head_dim_};
+  }
+  Shape KvShape(const ForwardContext<T>& ctx) const {
+    return {ctx.batch(), ctx.seq(), options_.n_kv_head, head_dim_};
+  }
+  Shape LseShape(const ForwardContext<T>& ctx) const {
+    return {ctx.batch(), options_.n_head, ctx.seq()};
+  }
 
   AttentionOptions options_;
   int64_t head_dim_;

@@ -1,5 +1,5 @@
 // The loss: mean softmax cross-entropy of the LM head's logits against the targets, with
-// kIgnoreIndex (-1) targets skipped. Not a Module (it takes targets and returns a scalar), but it
+// kIgnoreIndex (-1) targets skipped. Not a Module (it takes targets and yields a scalar), but it
 // keeps its state (the per-row log-sum-exp) in the ForwardContext the same way.
 #pragma once
 
@@ -17,13 +17,14 @@ class CrossEntropyLoss {
 
   int id() const { return id_; }
 
-  // logits [rows, vocab], targets [rows] (validated by the caller). Keeps a view of the logits,
-  // which must stay alive until Backward.
-  Result<T> Forward(ForwardContext<T>& ctx, Act<T> logits, const int32_t* targets);
+  // logits [rows, vocab], targets [rows] (device int32, validated by the caller); writes the mean
+  // loss into `loss` (one element of device memory). Keeps a view of the logits, which must stay
+  // alive until Backward.
+  Status Forward(ForwardContext<T>& ctx, Act<T> logits, const int32_t* targets, T* loss);
   // d(dloss * mean loss)/d(logits), written OVER the logits (they are not needed afterwards, and
   // a [rows, vocab] buffer is the largest activation of a model); returns that buffer, which
   // stays owned by the logits' producer.
-  Result<Act<T>> Backward(ForwardContext<T>& ctx, const int32_t* targets, T dloss);
+  Result<Act<T>> Backward(ForwardContext<T>& ctx, const int32_t* targets, double dloss);
 
  private:
   int id_;

@@ -1,10 +1,8 @@
 #include "engine/model/decoder_block.h"
 
-#include <algorithm>
 #include <utility>
 
 #include "engine/model/norm.h"
-#include "engine/model/ops_backend.h"
 
 namespace sluice::model {
 
@@ -54,11 +52,13 @@ Result<Act<T>> DecoderBlock<T>::InnerForward(ForwardContext<T>& work, Act<T> x) 
   SLUICE_ASSIGN_OR_RETURN(Act<T> a, norm_1_->Forward(work, x));
   SLUICE_ASSIGN_OR_RETURN(Act<T> b, attn_->Forward(work, a));
   SLUICE_ASSIGN_OR_RETURN(T * h, work.AllocateSaved(this->id(), n));
-  Ops<T>::Add(x.data, b.data, h, n, work.num_threads());
+  SLUICE_RETURN_IF_ERROR(
+      work.ops().Add(work.stream(), work.View(x), work.View(b), work.View(h, {x.rows, d_model_})));
   SLUICE_ASSIGN_OR_RETURN(Act<T> c, norm_2_->Forward(work, Act<T>{h, x.rows, d_model_}));
   SLUICE_ASSIGN_OR_RETURN(Act<T> d, mlp_->Forward(work, c));
   SLUICE_ASSIGN_OR_RETURN(T * y, work.AllocateSaved(this->id(), n));
-  Ops<T>::Add(h, d.data, y, n, work.num_threads());
+  SLUICE_RETURN_IF_ERROR(work.ops().Add(work.stream(), work.View(h, {x.rows, d_model_}),
+                                        work.View(d), work.View(y, {x.rows, d_model_})));
   return Act<T>{y, x.rows, d_model_};
 }
 
@@ -70,13 +70,15 @@ Result<Act<T>> DecoderBlock<T>::InnerBackward(ForwardContext<T>& work, ForwardCo
   SLUICE_ASSIGN_OR_RETURN(Act<T> dh_norm, norm_2_->Backward(work, dc));
   ReleaseGradsOf(work, *mlp_);
   SLUICE_ASSIGN_OR_RETURN(Scratch<T> dh, work.AllocateScratch(n));
-  Ops<T>::Add(dy.data, dh_norm.data, dh.get(), n, work.num_threads());
+  SLUICE_RETURN_IF_ERROR(work.ops().Add(work.stream(), work.View(dy), work.View(dh_norm),
+                                        work.View(dh.get(), {dy.rows, d_model_})));
   ReleaseGradsOf(work, *norm_2_);
   SLUICE_ASSIGN_OR_RETURN(Act<T> da, attn_->Backward(work, Act<T>{dh.get(), dy.rows, d_model_}));
   SLUICE_ASSIGN_OR_RETURN(Act<T> dx_norm, norm_1_->Backward(work, da));
   ReleaseGradsOf(work, *attn_);
   SLUICE_ASSIGN_OR_RETURN(T * dx, out.AllocateGrad(this->id(), n));
-  Ops<T>::Add(dh.get(), dx_norm.data, dx, n, work.num_threads());
+  SLUICE_RETURN_IF_ERROR(work.ops().Add(work.stream(), work.View(dh.get(), {dy.rows, d_model_}),
+                                        work.View(dx_norm), work.View(dx, {dy.rows, d_model_})));
   ReleaseGradsOf(work, *norm_1_);
   work.ReleaseSaved(this->id());
   return Act<T>{dx, dy.rows, d_model_};
@@ -90,7 +92,7 @@ Result<Act<T>> DecoderBlock<T>::Forward(ForwardContext<T>& ctx, Act<T> x) {
   ForwardContext<T> work = ctx.Child();
   SLUICE_ASSIGN_OR_RETURN(Act<T> inner, InnerForward(work, x));
   SLUICE_ASSIGN_OR_RETURN(T * y, ctx.AllocateSaved(this->id(), inner.numel()));
-  std::copy_n(inner.data, inner.numel(), y);
+  SLUICE_RETURN_IF_ERROR(ctx.Copy(inner, y));
   return Act<T>{y, x.rows, d_model_};
 }
 

@@ -1,9 +1,6 @@
 #include "engine/model/embedding.h"
 
-#include <algorithm>
 #include <utility>
-
-#include "engine/model/ops_backend.h"
 
 namespace sluice::model {
 
@@ -17,8 +14,10 @@ TokenEmbedding<T>::TokenEmbedding(ModuleBuilder& builder, std::string name, int6
 template <typename T>
 Result<Act<T>> TokenEmbedding<T>::Forward(ForwardContext<T>& ctx, Act<T> /*x*/) {
   SLUICE_ASSIGN_OR_RETURN(T * y, ctx.AllocateSaved(this->id(), ctx.rows() * dim_));
-  Ops<T>::EmbeddingForward(ctx.tokens(), ctx.params().Value(weight_), y, ctx.rows(), vocab_, dim_,
-                           ctx.num_threads());
+  SLUICE_RETURN_IF_ERROR(ctx.ops().EmbeddingForward(
+      ctx.stream(), {.tokens = ctx.tokens(),
+                     .table = ctx.View(ctx.params().Value(weight_), {vocab_, dim_}),
+                     .out = ctx.View(y, {ctx.rows(), dim_})}));
   return Act<T>{y, ctx.rows(), dim_};
 }
 
@@ -26,8 +25,10 @@ template <typename T>
 Result<Act<T>> TokenEmbedding<T>::Backward(ForwardContext<T>& ctx, Act<T> dy) {
   SLUICE_CHECK_EQ(dy.cols, dim_) << this->name();
   if (T* dtable = ctx.params().Grad(weight_); dtable != nullptr) {
-    Ops<T>::EmbeddingBackward(ctx.tokens(), dy.data, dtable, dy.rows, vocab_, dim_,
-                              ctx.num_threads());
+    SLUICE_RETURN_IF_ERROR(
+        ctx.ops().EmbeddingBackward(ctx.stream(), {.tokens = ctx.tokens(),
+                                                   .dout = ctx.View(dy),
+                                                   .dtable = ctx.View(dtable, {vocab_, dim_})}));
   }
   ctx.ReleaseSaved(this->id());
   return Act<T>{};
@@ -45,9 +46,10 @@ Result<Act<T>> PositionEmbedding<T>::Forward(ForwardContext<T>& ctx, Act<T> x) {
   SLUICE_CHECK_EQ(x.cols, dim_) << this->name();
   SLUICE_CHECK_LE(ctx.seq(), positions_) << this->name();
   SLUICE_ASSIGN_OR_RETURN(T * y, ctx.AllocateSaved(this->id(), x.numel()));
-  std::copy_n(x.data, x.numel(), y);
-  Ops<T>::PositionEmbeddingForward(ctx.params().Value(weight_), y, ctx.batch(), ctx.seq(),
-                                   positions_, dim_, ctx.num_threads());
+  SLUICE_RETURN_IF_ERROR(ctx.Copy(x, y));
+  SLUICE_RETURN_IF_ERROR(ctx.ops().PositionEmbeddingForward(
+      ctx.stream(), {.wpe = ctx.View(ctx.params().Value(weight_), {positions_, dim_}),
+                     .x = ctx.View(y, {ctx.batch(), ctx.seq(), dim_})}));
   return Act<T>{y, x.rows, dim_};
 }
 
@@ -55,10 +57,11 @@ template <typename T>
 Result<Act<T>> PositionEmbedding<T>::Backward(ForwardContext<T>& ctx, Act<T> dy) {
   SLUICE_CHECK_EQ(dy.cols, dim_) << this->name();
   SLUICE_ASSIGN_OR_RETURN(T * dx, ctx.AllocateGrad(this->id(), dy.numel()));
-  std::copy_n(dy.data, dy.numel(), dx);
+  SLUICE_RETURN_IF_ERROR(ctx.Copy(dy, dx));
   if (T* dwpe = ctx.params().Grad(weight_); dwpe != nullptr) {
-    Ops<T>::PositionEmbeddingBackward(dy.data, dwpe, ctx.batch(), ctx.seq(), positions_, dim_,
-                                      ctx.num_threads());
+    SLUICE_RETURN_IF_ERROR(ctx.ops().PositionEmbeddingBackward(
+        ctx.stream(), {.dx = ctx.View(dy.data, {ctx.batch(), ctx.seq(), dim_}),
+                       .dwpe = ctx.View(dwpe, {positions_, dim_})}));
   }
   ctx.ReleaseSaved(this->id());
   return Act<T>{dx, dy.rows, dim_};

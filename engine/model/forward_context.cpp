@@ -5,41 +5,72 @@
 namespace sluice::model {
 
 template <typename T>
-ForwardContext<T>::ForwardContext(BufferAllocator& allocator, const ParameterBinding<T>& params,
-                                  int64_t batch, int64_t seq, const int32_t* tokens,
-                                  int num_threads)
-    : allocator_(&allocator),
+ForwardContext<T>::ForwardContext(ops::OpsBackend& ops, Stream& stream,
+                                  const ParameterBinding<T>& params, int64_t batch, int64_t seq,
+                                  const int32_t* tokens)
+    : ops_(&ops),
+      stream_(&stream),
       params_(&params),
       batch_(batch),
       seq_(seq),
       tokens_(tokens),
-      num_threads_(num_threads),
       meter_(std::make_shared<ActivationMeter>()) {}
 
 template <typename T>
 ForwardContext<T>::~ForwardContext() {
   if (meter_ == nullptr) return;  // moved from
-  for (auto& [id, slot] : saved_) {
-    for (Buffer& buffer : slot.owned) meter_->Remove(static_cast<int64_t>(buffer.size()));
-  }
-  for (auto& [id, buffers] : grads_) {
-    for (Buffer& buffer : buffers) meter_->Remove(static_cast<int64_t>(buffer.size()));
-  }
+  for (auto& [id, slot] : saved_) Drop(slot.owned);
+  for (auto& [id, buffers] : grads_) Drop(buffers);
 }
 
 template <typename T>
 ForwardContext<T> ForwardContext<T>::Child() const {
-  ForwardContext child(*allocator_, *params_, batch_, seq_, tokens_, num_threads_);
+  ForwardContext child(*ops_, *stream_, *params_, batch_, seq_, tokens_);
   child.meter_ = meter_;
   return child;
 }
 
 template <typename T>
-Result<T*> ForwardContext<T>::AllocateSaved(int module_id, int64_t count) {
+Tensor ForwardContext<T>::View(const T* data, Shape shape) const {
+  if (data == nullptr) return Tensor();
+  return Tensor(const_cast<T*>(data), kCompute, std::move(shape), MemoryTier::kDevice,
+                ops_->device().index());
+}
+
+template <typename T>
+Status ForwardContext<T>::Copy(Act<T> src, T* dst) const {
+  return ops_->device().CopyAsync(dst, src.data, static_cast<size_t>(src.numel()) * sizeof(T),
+                                  CopyKind::kD2D, *stream_);
+}
+
+template <typename T>
+Status ForwardContext<T>::CopyColumns(const T* src, int64_t src_cols, T* dst, int64_t dst_cols,
+                                      int64_t rows, int64_t width) const {
+  constexpr size_t kSize = sizeof(T);
+  return ops_->device().Copy2DAsync(
+      dst, static_cast<size_t>(dst_cols) * kSize, src, static_cast<size_t>(src_cols) * kSize,
+      static_cast<size_t>(width) * kSize, static_cast<size_t>(rows), CopyKind::kD2D, *stream_);
+}
+
+template <typename T>
+Result<DeviceBuffer> ForwardContext<T>::Allocate(int64_t count, MemoryCategory category) {
   SLUICE_CHECK_GE(count, 0);
   const size_t bytes = static_cast<size_t>(count) * sizeof(T);
-  SLUICE_ASSIGN_OR_RETURN(Buffer buffer, allocator_->Allocate(bytes, MemoryCategory::kActivations));
+  SLUICE_ASSIGN_OR_RETURN(DeviceBuffer buffer,
+                          ops_->device().AllocateAsync(bytes, category, *stream_));
   meter_->Add(static_cast<int64_t>(bytes));
+  return buffer;
+}
+
+template <typename T>
+void ForwardContext<T>::Drop(std::vector<DeviceBuffer>& buffers) {
+  for (DeviceBuffer& buffer : buffers) meter_->Remove(static_cast<int64_t>(buffer.size()));
+  buffers.clear();  // each is freed on the stream, after the ops queued so far
+}
+
+template <typename T>
+Result<T*> ForwardContext<T>::AllocateSaved(int module_id, int64_t count) {
+  SLUICE_ASSIGN_OR_RETURN(DeviceBuffer buffer, Allocate(count, MemoryCategory::kActivations));
   T* data = buffer.data_as<T>();
   Slot& slot = saved_[module_id];
   slot.owned.push_back(std::move(buffer));
@@ -63,16 +94,13 @@ template <typename T>
 void ForwardContext<T>::ReleaseSaved(int module_id) {
   const auto it = saved_.find(module_id);
   if (it == saved_.end()) return;
-  for (Buffer& buffer : it->second.owned) meter_->Remove(static_cast<int64_t>(buffer.size()));
+  Drop(it->second.owned);
   saved_.erase(it);
 }
 
 template <typename T>
 Result<T*> ForwardContext<T>::AllocateGrad(int module_id, int64_t count) {
-  SLUICE_CHECK_GE(count, 0);
-  const size_t bytes = static_cast<size_t>(count) * sizeof(T);
-  SLUICE_ASSIGN_OR_RETURN(Buffer buffer, allocator_->Allocate(bytes, MemoryCategory::kActivations));
-  meter_->Add(static_cast<int64_t>(bytes));
+  SLUICE_ASSIGN_OR_RETURN(DeviceBuffer buffer, Allocate(count, MemoryCategory::kActivations));
   T* data = buffer.data_as<T>();
   grads_[module_id].push_back(std::move(buffer));
   return data;
@@ -82,16 +110,13 @@ template <typename T>
 void ForwardContext<T>::ReleaseGrads(int module_id) {
   const auto it = grads_.find(module_id);
   if (it == grads_.end()) return;
-  for (Buffer& buffer : it->second) meter_->Remove(static_cast<int64_t>(buffer.size()));
+  Drop(it->second);
   grads_.erase(it);
 }
 
 template <typename T>
 Result<Scratch<T>> ForwardContext<T>::AllocateScratch(int64_t count) {
-  SLUICE_CHECK_GE(count, 0);
-  const size_t bytes = static_cast<size_t>(count) * sizeof(T);
-  SLUICE_ASSIGN_OR_RETURN(Buffer buffer, allocator_->Allocate(bytes, MemoryCategory::kBuffers));
-  meter_->Add(static_cast<int64_t>(bytes));
+  SLUICE_ASSIGN_OR_RETURN(DeviceBuffer buffer, Allocate(count, MemoryCategory::kBuffers));
   return Scratch<T>(std::move(buffer), meter_);
 }
 

@@ -1,14 +1,22 @@
-// The state of one forward/backward pass: batch geometry, token ids, where parameters and their
-// gradients are (ParameterBinding), and the activations each module saved for its backward.
+// The state of one forward/backward pass: the ops backend and the stream every op of the pass is
+// enqueued on, batch geometry, token ids, where parameters and their gradients are
+// (ParameterBinding), and the activations each module saved for its backward.
 //
-// Lifetimes, by module id (Module::id()):
+// Execution. Modules never touch activation memory from the host: each op is a launcher on
+// ctx.stream() taking Tensor views (ctx.View), and returns once it is enqueued, as a CUDA launch
+// does. The host learns results only through a device-to-host copy and a synchronization, which
+// the model does at the step boundary (model.h).
+//
+// Lifetimes, by module id (Module::id()). Every buffer is stream-ordered device memory
+// (Device::AllocateAsync on ctx.stream()), so releasing it while ops that use it are still queued
+// is safe: the free runs on the stream after them, as cudaFreeAsync.
 // - saved: buffers and views a module keeps from its Forward for its Backward, held until the
 //   module calls ReleaseSaved(id) at the end of its Backward (or the context is destroyed). A
 //   module's output is allocated as saved, so it stays alive while its consumer still needs it:
 //   the consumer's backward runs before the producer's.
 // - grads: the input gradient a Backward returns, held until its consumer (the caller of
 //   Backward) has used it and calls ReleaseGrads(id).
-// - scratch: RAII buffers for the duration of one call (attention workspace, bf16 widening).
+// - scratch: RAII buffers for the duration of one call (the gradients of q, k and v).
 // Activation checkpointing runs a block's inner forward in a Child() context that is destroyed
 // after the forward and rebuilt in the backward (decoder_block.h).
 #pragma once
@@ -16,16 +24,20 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
-#include "engine/model/buffer.h"
+#include "runtime/device.h"
+#include "runtime/dtype.h"
+#include "runtime/ops/ops_backend.h"
 #include "runtime/status.h"
+#include "runtime/tensor.h"
 
 namespace sluice::model {
 
-// An activation or its gradient: a dense row-major [rows, cols] array of T, not owned.
-// rows = batch * seq (token-major); cols the feature width.
+// An activation or its gradient: a dense row-major [rows, cols] array of T in device memory, not
+// owned. rows = batch * seq (token-major); cols the feature width.
 template <typename T>
 struct Act {
   T* data = nullptr;
@@ -37,8 +49,9 @@ struct Act {
 };
 
 // Where a module finds the compute copy of its parameters and the gradients to accumulate into,
-// by registry index. The model binds its flat buffers (widening bf16 storage to fp32 scratch per
-// unit); ZeRO binds gathered full parameters and full-size gradient buckets.
+// by registry index, in the memory of the pass's device. The model binds its flat buffers (widening
+// bf16 storage to fp32 scratch per unit); ZeRO binds gathered full parameters and full-size
+// gradient buckets.
 template <typename T>
 class ParameterBinding {
  public:
@@ -59,12 +72,12 @@ struct ActivationMeter {
   void Remove(int64_t bytes) { current -= bytes; }
 };
 
-// A typed scratch buffer owned by the caller's scope.
+// A typed scratch buffer owned by the caller's scope, freed on the stream it was allocated on.
 template <typename T>
 class Scratch {
  public:
   Scratch() = default;
-  Scratch(Buffer buffer, std::shared_ptr<ActivationMeter> meter)
+  Scratch(DeviceBuffer buffer, std::shared_ptr<ActivationMeter> meter)
       : buffer_(std::move(buffer)), meter_(std::move(meter)) {}
   Scratch(Scratch&&) noexcept = default;
   Scratch& operator=(Scratch&& other) noexcept {
@@ -85,31 +98,53 @@ class Scratch {
   }
 
  private:
-  Buffer buffer_;
+  DeviceBuffer buffer_;
   std::shared_ptr<ActivationMeter> meter_;
 };
+
+// The DType of T: f32 for the CPU and CUDA backends, f64 for the reference.
+template <typename T>
+constexpr DType ComputeDType() {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
+  return std::is_same_v<T, float> ? DType::kF32 : DType::kF64;
+}
 
 template <typename T>
 class ForwardContext {
  public:
-  // `tokens` [batch, seq] must outlive the context, as must `allocator` and `params`.
-  ForwardContext(BufferAllocator& allocator, const ParameterBinding<T>& params, int64_t batch,
-                 int64_t seq, const int32_t* tokens, int num_threads);
+  static constexpr DType kCompute = ComputeDType<T>();
+
+  // `tokens` ([batch, seq] int32 in device memory), `ops`, `stream` and `params` must outlive the
+  // context; every op of the pass is enqueued on `stream`.
+  ForwardContext(ops::OpsBackend& ops, Stream& stream, const ParameterBinding<T>& params,
+                 int64_t batch, int64_t seq, const int32_t* tokens);
   ForwardContext(ForwardContext&&) = default;
   ~ForwardContext();
   ForwardContext(const ForwardContext&) = delete;
   ForwardContext& operator=(const ForwardContext&) = delete;
 
-  // Same allocator, parameters, geometry and tokens; nothing saved.
+  // Same backend, stream, parameters, geometry and tokens; nothing saved.
   ForwardContext Child() const;
 
   int64_t batch() const { return batch_; }
   int64_t seq() const { return seq_; }
   int64_t rows() const { return batch_ * seq_; }
-  const int32_t* tokens() const { return tokens_; }
-  int num_threads() const { return num_threads_; }
+  ops::Int32View tokens() const { return {tokens_, rows()}; }
   const ParameterBinding<T>& params() const { return *params_; }
-  BufferAllocator& allocator() const { return *allocator_; }
+  ops::OpsBackend& ops() const { return *ops_; }
+  Stream& stream() const { return *stream_; }
+  Device& device() const { return ops_->device(); }
+
+  // A view of device memory in the compute dtype; null data gives the absent tensor (an
+  // unwanted gradient, a missing bias).
+  Tensor View(const T* data, Shape shape) const;
+  Tensor View(Act<T> a) const { return View(a.data, {a.rows, a.cols}); }
+  // dst = src, both [rows, cols] activations of one width, enqueued on the stream.
+  Status Copy(Act<T> src, T* dst) const;
+  // dst[r, 0:width] = src[r, 0:width] for r < rows, with rows src_cols and dst_cols elements
+  // apart: the split and merge of a fused projection's column blocks.
+  Status CopyColumns(const T* src, int64_t src_cols, T* dst, int64_t dst_cols, int64_t rows,
+                     int64_t width) const;
 
   // A new saved buffer of `count` elements (category activations), appended to the module's
   // saved list.
@@ -136,17 +171,20 @@ class ForwardContext {
  private:
   struct Slot {
     std::vector<T*> views;
-    std::vector<Buffer> owned;
+    std::vector<DeviceBuffer> owned;
   };
 
-  BufferAllocator* allocator_;
+  Result<DeviceBuffer> Allocate(int64_t count, MemoryCategory category);
+  void Drop(std::vector<DeviceBuffer>& buffers);
+
+  ops::OpsBackend* ops_;
+  Stream* stream_;
   const ParameterBinding<T>* params_;
   int64_t batch_;
   int64_t seq_;
   const int32_t* tokens_;
-  int num_threads_;
   std::unordered_map<int, Slot> saved_;
-  std::unordered_map<int, std::vector<Buffer>> grads_;
+  std::unordered_map<int, std::vector<DeviceBuffer>> grads_;
   std::shared_ptr<ActivationMeter> meter_;
 };
 

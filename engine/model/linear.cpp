@@ -2,8 +2,6 @@
 
 #include <utility>
 
-#include "engine/model/ops_backend.h"
-
 namespace sluice::model {
 
 template <typename T>
@@ -36,9 +34,12 @@ Result<Act<T>> Linear<T>::Forward(ForwardContext<T>& ctx, Act<T> x) {
   SLUICE_CHECK_EQ(x.cols, in_) << this->name();
   SLUICE_ASSIGN_OR_RETURN(T * y, ctx.AllocateSaved(this->id(), x.rows * out_));
   ctx.KeepSaved(this->id(), x.data);
-  const T* bias = bias_ >= 0 ? ctx.params().Value(bias_) : nullptr;
-  Ops<T>::LinearForward(x.data, ctx.params().Value(weight_), bias, y, x.rows, in_, out_,
-                        ctx.num_threads());
+  const ParameterBinding<T>& params = ctx.params();
+  SLUICE_RETURN_IF_ERROR(ctx.ops().LinearForward(
+      ctx.stream(), {.x = ctx.View(x),
+                     .w = ctx.View(params.Value(weight_), {out_, in_}),
+                     .b = bias_ >= 0 ? ctx.View(params.Value(bias_), {out_}) : Tensor(),
+                     .y = ctx.View(y, {x.rows, out_})}));
   return Act<T>{y, x.rows, out_};
 }
 
@@ -47,9 +48,14 @@ Result<Act<T>> Linear<T>::Backward(ForwardContext<T>& ctx, Act<T> dy) {
   SLUICE_CHECK_EQ(dy.cols, out_) << this->name();
   const T* x = ctx.Saved(this->id())[1];
   SLUICE_ASSIGN_OR_RETURN(T * dx, ctx.AllocateGrad(this->id(), dy.rows * in_));
-  T* dbias = bias_ >= 0 ? ctx.params().Grad(bias_) : nullptr;
-  Ops<T>::LinearBackward(x, ctx.params().Value(weight_), dy.data, dx, ctx.params().Grad(weight_),
-                         dbias, dy.rows, in_, out_, ctx.num_threads());
+  const ParameterBinding<T>& params = ctx.params();
+  SLUICE_RETURN_IF_ERROR(ctx.ops().LinearBackward(
+      ctx.stream(), {.x = ctx.View(x, {dy.rows, in_}),
+                     .w = ctx.View(params.Value(weight_), {out_, in_}),
+                     .dy = ctx.View(dy),
+                     .dx = ctx.View(dx, {dy.rows, in_}),
+                     .dw = ctx.View(params.Grad(weight_), {out_, in_}),
+                     .db = bias_ >= 0 ? ctx.View(params.Grad(bias_), {out_}) : Tensor()}));
   ctx.ReleaseSaved(this->id());
   return Act<T>{dx, dy.rows, in_};
 }

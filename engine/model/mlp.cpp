@@ -2,8 +2,6 @@
 
 #include <utility>
 
-#include "engine/model/ops_backend.h"
-
 namespace sluice::model {
 
 // Saved by the module itself, in order: the activation output a, then the views it was computed
@@ -38,9 +36,12 @@ Result<Act<T>> Mlp<T>::Forward(ForwardContext<T>& ctx, Act<T> x) {
   if (up_ != nullptr) {
     SLUICE_ASSIGN_OR_RETURN(Act<T> up, up_->Forward(ctx, x));
     ctx.KeepSaved(id, up.data);
-    Ops<T>::SwiGluForward(h.data, up.data, a, h.numel(), ctx.num_threads());
+    SLUICE_RETURN_IF_ERROR(ctx.ops().SwiGluForward(
+        ctx.stream(),
+        {.gate = ctx.View(h), .up = ctx.View(up), .y = ctx.View(a, {h.rows, h.cols})}));
   } else {
-    Ops<T>::GeluForward(h.data, a, h.numel(), ctx.num_threads());
+    SLUICE_RETURN_IF_ERROR(ctx.ops().GeluForward(
+        ctx.stream(), {.x = ctx.View(h), .y = ctx.View(a, {h.rows, h.cols})}));
   }
   return out_->Forward(ctx, Act<T>{a, h.rows, h.cols});
 }
@@ -53,13 +54,22 @@ Result<Act<T>> Mlp<T>::Backward(ForwardContext<T>& ctx, Act<T> dy) {
   const auto saved = ctx.Saved(id);
   SLUICE_ASSIGN_OR_RETURN(Scratch<T> dh, ctx.AllocateScratch(n));
   if (up_ == nullptr) {
-    Ops<T>::GeluBackward(saved[1], da.data, dh.get(), n, ctx.num_threads());
+    SLUICE_RETURN_IF_ERROR(
+        ctx.ops().GeluBackward(ctx.stream(), {.x = ctx.View(saved[1], {dy.rows, options_.d_ff}),
+                                              .dy = ctx.View(da),
+                                              .dx = ctx.View(dh.get(), {dy.rows, options_.d_ff})}));
     ReleaseGradsOf(ctx, *out_);
     ctx.ReleaseSaved(id);
     return in_->Backward(ctx, Act<T>{dh.get(), dy.rows, options_.d_ff});
   }
   SLUICE_ASSIGN_OR_RETURN(Scratch<T> dup, ctx.AllocateScratch(n));
-  Ops<T>::SwiGluBackward(saved[1], saved[2], da.data, dh.get(), dup.get(), n, ctx.num_threads());
+  const Shape shape{dy.rows, options_.d_ff};
+  SLUICE_RETURN_IF_ERROR(
+      ctx.ops().SwiGluBackward(ctx.stream(), {.gate = ctx.View(saved[1], shape),
+                                              .up = ctx.View(saved[2], shape),
+                                              .dy = ctx.View(da),
+                                              .dgate = ctx.View(dh.get(), shape),
+                                              .dup = ctx.View(dup.get(), shape)}));
   ReleaseGradsOf(ctx, *out_);
   ctx.ReleaseSaved(id);
   SLUICE_ASSIGN_OR_RETURN(Act<T> dx_gate,
@@ -67,7 +77,8 @@ Result<Act<T>> Mlp<T>::Backward(ForwardContext<T>& ctx, Act<T> dy) {
   SLUICE_ASSIGN_OR_RETURN(Act<T> dx_up,
                           up_->Backward(ctx, Act<T>{dup.get(), dy.rows, options_.d_ff}));
   SLUICE_ASSIGN_OR_RETURN(T * dx, ctx.AllocateGrad(id, dx_gate.numel()));
-  Ops<T>::Add(dx_gate.data, dx_up.data, dx, dx_gate.numel(), ctx.num_threads());
+  SLUICE_RETURN_IF_ERROR(ctx.ops().Add(ctx.stream(), ctx.View(dx_gate), ctx.View(dx_up),
+                                       ctx.View(dx, {dy.rows, options_.d_model})));
   ReleaseGradsOf(ctx, *in_);
   ReleaseGradsOf(ctx, *up_);
   return Act<T>{dx, dy.rows, options_.d_model};

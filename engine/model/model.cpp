@@ -16,6 +16,7 @@
 #include "kernels/ref/half.h"
 #include "kernels/ref/ops_embedding.h"
 #include "kernels/ref/ops_loss.h"
+#include "runtime/size_format.h"
 
 namespace sluice::model {
 
@@ -83,7 +84,11 @@ class Model<T>::Impl final : public ParameterBinding<T> {
   Result<double> Run(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
                      double loss_grad, bool backward, T* logits_out) {
     Result<double> result = RunPass(inputs, targets, batch, seq, loss_grad, backward, logits_out);
-    widened_.Reset();  // a failed pass may have left a unit entered
+    // Whatever happened, nothing may still read the caller's token arrays or write the loss once
+    // the pass returns; a failed pass may also have left a unit entered.
+    const Status drained = model_.stream_->Synchronize();
+    widened_.Reset();
+    if (result.ok() && !drained.ok()) return drained;
     return result;
   }
 
@@ -99,14 +104,17 @@ class Model<T>::Impl final : public ParameterBinding<T> {
     want_grads_ = backward;
     external_ = model_.binding_ != nullptr;
     const ParameterBinding<T>& binding = external_ ? *model_.binding_ : *this;
-    ForwardContext<T> ctx(*model_.allocator_, binding, batch, seq, inputs,
-                          model_.options_.num_threads);
-    UnitHooks* hooks = model_.hooks_;
+    Stream& stream = *model_.stream_;
+    const int64_t rows = batch * seq;
+    SLUICE_ASSIGN_OR_RETURN(DeviceBuffer device_inputs, Upload(inputs, rows));
+    SLUICE_ASSIGN_OR_RETURN(DeviceBuffer device_targets, Upload(targets, rows));
+    ForwardContext<T> ctx(*model_.ops_, stream, binding, batch, seq,
+                          device_inputs.data_as<int32_t>());
     const int num_units = static_cast<int>(units_.size());
 
     Act<T> h;
     for (int u = 0; u < num_units; ++u) {
-      if (hooks != nullptr) SLUICE_RETURN_IF_ERROR(hooks->BeforeForward(u));
+      SLUICE_RETURN_IF_ERROR(CallHook(&UnitHooks::BeforeForward, u));
       SLUICE_RETURN_IF_ERROR(Enter(u));
       SLUICE_ASSIGN_OR_RETURN(h, units_[u]->Forward(ctx, h));
       Leave(u);
@@ -114,27 +122,57 @@ class Model<T>::Impl final : public ParameterBinding<T> {
         // Evaluation: nothing will go backward, so the producer's activations can go now.
         for (int id : units_[u - 1]->AllModuleIds()) ctx.ReleaseSaved(id);
       }
-      if (hooks != nullptr) SLUICE_RETURN_IF_ERROR(hooks->AfterForward(u));
+      SLUICE_RETURN_IF_ERROR(CallHook(&UnitHooks::AfterForward, u));
     }
     if (logits_out != nullptr) {
-      std::copy_n(h.data, h.numel(), logits_out);
+      SLUICE_RETURN_IF_ERROR(model_.ops_->device().CopyAsync(
+          logits_out, h.data, static_cast<size_t>(h.numel()) * sizeof(T), CopyKind::kD2H, stream));
+      SLUICE_RETURN_IF_ERROR(stream.Synchronize());
       return 0.0;
     }
-    SLUICE_ASSIGN_OR_RETURN(const T loss, loss_->Forward(ctx, h, targets));
-    if (!backward) return static_cast<double>(loss);
-
-    SLUICE_ASSIGN_OR_RETURN(Act<T> grad, loss_->Backward(ctx, targets, static_cast<T>(loss_grad)));
-    for (int u = num_units - 1; u >= 0; --u) {
-      if (hooks != nullptr) SLUICE_RETURN_IF_ERROR(hooks->BeforeBackward(u));
-      SLUICE_RETURN_IF_ERROR(Enter(u));
-      SLUICE_ASSIGN_OR_RETURN(Act<T> next, units_[u]->Backward(ctx, grad));
-      Leave(u);
-      if (u + 1 < num_units) ReleaseGradsOf(ctx, *units_[u + 1]);
-      grad = next;
-      if (hooks != nullptr) SLUICE_RETURN_IF_ERROR(hooks->AfterBackward(u));
+    SLUICE_ASSIGN_OR_RETURN(Scratch<T> device_loss, ctx.AllocateScratch(1));
+    const int32_t* device_targets_data = device_targets.data_as<int32_t>();
+    SLUICE_RETURN_IF_ERROR(loss_->Forward(ctx, h, device_targets_data, device_loss.get()));
+    // Read back at the end of the pass, with nothing in between waiting for it.
+    SLUICE_RETURN_IF_ERROR(model_.ops_->device().CopyAsync(&loss_value_, device_loss.get(),
+                                                           sizeof(T), CopyKind::kD2H, stream));
+    if (backward) {
+      SLUICE_ASSIGN_OR_RETURN(Act<T> grad, loss_->Backward(ctx, device_targets_data, loss_grad));
+      for (int u = num_units - 1; u >= 0; --u) {
+        SLUICE_RETURN_IF_ERROR(CallHook(&UnitHooks::BeforeBackward, u));
+        SLUICE_RETURN_IF_ERROR(Enter(u));
+        SLUICE_ASSIGN_OR_RETURN(Act<T> next, units_[u]->Backward(ctx, grad));
+        Leave(u);
+        if (u + 1 < num_units) ReleaseGradsOf(ctx, *units_[u + 1]);
+        grad = next;
+        SLUICE_RETURN_IF_ERROR(CallHook(&UnitHooks::AfterBackward, u));
+      }
+      model_.last_peak_activation_bytes_ = ctx.peak_bytes();
     }
-    model_.last_peak_activation_bytes_ = ctx.peak_bytes();
-    return static_cast<double>(loss);
+    SLUICE_RETURN_IF_ERROR(stream.Synchronize());
+    return static_cast<double>(loss_value_);
+  }
+
+  // `count` int32 values of host memory into stream-ordered device memory (empty for null).
+  Result<DeviceBuffer> Upload(const int32_t* values, int64_t count) {
+    if (values == nullptr) return DeviceBuffer();
+    Device& device = model_.ops_->device();
+    const size_t bytes = static_cast<size_t>(count) * sizeof(int32_t);
+    SLUICE_ASSIGN_OR_RETURN(
+        DeviceBuffer buffer,
+        device.AllocateAsync(bytes, MemoryCategory::kActivations, *model_.stream_));
+    SLUICE_RETURN_IF_ERROR(
+        device.CopyAsync(buffer.data(), values, bytes, CopyKind::kH2D, *model_.stream_));
+    return buffer;
+  }
+
+  // The hooks read and write device memory from the host (ZeRO's gathers, reductions and
+  // releases), so the stream must have finished everything enqueued before each of them.
+  Status CallHook(Status (UnitHooks::*hook)(int), int unit) {
+    UnitHooks* hooks = model_.hooks_;
+    if (hooks == nullptr) return OkStatus();
+    SLUICE_RETURN_IF_ERROR(model_.stream_->Synchronize());
+    return (hooks->*hook)(unit);
   }
 
   bool widen() const {
@@ -146,25 +184,28 @@ class Model<T>::Impl final : public ParameterBinding<T> {
     }
   }
 
-  // With bf16 storage: widens the parameters unit `u` reads into one fp32 buffer.
+  // With bf16 storage: widens the parameters unit `u` reads into one fp32 buffer, on the stream.
   Status Enter(int u) {
     if (!widen()) return OkStatus();
-    if constexpr (std::is_same_v<T, float>) {
-      const UnitInfo& unit = model_.registry_.units()[u];
-      int64_t total = 0;
-      for (int p : unit.params) total += model_.registry_.parameter(p).numel;
-      SLUICE_ASSIGN_OR_RETURN(
-          widened_, model_.allocator_->Allocate(static_cast<size_t>(total) * sizeof(float),
-                                                MemoryCategory::kBuffers));
-      float* dst = widened_.data_as<float>();
-      const uint16_t* storage = model_.params_.template data_as<uint16_t>();
-      for (int p : unit.params) {
-        const ParameterInfo& info = model_.registry_.parameter(p);
-        kernels::cpu::ConvertBf16ToF32(storage + info.offset, dst, info.numel,
-                                       model_.options_.num_threads);
-        values_[p] = dst;
-        dst += info.numel;
-      }
+    const UnitInfo& unit = model_.registry_.units()[u];
+    int64_t total = 0;
+    for (int p : unit.params) total += model_.registry_.parameter(p).numel;
+    ops::OpsBackend& ops = *model_.ops_;
+    Stream& stream = *model_.stream_;
+    SLUICE_ASSIGN_OR_RETURN(widened_,
+                            ops.device().AllocateAsync(static_cast<size_t>(total) * sizeof(T),
+                                                       MemoryCategory::kBuffers, stream));
+    T* dst = widened_.data_as<T>();
+    auto* storage = model_.params_.template data_as<uint16_t>();
+    const int index = ops.device().index();
+    for (int p : unit.params) {
+      const ParameterInfo& info = model_.registry_.parameter(p);
+      SLUICE_RETURN_IF_ERROR(ops.Convert(
+          stream,
+          Tensor(storage + info.offset, DType::kBF16, {info.numel}, MemoryTier::kDevice, index),
+          Tensor(dst, DType::kF32, {info.numel}, MemoryTier::kDevice, index)));
+      values_[p] = dst;
+      dst += info.numel;
     }
     return OkStatus();
   }
@@ -172,7 +213,7 @@ class Model<T>::Impl final : public ParameterBinding<T> {
   void Leave(int u) {
     if (!widen()) return;
     for (int p : model_.registry_.units()[u].params) values_[p] = nullptr;
-    widened_.Reset();
+    widened_.Reset();  // freed on the stream, after the unit's ops
   }
 
   Status ValidateBatch(const int32_t* inputs, const int32_t* targets, int64_t batch,
@@ -212,21 +253,25 @@ class Model<T>::Impl final : public ParameterBinding<T> {
   std::vector<Module<T>*> units_;
   std::vector<const T*> values_;
   std::vector<T*> grads_;
-  Buffer widened_;
+  DeviceBuffer widened_;
+  T loss_value_ = 0;  // where the loss is read back to
   bool want_grads_ = true;
   bool external_ = false;  // this pass runs on the model's external binding
 };
 
 template <typename T>
-Model<T>::Model(const ModelOptions& options, BufferAllocator& allocator)
-    : options_(options), allocator_(&allocator), registry_(options.param_dtype) {}
+Model<T>::Model(const ModelOptions& options, BufferAllocator& allocator, ops::OpsBackend& ops)
+    : options_(options), allocator_(&allocator), ops_(&ops), registry_(options.param_dtype) {}
 
 template <typename T>
-Model<T>::~Model() = default;
+Model<T>::~Model() {
+  impl_.reset();
+  if (stream_ != nullptr) ops_->ReleaseScratch(*stream_);
+}
 
 template <typename T>
 Result<std::unique_ptr<Model<T>>> Model<T>::Create(const ModelOptions& options,
-                                                   BufferAllocator& allocator,
+                                                   BufferAllocator& allocator, ops::OpsBackend& ops,
                                                    ModelStorage storage) {
   SLUICE_RETURN_IF_ERROR(ValidateModelOptions(options));
   if (!std::is_same_v<T, float> && options.param_dtype != DType::kF32) {
@@ -235,12 +280,19 @@ Result<std::unique_ptr<Model<T>>> Model<T>::Create(const ModelOptions& options,
         "applies to the fp32 model only",
         DTypeName(options.param_dtype));
   }
+  constexpr DType kCompute = ComputeDType<T>();
+  if (!ops.Supports(kCompute)) {
+    return InvalidArgumentError("the {} ops backend does not compute in {}, which this model needs",
+                                ops.name(), DTypeName(kCompute));
+  }
   if (!allocator.host_accessible()) {
     return FailedPreconditionError(
-        "the model runs on the CPU ops, which need host-accessible memory; device kernels for "
-        "the model are not available, use device.type cpu");
+        "the model's parameters are initialized and read from the host, which cannot reach the "
+        "memory of device {}; training on a cuda device is not available yet, use device.type cpu",
+        ops.device().name());
   }
-  std::unique_ptr<Model<T>> model(new Model<T>(options, allocator));
+  std::unique_ptr<Model<T>> model(new Model<T>(options, allocator, ops));
+  SLUICE_ASSIGN_OR_RETURN(model->stream_, ops.device().CreateStream());
   model->impl_ = std::make_unique<Impl>(*model);
   model->impl_->Build();
   model->units_ = model->impl_->units();

@@ -1,20 +1,27 @@
 // A GPT-2 or Llama decoder, built from ModelOptions, with its parameters and gradients in two
 // flat buffers (layout: parameter_registry.h) and a ForwardBackward step on a batch of token ids.
 //
-//   model::HostAllocator host;                      // or DeviceAllocator(device)
-//   SLUICE_ASSIGN_OR_RETURN(auto net, model::Model<float>::Create(options, host));
+//   SLUICE_ASSIGN_OR_RETURN(auto ops, ops::CreateOpsBackend(device));
+//   model::DeviceAllocator allocator(device);
+//   SLUICE_ASSIGN_OR_RETURN(auto net, model::Model<float>::Create(options, allocator, *ops));
 //   net->InitializeParameters(seed);
 //   net->ZeroGrads();
 //   SLUICE_ASSIGN_OR_RETURN(double loss, net->ForwardBackward(inputs, targets, batch, seq));
 //   // net->grads_data() now holds d(mean loss)/d(params), accumulated (+=) per call.
+//
+// Execution. Every op of a pass is enqueued on the model's compute stream through the ops
+// backend (runtime/ops/ops_backend.h); activations are stream-ordered device memory. The host
+// uploads the token ids and targets, and reads back only the loss (or the logits) with a copy,
+// synchronizing at the end of the pass, and before each UnitHooks call: the hooks (ZeRO's
+// gathers and reductions) still work on completed device memory from the host.
 //
 // Precision. Model<float> computes in fp32 (activations, gradients, the optimizer-facing gradient
 // buffer) and stores parameters in options.param_dtype: kF32 (the flat parameter buffer is what
 // every op reads) or kBF16 (before a unit runs, its parameters are widened into an fp32 scratch
 // buffer, released when the unit's forward or backward is done). fp32 master weights belong to
 // the optimizer, which writes the updated, rounded parameters back into params_data().
-// Model<double> stores and computes in fp64 on the reference ops (tests only; param_dtype must be
-// kF32 and the registry reports kF32 for it, the logical engine dtype).
+// Model<double> stores and computes in fp64 on the reference ops backend (tests only; param_dtype
+// must be kF32 and the registry reports kF32 for it, the logical engine dtype).
 //
 // Units. The top-level modules in trace order: embeddings, blocks 0..n-1, final norm, LM head.
 // UnitHooks (optional) run before and after each unit's forward and backward: the ZeRO-3
@@ -37,6 +44,8 @@
 #include "engine/model/model_options.h"
 #include "engine/model/module.h"
 #include "engine/model/parameter_registry.h"
+#include "runtime/device.h"
+#include "runtime/ops/ops_backend.h"
 #include "runtime/status.h"
 #include "runtime/tensor.h"
 
@@ -62,13 +71,15 @@ template <typename T>
 class Model {
  public:
   // Validates the options, registers the parameters and allocates the flat parameter (category
-  // params) and gradient (category grads) buffers from `allocator`, which must be
-  // host-accessible and outlive the model. Parameters and gradients start at zero; call
-  // InitializeParameters (or load values into params_data()). With ModelStorage::kExternal
-  // nothing is allocated: params_data() and grads_data() are null, the accessors of parameter
-  // values must not be used, and a binding must be set before any pass.
+  // params) and gradient (category grads) buffers from `allocator`, which must be host-accessible
+  // (the parameter accessors and InitializeParameters write them from the host) and outlive the
+  // model, as must `ops`, whose device runs the passes on a stream the model creates. `ops` must
+  // compute in T (cpu: float; the reference backend: double). Parameters and gradients start at
+  // zero; call InitializeParameters (or load values into params_data()). With
+  // ModelStorage::kExternal nothing is allocated: params_data() and grads_data() are null, the
+  // accessors of parameter values must not be used, and a binding must be set before any pass.
   static Result<std::unique_ptr<Model>> Create(const ModelOptions& options,
-                                               BufferAllocator& allocator,
+                                               BufferAllocator& allocator, ops::OpsBackend& ops,
                                                ModelStorage storage = ModelStorage::kFlat);
   ~Model();
 
@@ -105,9 +116,14 @@ class Model {
   // as the next unit has run.
   Result<double> ForwardLoss(const int32_t* inputs, const int32_t* targets, int64_t batch,
                              int64_t seq);
-  // Forward only, writing the logits [batch * seq, vocab_size] into `logits` (tests,
+  // Forward only, writing the logits [batch * seq, vocab_size] into `logits`, host memory (tests,
   // generation).
   Status ForwardLogits(const int32_t* inputs, int64_t batch, int64_t seq, T* logits);
+
+  // The stream every pass runs on: what other streams order against (events) once the hooks
+  // stop synchronizing.
+  Stream& stream() const { return *stream_; }
+  ops::OpsBackend& ops() const { return *ops_; }
 
   // Optional; not owned; null clears.
   void SetHooks(UnitHooks* hooks) { hooks_ = hooks; }
@@ -125,11 +141,13 @@ class Model {
   int64_t last_peak_activation_bytes() const { return last_peak_activation_bytes_; }
 
  private:
-  Model(const ModelOptions& options, BufferAllocator& allocator);
+  Model(const ModelOptions& options, BufferAllocator& allocator, ops::OpsBackend& ops);
   class Impl;
 
   ModelOptions options_;
   BufferAllocator* allocator_;
+  ops::OpsBackend* ops_;
+  std::unique_ptr<Stream> stream_;  // destroyed after impl_, whose buffers are freed on it
   ParameterRegistry registry_;
   Buffer params_;
   Buffer grads_;

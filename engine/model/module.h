@@ -3,11 +3,12 @@
 // is a description (name, parameters, children, hyper-parameters) that any number of passes can
 // run through.
 //
-// Why modules are templated on the scalar type: the same layer code must run in fp64 on the
-// scalar reference ops (kernels/ref) for the finite-difference tests and in fp32 on the CPU ops
-// (kernels/cpu, OpenBLAS) for training. Ops<T> (ops_backend.h) picks the op set from T at compile
-// time, so there is no virtual dispatch per op and no layer is written twice. Model<float> is
-// what the engine trains; Model<double> is a test instrument.
+// Modules run every op through the ops backend of their ForwardContext, enqueued on its stream
+// (runtime/ops/ops_backend.h): the same layer code runs in fp64 on the reference backend for the
+// finite-difference tests and in fp32 on the cpu backend for training. They are still templated
+// on the scalar type of their activations (float or double) until the compute dtype becomes a
+// run-time property of the context. Model<float> is what the engine trains; Model<double> is a
+// test instrument.
 //
 // Contract of every module:
 // - Forward(ctx, x): reads x [rows, in] (kept alive by its producer until this module's Backward

@@ -2,8 +2,6 @@
 
 #include <utility>
 
-#include "engine/model/ops_backend.h"
-
 namespace sluice::model {
 
 // Saved, in order: y, mean, rstd, x (a view).
@@ -21,8 +19,14 @@ Result<Act<T>> LayerNorm<T>::Forward(ForwardContext<T>& ctx, Act<T> x) {
   SLUICE_ASSIGN_OR_RETURN(T * mean, ctx.AllocateSaved(this->id(), x.rows));
   SLUICE_ASSIGN_OR_RETURN(T * rstd, ctx.AllocateSaved(this->id(), x.rows));
   ctx.KeepSaved(this->id(), x.data);
-  Ops<T>::LayerNormForward(x.data, ctx.params().Value(weight_), ctx.params().Value(bias_), y, mean,
-                           rstd, x.rows, dim_, eps_, ctx.num_threads());
+  SLUICE_RETURN_IF_ERROR(ctx.ops().LayerNormForward(
+      ctx.stream(), {.x = ctx.View(x),
+                     .gamma = ctx.View(ctx.params().Value(weight_), {dim_}),
+                     .beta = ctx.View(ctx.params().Value(bias_), {dim_}),
+                     .y = ctx.View(y, {x.rows, dim_}),
+                     .mean = ctx.View(mean, {x.rows}),
+                     .rstd = ctx.View(rstd, {x.rows}),
+                     .eps = eps_}));
   return Act<T>{y, x.rows, dim_};
 }
 
@@ -31,9 +35,15 @@ Result<Act<T>> LayerNorm<T>::Backward(ForwardContext<T>& ctx, Act<T> dy) {
   SLUICE_CHECK_EQ(dy.cols, dim_) << this->name();
   const auto saved = ctx.Saved(this->id());
   SLUICE_ASSIGN_OR_RETURN(T * dx, ctx.AllocateGrad(this->id(), dy.numel()));
-  Ops<T>::LayerNormBackward(saved[3], ctx.params().Value(weight_), saved[1], saved[2], dy.data, dx,
-                            ctx.params().Grad(weight_), ctx.params().Grad(bias_), dy.rows, dim_,
-                            ctx.num_threads());
+  SLUICE_RETURN_IF_ERROR(ctx.ops().LayerNormBackward(
+      ctx.stream(), {.x = ctx.View(saved[3], {dy.rows, dim_}),
+                     .gamma = ctx.View(ctx.params().Value(weight_), {dim_}),
+                     .mean = ctx.View(saved[1], {dy.rows}),
+                     .rstd = ctx.View(saved[2], {dy.rows}),
+                     .dy = ctx.View(dy),
+                     .dx = ctx.View(dx, {dy.rows, dim_}),
+                     .dgamma = ctx.View(ctx.params().Grad(weight_), {dim_}),
+                     .dbeta = ctx.View(ctx.params().Grad(bias_), {dim_})}));
   ctx.ReleaseSaved(this->id());
   return Act<T>{dx, dy.rows, dim_};
 }
@@ -51,8 +61,12 @@ Result<Act<T>> RmsNorm<T>::Forward(ForwardContext<T>& ctx, Act<T> x) {
   SLUICE_ASSIGN_OR_RETURN(T * y, ctx.AllocateSaved(this->id(), x.numel()));
   SLUICE_ASSIGN_OR_RETURN(T * rstd, ctx.AllocateSaved(this->id(), x.rows));
   ctx.KeepSaved(this->id(), x.data);
-  Ops<T>::RmsNormForward(x.data, ctx.params().Value(weight_), y, rstd, x.rows, dim_, eps_,
-                         ctx.num_threads());
+  SLUICE_RETURN_IF_ERROR(ctx.ops().RmsNormForward(
+      ctx.stream(), {.x = ctx.View(x),
+                     .gamma = ctx.View(ctx.params().Value(weight_), {dim_}),
+                     .y = ctx.View(y, {x.rows, dim_}),
+                     .rstd = ctx.View(rstd, {x.rows}),
+                     .eps = eps_}));
   return Act<T>{y, x.rows, dim_};
 }
 
@@ -61,8 +75,13 @@ Result<Act<T>> RmsNorm<T>::Backward(ForwardContext<T>& ctx, Act<T> dy) {
   SLUICE_CHECK_EQ(dy.cols, dim_) << this->name();
   const auto saved = ctx.Saved(this->id());
   SLUICE_ASSIGN_OR_RETURN(T * dx, ctx.AllocateGrad(this->id(), dy.numel()));
-  Ops<T>::RmsNormBackward(saved[2], ctx.params().Value(weight_), saved[1], dy.data, dx,
-                          ctx.params().Grad(weight_), dy.rows, dim_, ctx.num_threads());
+  SLUICE_RETURN_IF_ERROR(ctx.ops().RmsNormBackward(
+      ctx.stream(), {.x = ctx.View(saved[2], {dy.rows, dim_}),
+                     .gamma = ctx.View(ctx.params().Value(weight_), {dim_}),
+                     .rstd = ctx.View(saved[1], {dy.rows}),
+                     .dy = ctx.View(dy),
+                     .dx = ctx.View(dx, {dy.rows, dim_}),
+                     .dgamma = ctx.View(ctx.params().Grad(weight_), {dim_})}));
   ctx.ReleaseSaved(this->id());
   return Act<T>{dx, dy.rows, dim_};
 }

@@ -2,8 +2,6 @@
 
 #include <utility>
 
-#include "engine/model/ops_backend.h"
-
 namespace sluice::model {
 
 template <typename T>
@@ -18,8 +16,9 @@ template <typename T>
 Result<Act<T>> Rope<T>::Forward(ForwardContext<T>& ctx, Act<T> x) {
   SLUICE_CHECK_EQ(x.cols, heads_ * head_dim_) << this->name();
   SLUICE_ASSIGN_OR_RETURN(T * y, ctx.AllocateSaved(this->id(), x.numel()));
-  Ops<T>::RopeForward(x.data, y, ctx.batch(), ctx.seq(), heads_, head_dim_, theta_,
-                      ctx.num_threads());
+  const Shape shape{ctx.batch(), ctx.seq(), heads_, head_dim_};
+  SLUICE_RETURN_IF_ERROR(ctx.ops().RopeForward(
+      ctx.stream(), {.x = ctx.View(x.data, shape), .y = ctx.View(y, shape), .theta = theta_}));
   return Act<T>{y, x.rows, x.cols};
 }
 
@@ -27,8 +26,9 @@ template <typename T>
 Result<Act<T>> Rope<T>::Backward(ForwardContext<T>& ctx, Act<T> dy) {
   SLUICE_CHECK_EQ(dy.cols, heads_ * head_dim_) << this->name();
   SLUICE_ASSIGN_OR_RETURN(T * dx, ctx.AllocateGrad(this->id(), dy.numel()));
-  Ops<T>::RopeBackward(dy.data, dx, ctx.batch(), ctx.seq(), heads_, head_dim_, theta_,
-                       ctx.num_threads());
+  const Shape shape{ctx.batch(), ctx.seq(), heads_, head_dim_};
+  SLUICE_RETURN_IF_ERROR(ctx.ops().RopeBackward(
+      ctx.stream(), {.dy = ctx.View(dy.data, shape), .dx = ctx.View(dx, shape), .theta = theta_}));
   ctx.ReleaseSaved(this->id());
   return Act<T>{dx, dy.rows, dy.cols};
 }

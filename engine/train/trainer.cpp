@@ -26,6 +26,7 @@
 #include "runtime/device/device_factory.h"
 #include "runtime/logging.h"
 #include "runtime/memory_accounting.h"
+#include "runtime/ops/ops_factory.h"
 #include "runtime/size_format.h"
 #include "runtime/trace.h"
 
@@ -216,13 +217,15 @@ Status Trainer::BuildModel() {
                           ParseDeviceMemoryProtection(config_.device.memory_protection));
   SLUICE_ASSIGN_OR_RETURN(device_, CreateDevice(device_options));
   allocator_ = std::make_unique<model::DeviceAllocator>(*device_);
+  SLUICE_ASSIGN_OR_RETURN(ops_,
+                          ops::CreateOpsBackend(*device_, {.cpu_threads = config_.device.threads}));
 
   SLUICE_ASSIGN_OR_RETURN(model::ModelOptions model_options,
                           ModelOptionsFromConfig(config_, precision_));
   // The model computes on the fp32 copy the engine binds; the engine keeps the parameter dtype.
   model_options.param_dtype = DType::kF32;
-  Result<std::unique_ptr<model::Model<float>>> model =
-      model::Model<float>::Create(model_options, *allocator_, model::ModelStorage::kExternal);
+  Result<std::unique_ptr<model::Model<float>>> model = model::Model<float>::Create(
+      model_options, *allocator_, *ops_, model::ModelStorage::kExternal);
   if (!model.ok()) return Status(model.status()).WithContext("building the model");
   model_ = std::move(model).value();
   return OkStatus();

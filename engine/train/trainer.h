@@ -60,6 +60,7 @@
 #include "runtime/comm.h"
 #include "runtime/device.h"
 #include "runtime/memory_accounting.h"
+#include "runtime/ops/ops_backend.h"
 #include "runtime/status.h"
 
 namespace sluice::train {
@@ -160,6 +161,7 @@ class Trainer {
   Comm* world_ = nullptr;
   std::unique_ptr<Device> device_;
   std::unique_ptr<model::DeviceAllocator> allocator_;
+  std::unique_ptr<ops::OpsBackend> ops_;
   std::unique_ptr<model::Model<float>> model_;
   std::unique_ptr<zero::ZeroEngine> engine_;
   std::optional<data::DataLoader> loader_;

@@ -16,6 +16,7 @@
 #include "engine/checkpoint/safetensors_writer.h"
 #include "kernels/ref/half.h"
 #include "tests/checkpoint/checkpoint_test_util.h"
+#include "tests/common/test_ops.h"
 
 namespace sluice::checkpoint {
 namespace {
@@ -52,7 +53,7 @@ model::ModelOptions LlamaOptions() {
 
 std::unique_ptr<model::Model<float>> MakeModel(const model::ModelOptions& options,
                                                model::HostAllocator& host, uint64_t seed) {
-  auto net = model::Model<float>::Create(options, host);
+  auto net = model::Model<float>::Create(options, host, sluice::testing::OpsFor<float>());
   SLUICE_CHECK(net.ok()) << net.status().ToString();
   if (seed != 0) (*net)->InitializeParameters(seed);
   return std::move(net).value();

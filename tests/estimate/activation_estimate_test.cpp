@@ -11,6 +11,7 @@
 #include "engine/model/buffer.h"
 #include "engine/model/model.h"
 #include "runtime/memory_accounting.h"
+#include "tests/common/test_ops.h"
 
 namespace sluice::estimate {
 namespace {
@@ -44,8 +45,13 @@ model::ModelOptions OptionsOf(const Shape& s, bool checkpointing, DType dtype) {
 }
 
 Measured Measure(const model::ModelOptions& options, int64_t batch) {
+  // A device and backend of its own: the backend's scratch starts empty, as a run's does.
+  auto device = CreateDevice({.memory_limit_bytes = uint64_t{256} << 20});
+  EXPECT_TRUE(device.ok()) << device.status().ToString();
+  if (!device.ok()) return {};
+  const std::unique_ptr<ops::OpsBackend> ops = sluice::testing::CpuOpsOn(**device);
   model::HostAllocator host;
-  auto net = model::Model<float>::Create(options, host);
+  auto net = model::Model<float>::Create(options, host, *ops);
   EXPECT_TRUE(net.ok()) << net.status().ToString();
   if (!net.ok()) return {};
   (*net)->InitializeParameters(7);
@@ -60,8 +66,8 @@ Measured Measure(const model::ModelOptions& options, int64_t batch) {
   const MemorySnapshot snapshot = MemoryLedger::Global().Snapshot();
   Measured m;
   m.activations =
-      static_cast<int64_t>(snapshot.at(MemoryTier::kHost, MemoryCategory::kActivations).peak);
-  m.buffers = static_cast<int64_t>(snapshot.at(MemoryTier::kHost, MemoryCategory::kBuffers).peak);
+      static_cast<int64_t>(snapshot.at(MemoryTier::kDevice, MemoryCategory::kActivations).peak);
+  m.buffers = static_cast<int64_t>(snapshot.at(MemoryTier::kDevice, MemoryCategory::kBuffers).peak);
   m.meter = (*net)->last_peak_activation_bytes();
   return m;
 }

@@ -7,6 +7,7 @@
 
 #include "engine/model/buffer.h"
 #include "engine/model/model.h"
+#include "tests/common/test_ops.h"
 
 namespace sluice::estimate {
 namespace {
@@ -31,7 +32,7 @@ TEST_P(ModelLayoutTest, MatchesTheRegistryOfARealModel) {
   const auto [family, tied] = GetParam();
   const model::ModelOptions options = Options(family, tied);
   model::HostAllocator host;
-  auto net = model::Model<float>::Create(options, host);
+  auto net = model::Model<float>::Create(options, host, sluice::testing::OpsFor<float>());
   ASSERT_TRUE(net.ok()) << net.status().ToString();
   const model::ParameterRegistry& registry = (*net)->registry();
 

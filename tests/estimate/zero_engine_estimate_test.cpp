@@ -20,6 +20,7 @@
 #include "runtime/comm/comm_factory.h"
 #include "runtime/device/device_factory.h"
 #include "runtime/memory_accounting.h"
+#include "tests/common/test_ops.h"
 #include "tests/common/test_world.h"
 
 namespace sluice::estimate {
@@ -74,8 +75,9 @@ TEST_P(ZeroEngineEstimateTest, DevicePeaksPerCategoryMatchTheEstimate) {
     auto device = CreateDevice({.memory_limit_bytes = uint64_t{512} << 20});
     ASSERT_TRUE(device.ok());
     model::DeviceAllocator allocator(**device);
-    auto net =
-        model::Model<float>::Create(*model_options, allocator, model::ModelStorage::kExternal);
+    const std::unique_ptr<ops::OpsBackend> ops = sluice::testing::CpuOpsOn(**device);
+    auto net = model::Model<float>::Create(*model_options, allocator, *ops,
+                                           model::ModelStorage::kExternal);
     ASSERT_TRUE(net.ok()) << net.status().ToString();
     auto engine = zero::ZeroEngine::Create(*zero_options, **net, world, **device);
     ASSERT_TRUE(engine.ok()) << engine.status().ToString();

@@ -28,6 +28,8 @@ using testing::ExpectGradientsAgree;
 using testing::kStep;
 using testing::RandomTokens;
 using testing::RandomVector;
+using testing::ToDevice;
+using testing::ToHost;
 using testing::VectorBinding;
 
 constexpr int64_t kBatch = 2;
@@ -49,16 +51,20 @@ class LayerGradientTest : public ::testing::Test {
       for (int64_t e = 0; e < info.numel; ++e) binding.values[info.offset + e] += 1.0;
     }
     const std::vector<int32_t> tokens = RandomTokens(kRows, kVocab, seed + 1);
+    const DeviceBuffer device_tokens = ToDevice(*stream_, tokens);
     std::vector<double> x = RandomVector(kRows * in_cols, seed + 2);
     std::vector<double> r;
 
     const auto loss = [&]() -> double {
-      ForwardContext<double> ctx(host_, binding, kBatch, kSeq, tokens.data(), 1);
-      auto y = layer.Forward(ctx, Act<double>{x.data(), kRows, in_cols});
+      ForwardContext<double> ctx(ops_, *stream_, binding, kBatch, kSeq,
+                                 device_tokens.data_as<int32_t>());
+      const DeviceBuffer device_x = ToDevice(*stream_, x);
+      auto y = layer.Forward(ctx, Act<double>{device_x.data_as<double>(), kRows, in_cols});
       EXPECT_TRUE(y.ok()) << y.status().ToString();
+      const std::vector<double> out = ToHost(*stream_, y->data, y->numel());
       if (r.empty()) r = RandomVector(y->numel(), seed + 3);
       double sum = 0.0;
-      for (int64_t i = 0; i < y->numel(); ++i) sum += y->data[i] * r[i];
+      for (int64_t i = 0; i < y->numel(); ++i) sum += out[i] * r[i];
       return sum;
     };
     loss();  // sizes r
@@ -67,18 +73,21 @@ class LayerGradientTest : public ::testing::Test {
     std::vector<double> dx;
     std::vector<double> first_grads;
     for (int pass = 0; pass < 2; ++pass) {
-      ForwardContext<double> ctx(host_, binding, kBatch, kSeq, tokens.data(), 1);
-      auto y = layer.Forward(ctx, Act<double>{x.data(), kRows, in_cols});
+      ForwardContext<double> ctx(ops_, *stream_, binding, kBatch, kSeq,
+                                 device_tokens.data_as<int32_t>());
+      const DeviceBuffer device_x = ToDevice(*stream_, x);
+      auto y = layer.Forward(ctx, Act<double>{device_x.data_as<double>(), kRows, in_cols});
       ASSERT_TRUE(y.ok()) << y.status().ToString();
-      std::vector<double> dy = r;
-      auto back = layer.Backward(ctx, Act<double>{dy.data(), y->rows, y->cols});
+      const DeviceBuffer dy = ToDevice(*stream_, r);
+      auto back = layer.Backward(ctx, Act<double>{dy.data_as<double>(), y->rows, y->cols});
       ASSERT_TRUE(back.ok()) << back.status().ToString();
       if (!back->empty()) {
         ASSERT_EQ(back->rows, kRows);
         ASSERT_EQ(back->cols, in_cols);
-        dx.assign(back->data, back->data + back->numel());
+        dx = ToHost(*stream_, back->data, back->numel());
       }
       ReleaseGradsOf(ctx, layer);
+      ASSERT_TRUE(stream_->Synchronize().ok());  // the parameter gradients are host vectors
       EXPECT_EQ(ctx.held_bytes(), 0) << layer.name() << " left activations behind";
       if (pass == 0) first_grads = binding.grads;
     }
@@ -108,7 +117,8 @@ class LayerGradientTest : public ::testing::Test {
     EXPECT_EQ(checked, registry_.total_elements());
   }
 
-  HostAllocator host_;
+  ops::OpsBackend& ops_ = sluice::testing::OpsFor<double>();
+  std::unique_ptr<Stream> stream_ = std::move(ops_.device().CreateStream()).value();
   ParameterRegistry registry_;
   ModuleBuilder builder_;
 };
@@ -227,30 +237,40 @@ TEST(CrossEntropyGradientTest, MatchesFiniteDifferences) {
   ParameterRegistry registry;
   ModuleBuilder builder(registry);
   CrossEntropyLoss<double> loss_layer(builder, kVocab);
-  HostAllocator host;
+  ops::OpsBackend& ops = sluice::testing::OpsFor<double>();
+  const std::unique_ptr<Stream> stream = std::move(ops.device().CreateStream()).value();
   VectorBinding<double> binding(registry);
-  const std::vector<int32_t> tokens = RandomTokens(kRows, kVocab, 30);
+  const DeviceBuffer tokens = ToDevice(*stream, RandomTokens(kRows, kVocab, 30));
   std::vector<int32_t> targets = RandomTokens(kRows, kVocab, 31);
   targets[3] = kernels::kIgnoreIndex;
+  const DeviceBuffer device_targets = ToDevice(*stream, targets);
+  const int32_t* targets_data = device_targets.data_as<int32_t>();
   std::vector<double> logits = RandomVector(kRows * kVocab, 32, -3.0, 3.0);
   const double dloss = 0.75;
+  const DeviceBuffer device_loss = ToDevice(*stream, std::vector<double>(1));
+  double* loss_data = device_loss.data_as<double>();
 
   const auto loss = [&]() -> double {
-    ForwardContext<double> ctx(host, binding, kBatch, kSeq, tokens.data(), 1);
-    auto value = loss_layer.Forward(ctx, Act<double>{logits.data(), kRows, kVocab}, targets.data());
-    EXPECT_TRUE(value.ok());
-    return dloss * *value;
+    ForwardContext<double> ctx(ops, *stream, binding, kBatch, kSeq, tokens.data_as<int32_t>());
+    const DeviceBuffer device_logits = ToDevice(*stream, logits);
+    EXPECT_TRUE(loss_layer
+                    .Forward(ctx, Act<double>{device_logits.data_as<double>(), kRows, kVocab},
+                             targets_data, loss_data)
+                    .ok());
+    return dloss * ToHost(*stream, loss_data, 1)[0];
   };
 
-  std::vector<double> work = logits;
-  ForwardContext<double> ctx(host, binding, kBatch, kSeq, tokens.data(), 1);
+  ForwardContext<double> ctx(ops, *stream, binding, kBatch, kSeq, tokens.data_as<int32_t>());
+  const DeviceBuffer work = ToDevice(*stream, logits);
   ASSERT_TRUE(
-      loss_layer.Forward(ctx, Act<double>{work.data(), kRows, kVocab}, targets.data()).ok());
-  auto grad = loss_layer.Backward(ctx, targets.data(), dloss);
+      loss_layer
+          .Forward(ctx, Act<double>{work.data_as<double>(), kRows, kVocab}, targets_data, loss_data)
+          .ok());
+  auto grad = loss_layer.Backward(ctx, targets_data, dloss);
   ASSERT_TRUE(grad.ok());
-  EXPECT_EQ(grad->data, work.data()) << "the gradient is written over the logits";
+  EXPECT_EQ(grad->data, work.data_as<double>()) << "the gradient is written over the logits";
   EXPECT_EQ(ctx.held_bytes(), 0);
-  const std::vector<double> dlogits = work;
+  const std::vector<double> dlogits = ToHost(*stream, grad->data, kRows * kVocab);
   for (int64_t i = 0; i < kRows * kVocab; ++i) {
     ExpectGradientsAgree(dlogits[i], CentralDifference(loss, &logits[i], kStep),
                          "logit " + std::to_string(i));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/ref/ops_loss.h"
+#include "tests/common/test_ops.h"
 #include "tests/model/model_test_util.h"
 
 namespace sluice::model {
@@ -35,7 +36,7 @@ TEST_P(ModelGradientTest, SampledParametersMatchFiniteDifferences) {
   options.tie_embeddings = GetParam().tied;
   options.activation_checkpointing = GetParam().checkpointing;
   HostAllocator host;
-  auto model = Model<double>::Create(options, host);
+  auto model = Model<double>::Create(options, host, sluice::testing::OpsFor<double>());
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   Model<double>& net = **model;
   Randomize(net, 40);
@@ -95,8 +96,8 @@ TEST(TiedHeadTest, AccumulatesEmbeddingAndHeadGradients) {
     ModelOptions untied_options = tied_options;
     untied_options.tie_embeddings = false;
     HostAllocator host;
-    auto tied = Model<double>::Create(tied_options, host);
-    auto untied = Model<double>::Create(untied_options, host);
+    auto tied = Model<double>::Create(tied_options, host, sluice::testing::OpsFor<double>());
+    auto untied = Model<double>::Create(untied_options, host, sluice::testing::OpsFor<double>());
     ASSERT_TRUE(tied.ok() && untied.ok());
     Randomize(**tied, 50);
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/ref/half.h"
+#include "tests/common/test_ops.h"
 #include "tests/model/model_test_util.h"
 
 namespace sluice::model {
@@ -43,8 +44,8 @@ class BackendTest : public ::testing::TestWithParam<Family> {};
 TEST_P(BackendTest, Fp32CpuMatchesFp64Reference) {
   const ModelOptions options = SmallOptions(GetParam());
   HostAllocator host;
-  auto reference = Model<double>::Create(options, host);
-  auto cpu = Model<float>::Create(options, host);
+  auto reference = Model<double>::Create(options, host, sluice::testing::OpsFor<double>());
+  auto cpu = Model<float>::Create(options, host, sluice::testing::OpsFor<float>());
   ASSERT_TRUE(reference.ok() && cpu.ok());
   (*cpu)->InitializeParameters(7);
   Randomize(**cpu, 60);  // random biases and norm weights too
@@ -85,8 +86,8 @@ TEST_P(BackendTest, CheckpointingGivesBitwiseIdenticalGradients) {
   ModelOptions checkpointed = options;
   checkpointed.activation_checkpointing = true;
   HostAllocator host;
-  auto plain = Model<float>::Create(options, host);
-  auto ckpt = Model<float>::Create(checkpointed, host);
+  auto plain = Model<float>::Create(options, host, sluice::testing::OpsFor<float>());
+  auto ckpt = Model<float>::Create(checkpointed, host, sluice::testing::OpsFor<float>());
   ASSERT_TRUE(plain.ok() && ckpt.ok());
   (*plain)->InitializeParameters(9);
   (*ckpt)->InitializeParameters(9);
@@ -110,8 +111,8 @@ TEST_P(BackendTest, Bf16StorageComputesWithTheRoundedValues) {
   ModelOptions bf16_options = options;
   bf16_options.param_dtype = DType::kBF16;
   HostAllocator host;
-  auto fp32 = Model<float>::Create(options, host);
-  auto bf16 = Model<float>::Create(bf16_options, host);
+  auto fp32 = Model<float>::Create(options, host, sluice::testing::OpsFor<float>());
+  auto bf16 = Model<float>::Create(bf16_options, host, sluice::testing::OpsFor<float>());
   ASSERT_TRUE(fp32.ok() && bf16.ok());
   EXPECT_EQ((*bf16)->params().dtype(), DType::kBF16);
   EXPECT_EQ((*bf16)->params().nbytes(), static_cast<size_t>((*fp32)->ParameterCount()) * 2);

@@ -10,6 +10,7 @@
 #include "engine/model/init.h"
 #include "kernels/ref/ops_loss.h"
 #include "runtime/device/device_factory.h"
+#include "tests/common/test_ops.h"
 #include "tests/model/model_test_util.h"
 
 namespace sluice::model {
@@ -35,8 +36,8 @@ ModelOptions InitOptions() {
 TEST(ModelInitTest, DeterministicGpt2StyleInit) {
   const ModelOptions options = InitOptions();
   HostAllocator host;
-  auto a = Model<float>::Create(options, host);
-  auto b = Model<float>::Create(options, host);
+  auto a = Model<float>::Create(options, host, sluice::testing::OpsFor<float>());
+  auto b = Model<float>::Create(options, host, sluice::testing::OpsFor<float>());
   ASSERT_TRUE(a.ok() && b.ok());
   (*a)->InitializeParameters(1234);
   (*b)->InitializeParameters(1234);
@@ -74,7 +75,7 @@ TEST(ModelInitTest, DeterministicGpt2StyleInit) {
 TEST(ModelInitTest, ShardInitMatchesWholeInit) {
   const ModelOptions options = InitOptions();
   HostAllocator host;
-  auto model = Model<float>::Create(options, host);
+  auto model = Model<float>::Create(options, host, sluice::testing::OpsFor<float>());
   ASSERT_TRUE(model.ok());
   (*model)->InitializeParameters(99);
   const ParameterRegistry& registry = (*model)->registry();
@@ -107,7 +108,8 @@ class RecordingHooks final : public UnitHooks {
 
 TEST(ModelHooksTest, UnitsRunInTraceOrderThenReverse) {
   HostAllocator host;
-  auto model = Model<float>::Create(TinyOptions(Family::kLlama), host);
+  auto model =
+      Model<float>::Create(TinyOptions(Family::kLlama), host, sluice::testing::OpsFor<float>());
   ASSERT_TRUE(model.ok());
   (*model)->InitializeParameters(1);
   RecordingHooks hooks;
@@ -133,8 +135,9 @@ TEST(ModelDeviceTest, LivesInTheDeviceArenaAndReportsExhaustion) {
   auto device = CreateDevice(device_options);
   ASSERT_TRUE(device.ok()) << device.status().ToString();
   DeviceAllocator allocator(**device);
+  const std::unique_ptr<ops::OpsBackend> ops = sluice::testing::CpuOpsOn(**device);
   ModelOptions options = InitOptions();  // ~0.24M parameters: ~1.9 MiB of params and grads
-  auto model = Model<float>::Create(options, allocator);
+  auto model = Model<float>::Create(options, allocator, *ops);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   EXPECT_EQ((*model)->params().tier(), MemoryTier::kDevice);
   (*model)->InitializeParameters(5);
@@ -155,7 +158,8 @@ TEST(ModelDeviceTest, LivesInTheDeviceArenaAndReportsExhaustion) {
 
 TEST(ModelInputTest, RejectsBadTokensAndLengths) {
   HostAllocator host;
-  auto model = Model<float>::Create(TinyOptions(Family::kGpt2), host);
+  auto model =
+      Model<float>::Create(TinyOptions(Family::kGpt2), host, sluice::testing::OpsFor<float>());
   ASSERT_TRUE(model.ok());
   std::vector<int32_t> inputs = RandomTokens(10, 11, 8);
   std::vector<int32_t> targets = RandomTokens(10, 11, 9);
@@ -182,7 +186,8 @@ TEST(ModelInputTest, RejectsBadTokensAndLengths) {
 // reports; evaluation leaves the gradients alone.
 TEST(ModelEvalTest, LogitsAndLossAgreeAndGradientsStayUntouched) {
   HostAllocator host;
-  auto model = Model<double>::Create(TinyOptions(Family::kLlama), host);
+  auto model =
+      Model<double>::Create(TinyOptions(Family::kLlama), host, sluice::testing::OpsFor<double>());
   ASSERT_TRUE(model.ok());
   (*model)->InitializeParameters(21);
   const std::vector<int32_t> inputs = RandomTokens(10, 11, 22);

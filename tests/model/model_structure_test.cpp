@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/model/model.h"
+#include "tests/common/test_ops.h"
 #include "tests/model/model_test_util.h"
 
 namespace sluice::model {
@@ -23,7 +24,7 @@ std::vector<std::string> Names(const ParameterRegistry& registry) {
 TEST(ModelStructureTest, Gpt2NamesFollowHuggingFace) {
   ModelOptions options = TinyOptions(Family::kGpt2);
   HostAllocator host;
-  auto model = Model<float>::Create(options, host);
+  auto model = Model<float>::Create(options, host, sluice::testing::OpsFor<float>());
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   std::vector<std::string> expected = {"transformer.wte.weight", "transformer.wpe.weight"};
   for (int i = 0; i < 2; ++i) {
@@ -56,7 +57,7 @@ TEST(ModelStructureTest, Gpt2NamesFollowHuggingFace) {
 TEST(ModelStructureTest, LlamaNamesFollowHuggingFace) {
   ModelOptions options = TinyOptions(Family::kLlama);
   HostAllocator host;
-  auto model = Model<float>::Create(options, host);
+  auto model = Model<float>::Create(options, host, sluice::testing::OpsFor<float>());
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   std::vector<std::string> expected = {"model.embed_tokens.weight"};
   for (int i = 0; i < 2; ++i) {
@@ -88,7 +89,7 @@ TEST(ModelStructureTest, FlatLayoutIsDenseAndUnitContiguous) {
       ModelOptions options = TinyOptions(family);
       options.tie_embeddings = tied;
       HostAllocator host;
-      auto model = Model<float>::Create(options, host);
+      auto model = Model<float>::Create(options, host, sluice::testing::OpsFor<float>());
       ASSERT_TRUE(model.ok());
       const ParameterRegistry& registry = (*model)->registry();
       int64_t next = 0;
@@ -173,9 +174,9 @@ TEST(ModelStructureTest, InvalidOptionsNameTheField) {
   HostAllocator host;
   o = TinyOptions(Family::kGpt2);
   o.param_dtype = DType::kBF16;
-  auto fp64 = Model<double>::Create(o, host);
+  auto fp64 = Model<double>::Create(o, host, sluice::testing::OpsFor<double>());
   EXPECT_EQ(fp64.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Model<float>::Create(o, host).ok());
+  EXPECT_TRUE(Model<float>::Create(o, host, sluice::testing::OpsFor<float>()).ok());
 }
 
 }  // namespace

@@ -15,6 +15,8 @@
 #include "engine/model/forward_context.h"
 #include "engine/model/model.h"
 #include "engine/model/parameter_registry.h"
+#include "runtime/device.h"
+#include "tests/common/test_ops.h"
 
 namespace sluice::model::testing {
 
@@ -36,6 +38,32 @@ class VectorBinding final : public ParameterBinding<T> {
   std::vector<T> values;
   std::vector<T> grads;
 };
+
+// A copy of `host` in stream-ordered device memory of `stream`, complete on return.
+template <typename V>
+DeviceBuffer ToDevice(Stream& stream, const std::vector<V>& host) {
+  Device& device = stream.device();
+  auto buffer = device.AllocateAsync(host.size() * sizeof(V), MemoryCategory::kActivations, stream);
+  SLUICE_CHECK(buffer.ok()) << buffer.status().ToString();
+  SLUICE_CHECK(
+      device.CopyAsync(buffer->data(), host.data(), host.size() * sizeof(V), CopyKind::kH2D, stream)
+          .ok());
+  const Status synced = stream.Synchronize();
+  SLUICE_CHECK(synced.ok()) << synced.ToString();
+  return std::move(buffer).value();
+}
+
+// `count` elements of device memory, read back after everything enqueued on `stream`.
+template <typename V>
+std::vector<V> ToHost(Stream& stream, const V* data, int64_t count) {
+  std::vector<V> host(static_cast<size_t>(count));
+  SLUICE_CHECK(stream.device()
+                   .CopyAsync(host.data(), data, host.size() * sizeof(V), CopyKind::kD2H, stream)
+                   .ok());
+  const Status synced = stream.Synchronize();
+  SLUICE_CHECK(synced.ok()) << synced.ToString();
+  return host;
+}
 
 inline std::vector<double> RandomVector(int64_t n, uint64_t seed, double lo = -1.0,
                                         double hi = 1.0) {

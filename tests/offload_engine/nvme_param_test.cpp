@@ -23,6 +23,7 @@
 #include "runtime/check.h"
 #include "runtime/device/device_factory.h"
 #include "runtime/memory_accounting.h"
+#include "tests/common/test_ops.h"
 #include "tests/zero/zero_test_util.h"
 
 namespace sluice::zero::testing {
@@ -43,7 +44,8 @@ class NvmeParamRig {
     auto device = CreateDevice({.memory_limit_bytes = uint64_t{16} << 20});
     SLUICE_CHECK(device.ok());
     device_ = std::move(device).value();
-    auto model = model::Model<float>::Create(TinyGpt(), host_, model::ModelStorage::kExternal);
+    auto model = model::Model<float>::Create(TinyGpt(), host_, sluice::testing::OpsFor<float>(),
+                                             model::ModelStorage::kExternal);
     SLUICE_CHECK(model.ok());
     model_ = std::move(model).value();
     layout_ = ShardLayout::Build(registry(), world.size(), world.rank(), persistence);

@@ -23,6 +23,7 @@
 #include "runtime/check.h"
 #include "runtime/device/device_factory.h"
 #include "runtime/memory_accounting.h"
+#include "tests/common/test_ops.h"
 #include "tests/offload_engine/offload_engine_test_util.h"
 #include "tests/offload_engine/offload_outcome.h"
 #include "tests/zero/zero_test_util.h"
@@ -191,8 +192,9 @@ ZeroRig MakeConfigRig(Config config, uint64_t seed) {
   SLUICE_CHECK(device.ok()) << device.status().ToString();
   rig.device = std::move(device).value();
   rig.allocator = std::make_unique<model::DeviceAllocator>(*rig.device);
+  rig.ops = sluice::testing::CpuOpsOn(*rig.device);
   Result<std::unique_ptr<model::Model<float>>> net =
-      model::Model<float>::Create(*model, *rig.allocator, model::ModelStorage::kExternal);
+      model::Model<float>::Create(*model, *rig.allocator, *rig.ops, model::ModelStorage::kExternal);
   SLUICE_CHECK(net.ok()) << net.status().ToString();
   rig.model = std::move(net).value();
   Result<std::unique_ptr<ZeroEngine>> engine =

@@ -14,6 +14,7 @@
 #include "runtime/check.h"
 #include "runtime/device/device_factory.h"
 #include "runtime/trace.h"
+#include "tests/common/test_ops.h"
 #include "zero_test_util.h"
 
 namespace sluice::zero::testing {
@@ -29,7 +30,8 @@ class CoordinatorRig {
     auto device = CreateDevice({.memory_limit_bytes = uint64_t{16} << 20});
     SLUICE_CHECK(device.ok());
     device_ = std::move(device).value();
-    auto model = model::Model<float>::Create(TinyGpt(), host_, model::ModelStorage::kExternal);
+    auto model = model::Model<float>::Create(TinyGpt(), host_, sluice::testing::OpsFor<float>(),
+                                             model::ModelStorage::kExternal);
     SLUICE_CHECK(model.ok());
     model_ = std::move(model).value();
     layout_ = ShardLayout::Build(registry(), world.size(), world.rank(), persistence);
@@ -341,7 +343,8 @@ TEST(Stage3Engine, GatherOfTheNextUnitOverlapsComputeOfThisOne) {
     // trace have a next unit to prefetch.
     const model::ModelOptions model = SlowerGpt();
     model::HostAllocator host;
-    auto sizing = model::Model<float>::Create(model, host, model::ModelStorage::kExternal);
+    auto sizing = model::Model<float>::Create(model, host, sluice::testing::OpsFor<float>(),
+                                              model::ModelStorage::kExternal);
     ASSERT_TRUE(sizing.ok());
     const ShardLayout layout = ShardLayout::Build((*sizing)->registry(), TestWorld().size(), 0,
                                                   Stage3().stage3_param_persistence_threshold);

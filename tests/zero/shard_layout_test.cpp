@@ -15,6 +15,7 @@
 #include "engine/zero/partition_copy.h"
 #include "engine/zero/shard_grad_norm.h"
 #include "kernels/ref/half.h"
+#include "tests/common/test_ops.h"
 #include "zero_test_util.h"
 
 namespace sluice::zero::testing {
@@ -219,7 +220,8 @@ TEST(ShardGradNorm, OneRankSumsLikeTheReferenceNorm) {
   options.d_model = 64;
   options.d_ff = 256;
   model::HostAllocator host;
-  auto net = model::Model<float>::Create(options, host, model::ModelStorage::kExternal);
+  auto net = model::Model<float>::Create(options, host, sluice::testing::OpsFor<float>(),
+                                         model::ModelStorage::kExternal);
   ASSERT_TRUE(net.ok());
   const model::ParameterRegistry& registry = (*net)->registry();
   const int64_t n = registry.total_elements();

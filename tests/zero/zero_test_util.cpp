@@ -11,6 +11,7 @@
 #include "runtime/check.h"
 #include "runtime/comm/comm_factory.h"
 #include "runtime/device/device_factory.h"
+#include "tests/common/test_ops.h"
 
 namespace sluice::zero::testing {
 namespace {
@@ -83,10 +84,11 @@ RunResult RunReference(const model::ModelOptions& options, const TrainSettings& 
   Result<std::unique_ptr<Device>> device = CreateDevice({.memory_limit_bytes = kDeviceBytes});
   SLUICE_CHECK(device.ok()) << device.status().ToString();
   model::DeviceAllocator allocator(**device);
+  const std::unique_ptr<ops::OpsBackend> ops = sluice::testing::CpuOpsOn(**device);
   const train::Precision precision = train::PrecisionOf(settings.param_dtype);
   model::ModelOptions flat_options = options;
   flat_options.param_dtype = train::ModelParamDType(precision);
-  auto created = model::Model<float>::Create(flat_options, allocator);
+  auto created = model::Model<float>::Create(flat_options, allocator, *ops);
   SLUICE_CHECK(created.ok()) << created.status().ToString();
   model::Model<float>& net = **created;
   net.InitializeParameters(settings.seed);
@@ -149,8 +151,10 @@ Result<ZeroRig> MakeZeroRig(const ZeroOptions& options, const model::ModelOption
   ZeroRig rig;
   SLUICE_ASSIGN_OR_RETURN(rig.device, CreateDevice({.memory_limit_bytes = kDeviceBytes}));
   rig.allocator = std::make_unique<model::DeviceAllocator>(*rig.device);
-  SLUICE_ASSIGN_OR_RETURN(rig.model, model::Model<float>::Create(model_options, *rig.allocator,
-                                                                 model::ModelStorage::kExternal));
+  rig.ops = sluice::testing::CpuOpsOn(*rig.device);
+  SLUICE_ASSIGN_OR_RETURN(rig.model,
+                          model::Model<float>::Create(model_options, *rig.allocator, *rig.ops,
+                                                      model::ModelStorage::kExternal));
   SLUICE_ASSIGN_OR_RETURN(rig.engine, ZeroEngine::Create(options, *rig.model, world, *rig.device));
   SLUICE_RETURN_IF_ERROR(rig.engine->InitializeParameters(seed));
   return rig;

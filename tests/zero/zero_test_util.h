@@ -61,6 +61,7 @@ RunResult RunReference(const model::ModelOptions& model, const TrainSettings& se
 struct ZeroRig {
   std::unique_ptr<Device> device;
   std::unique_ptr<model::DeviceAllocator> allocator;
+  std::unique_ptr<ops::OpsBackend> ops;
   std::unique_ptr<model::Model<float>> model;
   std::unique_ptr<ZeroEngine> engine;
 };

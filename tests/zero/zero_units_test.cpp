@@ -10,6 +10,7 @@
 #include "engine/zero/shard_layout.h"
 #include "engine/zero/zero_binding.h"
 #include "engine/zero/zero_options.h"
+#include "tests/common/test_ops.h"
 #include "zero_test_util.h"
 
 namespace sluice::zero::testing {
@@ -18,8 +19,9 @@ namespace {
 TEST(ExternalStorage, BindingReproducesTheFlatModelBitwise) {
   const model::ModelOptions options = TinyGpt();
   model::HostAllocator host;
-  auto flat = model::Model<float>::Create(options, host);
-  auto external = model::Model<float>::Create(options, host, model::ModelStorage::kExternal);
+  auto flat = model::Model<float>::Create(options, host, sluice::testing::OpsFor<float>());
+  auto external = model::Model<float>::Create(options, host, sluice::testing::OpsFor<float>(),
+                                              model::ModelStorage::kExternal);
   ASSERT_TRUE(flat.ok() && external.ok());
   EXPECT_EQ((*external)->params_data(), nullptr);
   EXPECT_EQ((*external)->grads_data(), nullptr);
@@ -61,7 +63,8 @@ TEST(ExternalStorage, BindingReproducesTheFlatModelBitwise) {
 TEST(ExternalStorage, UngatheredParameterIsAProgrammerError) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   model::HostAllocator host;
-  auto external = model::Model<float>::Create(TinyGpt(), host, model::ModelStorage::kExternal);
+  auto external = model::Model<float>::Create(TinyGpt(), host, sluice::testing::OpsFor<float>(),
+                                              model::ModelStorage::kExternal);
   ASSERT_TRUE(external.ok());
   ZeroBinding binding((*external)->registry());
   EXPECT_DEATH((void)binding.Value(0), "is not gathered");
@@ -84,7 +87,8 @@ TEST(ModuleTrace, HashTellsOrdersApart) {
   EXPECT_NE(ModuleTrace().Hash(), a.Hash());
 
   model::HostAllocator host;
-  auto net = model::Model<float>::Create(TinyGpt(), host, model::ModelStorage::kExternal);
+  auto net = model::Model<float>::Create(TinyGpt(), host, sluice::testing::OpsFor<float>(),
+                                         model::ModelStorage::kExternal);
   ASSERT_TRUE(net.ok());
   EXPECT_EQ(DescribeAccess({1, Phase::kBackward}, (*net)->registry()),
             "backward of transformer.h.0");
