@@ -20,6 +20,7 @@
 #include "offload/swap_store.h"
 #include "runtime/device/device_factory.h"
 #include "runtime/durable_file.h"
+#include "runtime/ops/ops_factory.h"
 
 namespace sluice::bench {
 namespace {
@@ -306,26 +307,44 @@ Result<OffloadAdamBenchReport> RunOffloadAdamBench(const OffloadAdamBenchOptions
 
   bool reference_agrees = false;
   {
+    // The device optimizer over the same prefix, on the cpu ops backend.
     const size_t psize = DTypeSize(param_dtype);
-    std::vector<std::byte> ref_params(initial.begin(),
-                                      initial.begin() + static_cast<ptrdiff_t>(check * psize));
-    SLUICE_ASSIGN_OR_RETURN(auto reference,
-                            zero::ShardedAdam::Create(*device, optimizer, param_dtype,
-                                                      ref_params.data(), check, o.threads));
-    reference->LoadMasterFromParams();
+    const size_t ref_bytes = static_cast<size_t>(check) * psize;
+    SLUICE_ASSIGN_OR_RETURN(auto ops, ops::CreateOpsBackend(*device, {.cpu_threads = o.threads}));
+    SLUICE_ASSIGN_OR_RETURN(auto stream, device->CreateStream());
+    SLUICE_ASSIGN_OR_RETURN(DeviceBuffer ref_params,
+                            device->Allocate(ref_bytes, MemoryCategory::kParams));
+    SLUICE_ASSIGN_OR_RETURN(
+        DeviceBuffer ref_grads,
+        device->Allocate(static_cast<size_t>(check) * sizeof(float), MemoryCategory::kGrads));
+    SLUICE_RETURN_IF_ERROR(
+        CopySync(*device, ref_params.data(), initial.data(), ref_bytes, CopyKind::kH2D));
+    SLUICE_ASSIGN_OR_RETURN(
+        auto reference,
+        zero::ShardedAdam::Create(*ops, *stream, optimizer, param_dtype, ref_params.data(), check));
+    SLUICE_RETURN_IF_ERROR(reference->LoadMasterFromParams(*stream));
     std::vector<float> g(static_cast<size_t>(check));
     for (int round = 0; round < rounds; ++round) {
       zero::ConvertToF32(grads_host[round % 2].data(), grad_dtype, g.data(), check, o.threads);
-      SLUICE_RETURN_IF_ERROR(reference->Step(g.data(), lrs[round], scales[round]));
+      SLUICE_RETURN_IF_ERROR(device->CopyAsync(ref_grads.data(), g.data(), g.size() * sizeof(float),
+                                               CopyKind::kH2D, *stream));
+      SLUICE_RETURN_IF_ERROR(
+          reference->Step(*stream, ref_grads.data_as<float>(), lrs[round], scales[round]));
+      SLUICE_RETURN_IF_ERROR(stream->Synchronize());  // g is refilled next round
     }
-    std::vector<float> state(3 * static_cast<size_t>(check));
+    std::vector<float> state(3 * static_cast<size_t>(check)), expected(state.size());
     SLUICE_RETURN_IF_ERROR(modes[0].adam->ReadState(0, check, state.data(), state.data() + check,
                                                     state.data() + 2 * check));
-    const size_t bytes = static_cast<size_t>(check) * sizeof(float);
-    reference_agrees = std::memcmp(state.data(), reference->master(), bytes) == 0 &&
-                       std::memcmp(state.data() + check, reference->exp_avg(), bytes) == 0 &&
-                       std::memcmp(state.data() + 2 * check, reference->exp_avg_sq(), bytes) == 0 &&
-                       std::memcmp(params0.data(), ref_params.data(), ref_params.size()) == 0;
+    SLUICE_RETURN_IF_ERROR(
+        reference->StreamState(*stream, 0, check, check,
+                               zero::StateArraysSink(0, expected.data(), expected.data() + check,
+                                                     expected.data() + 2 * check)));
+    std::vector<std::byte> ref_host(ref_bytes);
+    SLUICE_RETURN_IF_ERROR(
+        CopySync(*device, ref_host.data(), ref_params.data(), ref_bytes, CopyKind::kD2H));
+    reference_agrees =
+        std::memcmp(state.data(), expected.data(), state.size() * sizeof(float)) == 0 &&
+        std::memcmp(params0.data(), ref_host.data(), ref_host.size()) == 0;
   }
   report.correctness = {{"modes_bit_identical", modes_agree && params_agree},
                         {"first_mismatching_tile_begin", first_mismatch},

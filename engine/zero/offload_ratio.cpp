@@ -100,23 +100,25 @@ OffloadRatioChoice ChooseSplit(const OptimizerThroughput& throughput, int64_t co
   return choice;
 }
 
-Result<OptimizerThroughput> MeasureOptimizerThroughput(Device& device, const ZeroOptions& options,
+Result<OptimizerThroughput> MeasureOptimizerThroughput(ops::OpsBackend& ops,
+                                                       const ZeroOptions& options,
                                                        int64_t probe_elements, int runs, int rank) {
+  Device& device = ops.device();
   if (probe_elements <= 0 || runs < 1) {
     return InvalidArgumentError("optimizer probe of {} elements and {} runs", probe_elements, runs);
   }
   const size_t n = static_cast<size_t>(probe_elements);
   const DType dtype = options.param_dtype;
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, device.CreateStream());
   SLUICE_ASSIGN_OR_RETURN(DeviceBuffer params,
-                          AllocateZeroed(device, n * DTypeSize(dtype), MemoryCategory::kBuffers,
+                          AllocateZeroed(*stream, n * DTypeSize(dtype), MemoryCategory::kBuffers,
                                          "the optimizer probe's parameters"));
   SLUICE_ASSIGN_OR_RETURN(DeviceBuffer grads,
-                          AllocateZeroed(device, n * sizeof(float), MemoryCategory::kBuffers,
+                          AllocateZeroed(*stream, n * sizeof(float), MemoryCategory::kBuffers,
                                          "the optimizer probe's gradients"));
   {
     // Small, normal gradients: zeros would let the kernel run on trivially zero moments.
     const std::vector<float> host(n, 1e-3f);
-    SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, device.CreateStream());
     SLUICE_RETURN_IF_ERROR(
         device.CopyAsync(grads.data(), host.data(), n * sizeof(float), CopyKind::kH2D, *stream));
     SLUICE_RETURN_IF_ERROR(stream->Synchronize());
@@ -128,12 +130,14 @@ Result<OptimizerThroughput> MeasureOptimizerThroughput(Device& device, const Zer
   t.probe_elements = probe_elements;
   t.runs = runs;
   {
-    SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<ShardedAdam> adam,
-                            ShardedAdam::Create(device, options.optimizer, dtype, params.data(),
-                                                probe_elements, options.num_threads));
-    adam->LoadMasterFromParams();
-    SLUICE_ASSIGN_OR_RETURN(t.device_seconds,
-                            TimeSteps(runs, [&]() { return adam->Step(grad_data, lr, 1.0); }));
+    SLUICE_ASSIGN_OR_RETURN(
+        std::unique_ptr<ShardedAdam> adam,
+        ShardedAdam::Create(ops, *stream, options.optimizer, dtype, params.data(), probe_elements));
+    SLUICE_RETURN_IF_ERROR(adam->LoadMasterFromParams(*stream));
+    SLUICE_ASSIGN_OR_RETURN(t.device_seconds, TimeSteps(runs, [&]() -> Status {
+                              SLUICE_RETURN_IF_ERROR(adam->Step(*stream, grad_data, lr, 1.0));
+                              return stream->Synchronize();
+                            }));
   }
   {
     Result<OffloadedPart> part =
@@ -152,8 +156,9 @@ Result<OptimizerThroughput> MeasureOptimizerThroughput(Device& device, const Zer
   return t;
 }
 
-Result<OffloadRatioChoice> ResolveAutoOffloadRatio(Device& device, const ZeroOptions& options,
+Result<OffloadRatioChoice> ResolveAutoOffloadRatio(ops::OpsBackend& ops, const ZeroOptions& options,
                                                    int64_t count, int rank) {
+  Device& device = ops.device();
   const OffloadOptimizerConfig& offload = options.offload_optimizer;
   const DType dtype = options.param_dtype;
   const int64_t tile = OffloadTileElements(options.sub_group_size);
@@ -183,7 +188,7 @@ Result<OffloadRatioChoice> ResolveAutoOffloadRatio(Device& device, const ZeroOpt
                                  "device";
   } else {
     Result<OptimizerThroughput> measured =
-        MeasureOptimizerThroughput(device, options, probe, kProbeRuns, rank);
+        MeasureOptimizerThroughput(ops, options, probe, kProbeRuns, rank);
     if (!measured.ok()) {
       return Status(measured.status())
           .WithContext(

@@ -22,6 +22,7 @@
 #include "engine/zero/zero_options.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
+#include "runtime/ops/ops_backend.h"
 #include "runtime/status.h"
 
 namespace sluice::zero {
@@ -78,13 +79,14 @@ OffloadRatioChoice ChooseSplit(const OptimizerThroughput& throughput, int64_t co
 // `options` configures the split's parts, over `probe_elements` scratch elements (device
 // parameters and gradients, host or NVMe state: an NVMe probe file beside the optimizer's own in
 // offload_optimizer.nvme_path, removed afterwards). Everything is freed before it returns.
-Result<OptimizerThroughput> MeasureOptimizerThroughput(Device& device, const ZeroOptions& options,
+Result<OptimizerThroughput> MeasureOptimizerThroughput(ops::OpsBackend& ops,
+                                                       const ZeroOptions& options,
                                                        int64_t probe_elements, int runs, int rank);
 
 // ratio "auto" for a shard of `count` elements on `rank`: the budget (auto_state_budget, or half
 // the device memory free now), the probe (at most 4 tiles, the shard, and what the budget and
 // the free memory allow), the split; logs the figures and the choice.
-Result<OffloadRatioChoice> ResolveAutoOffloadRatio(Device& device, const ZeroOptions& options,
+Result<OffloadRatioChoice> ResolveAutoOffloadRatio(ops::OpsBackend& ops, const ZeroOptions& options,
                                                    int64_t count, int rank);
 
 }  // namespace sluice::zero

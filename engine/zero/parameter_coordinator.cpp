@@ -9,6 +9,7 @@
 
 #include "engine/zero/partition_copy.h"
 #include "engine/zero/rank_agreement.h"
+#include "engine/zero/zeroed_buffer.h"
 #include "runtime/check.h"
 #include "runtime/logging.h"
 
@@ -122,7 +123,9 @@ Result<std::unique_ptr<ParameterCoordinator>> ParameterCoordinator::Create(
       return Status(buffer.status()).WithContext("allocating the persistent parameters");
     }
     c->persistent_ = std::move(buffer).value();
-    std::memset(c->persistent_.data(), 0, c->persistent_.size());  // until GatherPersistent
+    // Zero until GatherPersistent, as device work on the comm stream.
+    SLUICE_RETURN_IF_ERROR(
+        ZeroOnStream(queue.stream(), c->persistent_, "the persistent parameters"));
     int64_t offset = 0;
     for (int index : layout.persistent()) {
       const PartitionInfo& p = layout.partitions()[static_cast<size_t>(index)];

@@ -12,11 +12,12 @@ namespace sluice::zero {
 
 ReduceScatterReducer::ReduceScatterReducer(const model::ParameterRegistry& registry,
                                            const ShardLayout& layout, CommQueue& queue,
-                                           ZeroBinding& binding, float* grad_shard,
+                                           Stream& compute, ZeroBinding& binding, float* grad_shard,
                                            int64_t bucket_size)
     : registry_(&registry),
       layout_(&layout),
       queue_(&queue),
+      compute_(&compute),
       binding_(&binding),
       grad_shard_(grad_shard),
       bucket_size_(bucket_size),
@@ -46,7 +47,9 @@ Status ReduceScatterReducer::BeforeBackward(int unit) {
           .WithContext(fmt::format("allocating the gradients of {}", info.name));
     }
     buffer = std::move(allocated).value();
-    std::memset(buffer.data(), 0, buffer.size());
+    // Zeroed on the compute stream, ahead of the backward ops that accumulate into it.
+    SLUICE_RETURN_IF_ERROR(
+        queue_->device().MemsetAsync(buffer.data(), 0, buffer.size(), *compute_));
     float* base = buffer.data_as<float>();
     for (int index : layout_->units()[static_cast<size_t>(owner)].all) {
       const PartitionInfo& p = layout_->partitions()[static_cast<size_t>(index)];

@@ -24,8 +24,9 @@ namespace sluice::zero {
 class ReduceScatterReducer final : public GradientReducer {
  public:
   // `grad_shard` (layout.shard_elements() floats) and everything else must outlive the reducer.
+  // `compute` is the stream the backward accumulates the unit gradients on.
   ReduceScatterReducer(const model::ParameterRegistry& registry, const ShardLayout& layout,
-                       CommQueue& queue, ZeroBinding& binding, float* grad_shard,
+                       CommQueue& queue, Stream& compute, ZeroBinding& binding, float* grad_shard,
                        int64_t bucket_size);
   ~ReduceScatterReducer() override;
 
@@ -54,6 +55,7 @@ class ReduceScatterReducer final : public GradientReducer {
   const model::ParameterRegistry* registry_;
   const ShardLayout* layout_;
   CommQueue* queue_;
+  Stream* compute_;
   ZeroBinding* binding_;
   float* grad_shard_;
   int64_t bucket_size_;

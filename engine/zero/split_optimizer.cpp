@@ -19,7 +19,7 @@ void* Offset(void* base, int64_t elements, DType dtype) {
 
 }  // namespace
 
-Result<std::unique_ptr<SplitOptimizer>> SplitOptimizer::Create(Device& device,
+Result<std::unique_ptr<SplitOptimizer>> SplitOptimizer::Create(ops::OpsBackend& ops,
                                                                const ZeroOptions& options,
                                                                const ParamShardTarget& params,
                                                                int64_t count,
@@ -43,17 +43,18 @@ Result<std::unique_ptr<SplitOptimizer>> SplitOptimizer::Create(Device& device,
         "the split of the optimizer state at element {} is not on a tile boundary (tiles of {})",
         device_elements, tile);
   }
+  Device& device = ops.device();
   std::unique_ptr<SplitOptimizer> split(new SplitOptimizer());
   split->device_ = &device;
   split->count_ = count;
   split->device_elements_ = device_elements;
   split->tile_elements_ = tile;
   if (device_elements > 0) {
+    SLUICE_ASSIGN_OR_RETURN(split->stream_, device.CreateStream());
     SLUICE_ASSIGN_OR_RETURN(
         split->device_part_,
-        ShardedAdam::Create(device, options.optimizer, options.param_dtype, params.shard,
-                            device_elements, options.num_threads));
-    SLUICE_ASSIGN_OR_RETURN(split->stream_, device.CreateStream());
+        ShardedAdam::Create(ops, *split->stream_, options.optimizer, options.param_dtype,
+                            params.shard, device_elements, params.host));
   }
   if (device_elements < count) {
     SLUICE_ASSIGN_OR_RETURN(
@@ -81,11 +82,13 @@ Status SplitOptimizer::CheckUsable() const {
 
 Status SplitOptimizer::LoadMasterFromParams() {
   SLUICE_RETURN_IF_ERROR(CheckUsable());
-  if (device_part_ != nullptr) device_part_->LoadMasterFromParams();
+  if (device_part_ != nullptr) {
+    SLUICE_RETURN_IF_ERROR(device_part_->LoadMasterFromParams(*stream_));
+  }
   if (offloaded_part_.adam != nullptr) {
     SLUICE_RETURN_IF_ERROR(offloaded_part_.adam->LoadMasterFromParams());
   }
-  return OkStatus();
+  return stream_ != nullptr ? stream_->Synchronize() : OkStatus();
 }
 
 Status SplitOptimizer::Step(const float* grads, double lr, double grad_scale) {
@@ -96,18 +99,28 @@ Status SplitOptimizer::Step(const float* grads, double lr, double grad_scale) {
   Status launched;
   if (device_part_ != nullptr) {
     // On its own stream, as device work: it runs while this thread steps the offloaded part.
+    // Markers on either side of the op time it where it runs.
     launched = device_->LaunchHostFunc(
         *stream_,
-        [this, grads, lr, grad_scale]() -> Status {
-          const int64_t start = TraceClockNs();
-          Status status = device_part_->Step(grads, lr, grad_scale);
-          const int64_t end = TraceClockNs();
-          device_step_s_ = static_cast<double>(end - start) * 1e-9;
-          TraceRecorder& trace = TraceRecorder::Global();
-          if (trace.enabled()) trace.Record(kTraceLaneCompute, "device adam", start, end);
-          return status;
+        [this] {
+          device_start_ns_ = TraceClockNs();
+          return OkStatus();
         },
-        "device part of the partially offloaded optimizer");
+        "device adam start");
+    if (launched.ok()) launched = device_part_->Step(*stream_, grads, lr, grad_scale);
+    if (launched.ok()) {
+      launched = device_->LaunchHostFunc(
+          *stream_,
+          [this] {
+            const int64_t end = TraceClockNs();
+            device_step_s_ = static_cast<double>(end - device_start_ns_) * 1e-9;
+            TraceRecorder& trace = TraceRecorder::Global();
+            if (trace.enabled())
+              trace.Record(kTraceLaneCompute, "device adam", device_start_ns_, end);
+            return OkStatus();
+          },
+          "device adam end");
+    }
   }
   Status offloaded;
   if (launched.ok() && offloaded_part_.adam != nullptr) {
@@ -133,8 +146,7 @@ Status SplitOptimizer::StreamState(int64_t begin, int64_t n, const OptimizerStat
   for (int64_t at = begin; at < std::min(end, device_elements_);) {
     const int64_t take =
         std::min({end, device_elements_, (at / tile_elements_ + 1) * tile_elements_}) - at;
-    SLUICE_RETURN_IF_ERROR(sink(at, take, device_part_->master() + at, device_part_->exp_avg() + at,
-                                device_part_->exp_avg_sq() + at));
+    SLUICE_RETURN_IF_ERROR(device_part_->StreamState(*stream_, at, take, take, sink));
     at += take;
   }
   const int64_t off_begin = std::max(begin, device_elements_);
@@ -156,7 +168,7 @@ Status SplitOptimizer::RestoreState(const OptimizerStateSource& source, int64_t 
     SLUICE_ASSIGN_OR_RETURN(stream_, device_->CreateStream());
   }
   if (device_part_ != nullptr) {
-    SLUICE_RETURN_IF_ERROR(RestoreShardedAdam(*device_part_, source, step));
+    SLUICE_RETURN_IF_ERROR(RestoreShardedAdam(*device_part_, *stream_, source, step));
   }
   if (offloaded_part_.adam != nullptr) {
     const int64_t shift = device_elements_;
@@ -175,11 +187,6 @@ Status SplitOptimizer::RestoreState(const OptimizerStateSource& source, int64_t 
   step_ = step;
   broken_ = OkStatus();
   return OkStatus();
-}
-
-const float* SplitOptimizer::master() const {
-  return offloaded_part_.adam == nullptr && device_part_ != nullptr ? device_part_->master()
-                                                                    : nullptr;
 }
 
 uint64_t SplitOptimizer::state_bytes() const {
@@ -202,7 +209,7 @@ const OffloadStepTimings* SplitOptimizer::last_step_timings() const {
   return offloaded_part_.adam != nullptr ? &offloaded_part_.adam->last_step_timings() : nullptr;
 }
 
-Result<std::unique_ptr<ZeroOptimizer>> CreateSplitOptimizer(Device& device,
+Result<std::unique_ptr<ZeroOptimizer>> CreateSplitOptimizer(ops::OpsBackend& ops,
                                                             const ZeroOptions& options,
                                                             const ParamShardTarget& params,
                                                             int64_t count, int rank) {
@@ -210,14 +217,14 @@ Result<std::unique_ptr<ZeroOptimizer>> CreateSplitOptimizer(Device& device,
   std::optional<OffloadRatioChoice> choice;
   int64_t device_elements = 0;
   if (options.offload_optimizer.ratio_auto) {
-    SLUICE_ASSIGN_OR_RETURN(choice, ResolveAutoOffloadRatio(device, options, count, rank));
+    SLUICE_ASSIGN_OR_RETURN(choice, ResolveAutoOffloadRatio(ops, options, count, rank));
     device_elements = choice->device_elements;
   } else {
     device_elements = DeviceElementsForRatio(count, tile, options.offload_optimizer.ratio);
   }
   SLUICE_ASSIGN_OR_RETURN(
       std::unique_ptr<SplitOptimizer> split,
-      SplitOptimizer::Create(device, options, params, count, device_elements, rank));
+      SplitOptimizer::Create(ops, options, params, count, device_elements, rank));
   if (choice.has_value()) split->set_auto_choice(*std::move(choice));
   SLUICE_LOG(kDebug, "offload",
              "partial optimizer offload{}: elements [0, {}) of {} on the device, the rest on {} "

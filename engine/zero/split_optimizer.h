@@ -33,7 +33,8 @@ class SplitOptimizer final : public ZeroOptimizer {
  public:
   // `device_elements` (the first ones) on the device, the rest offloaded; either part may be
   // empty. InvalidArgument with offload_param nvme (ValidateZeroOptions refuses it first).
-  static Result<std::unique_ptr<SplitOptimizer>> Create(Device& device, const ZeroOptions& options,
+  static Result<std::unique_ptr<SplitOptimizer>> Create(ops::OpsBackend& ops,
+                                                        const ZeroOptions& options,
                                                         const ParamShardTarget& params,
                                                         int64_t count, int64_t device_elements,
                                                         int rank);
@@ -48,8 +49,6 @@ class SplitOptimizer final : public ZeroOptimizer {
 
   int64_t step() const override { return step_; }
   int64_t count() const override { return count_; }
-  // The device part's master weights when nothing is offloaded; null otherwise (use ReadState).
-  const float* master() const override;
   bool grads_in_host_memory() const override { return false; }
   uint64_t state_bytes() const override;
   uint64_t host_bytes() const override;
@@ -80,6 +79,7 @@ class SplitOptimizer final : public ZeroOptimizer {
   Status broken_;
   std::optional<OffloadRatioChoice> auto_choice_;
   double device_step_s_ = 0;
+  int64_t device_start_ns_ = 0;               // written and read on stream_
   std::unique_ptr<ShardedAdam> device_part_;  // null when empty
   OffloadedPart offloaded_part_;              // adam null when empty
   std::unique_ptr<Stream> stream_;            // the device part's steps
@@ -88,7 +88,7 @@ class SplitOptimizer final : public ZeroOptimizer {
 // For a partial offload (OffloadOptimizerConfig::partial()): the SplitOptimizer for
 // options.offload_optimizer.ratio, or for "auto" the ratio ResolveAutoOffloadRatio chooses
 // (measured here, on this rank).
-Result<std::unique_ptr<ZeroOptimizer>> CreateSplitOptimizer(Device& device,
+Result<std::unique_ptr<ZeroOptimizer>> CreateSplitOptimizer(ops::OpsBackend& ops,
                                                             const ZeroOptions& options,
                                                             const ParamShardTarget& params,
                                                             int64_t count, int rank);

@@ -74,8 +74,13 @@ Result<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(const ZeroOptions& option
   }
   if (device.kind() != DeviceKind::kCpu) {
     return UnimplementedError(
-        "the ZeRO engine runs the model on the CPU ops; device {} is not a cpu device",
+        "the ZeRO engine runs its collectives and offload tiers on the cpu device only; device {} "
+        "is not a cpu device",
         device.name());
+  }
+  if (&model.ops().device() != &device) {
+    return InvalidArgumentError("the model runs on device {}, the ZeRO engine was given {}",
+                                model.ops().device().name(), device.name());
   }
   std::unique_ptr<ZeroEngine> engine(new ZeroEngine(options, model, device));
   SLUICE_RETURN_IF_ERROR(engine->Build(world));
@@ -107,16 +112,16 @@ Status ZeroEngine::Build(Comm& world) {
   const size_t shard = static_cast<size_t>(layout_.shard_elements());
   const size_t param_size = DTypeSize(options_.param_dtype);
   if (stage <= 2) {
-    SLUICE_ASSIGN_OR_RETURN(full_params_,
-                            AllocateZeroed(*device_, total * sizeof(float), MemoryCategory::kParams,
-                                           "the replicated fp32 parameters"));
+    SLUICE_ASSIGN_OR_RETURN(
+        full_params_, AllocateZeroed(compute(), total * sizeof(float), MemoryCategory::kParams,
+                                     "the replicated fp32 parameters"));
     for (const PartitionInfo& p : layout_.partitions()) {
       binding_.SetValue(p.param, full_params_.data_as<float>() + p.full_offset);
     }
   }
   if (stage <= 1) {
     SLUICE_ASSIGN_OR_RETURN(full_grads_,
-                            AllocateZeroed(*device_, total * sizeof(float), MemoryCategory::kGrads,
+                            AllocateZeroed(compute(), total * sizeof(float), MemoryCategory::kGrads,
                                            "the replicated fp32 gradients"));
     for (const PartitionInfo& p : layout_.partitions()) {
       binding_.SetGrad(p.param, full_grads_.data_as<float>() + p.full_offset);
@@ -131,7 +136,7 @@ Status ZeroEngine::Build(Comm& world) {
     grad_shard_data_ = host_grad_shard_.data_as<float>();
   } else if (stage >= 1) {
     SLUICE_ASSIGN_OR_RETURN(grad_shard_,
-                            AllocateZeroed(*device_, shard * sizeof(float), MemoryCategory::kGrads,
+                            AllocateZeroed(compute(), shard * sizeof(float), MemoryCategory::kGrads,
                                            "the fp32 gradient shard"));
     grad_shard_data_ = grad_shard_.data_as<float>();
   }
@@ -157,13 +162,13 @@ Status ZeroEngine::Build(Comm& world) {
     param_shard_data_ = host_param_shard_.data();
   } else {
     SLUICE_ASSIGN_OR_RETURN(param_shard_,
-                            AllocateZeroed(*device_, shard * param_size, MemoryCategory::kParams,
+                            AllocateZeroed(compute(), shard * param_size, MemoryCategory::kParams,
                                            "the parameter shard"));
     param_shard_data_ = param_shard_.data();
   }
   SLUICE_ASSIGN_OR_RETURN(
       adam_, CreateZeroOptimizer(
-                 *device_, options_,
+                 model_->ops(), compute(), options_,
                  {.shard = param_shard_data_, .host = host_params, .nvme = param_store_.get()},
                  layout_.shard_elements(), world.rank()));
 
@@ -181,8 +186,9 @@ Status ZeroEngine::Build(Comm& world) {
     reducer_ = std::make_unique<AllReduceReducer>(registry, *queue_, full_grads_.data_as<float>(),
                                                   options_.reduce_bucket_size);
   } else {
-    reducer_ = std::make_unique<ReduceScatterReducer>(
-        registry, layout_, *queue_, binding_, grad_shard_data_, options_.reduce_bucket_size);
+    reducer_ =
+        std::make_unique<ReduceScatterReducer>(registry, layout_, *queue_, compute(), binding_,
+                                               grad_shard_data_, options_.reduce_bucket_size);
   }
   hooks_ = std::make_unique<Hooks>(*this);
   if (world.rank() == 0) {
@@ -205,6 +211,7 @@ Status ZeroEngine::Fail(Status status) {
   if (broken_.ok()) broken_ = status;
   // Nothing may still write into the buffers the failed pass left behind.
   (void)queue_->Synchronize();
+  (void)compute().Synchronize();
   return status;
 }
 
@@ -214,8 +221,11 @@ Status ZeroEngine::InitializeParameters(uint64_t seed) {
   const size_t param_size = DTypeSize(options_.param_dtype);
   std::vector<float> values;
   // With the shard on NVMe each partition (padding included) goes through a scratch buffer into
-  // the store's write-back, in shard order.
+  // the store's write-back, in shard order. A device shard is built whole in host memory and
+  // copied up once (the host never writes device memory); a host shard is written in place.
+  const bool device_shard = param_store_ == nullptr && host_param_shard_.empty();
   std::vector<uint8_t> scratch;
+  if (device_shard) scratch.assign(static_cast<size_t>(layout_.shard_elements()) * param_size, 0);
   Status status;
   for (const PartitionInfo& p : layout_.partitions()) {
     const ShardSpan owned = layout_.Owned(p);
@@ -229,7 +239,7 @@ Status ZeroEngine::InitializeParameters(uint64_t seed) {
       scratch.assign(static_cast<size_t>(p.partition) * param_size, 0);
       dst = scratch.data();
     } else {
-      dst = static_cast<uint8_t*>(param_shard_data_) +
+      dst = (device_shard ? scratch.data() : static_cast<uint8_t*>(param_shard_data_)) +
             static_cast<size_t>(p.shard_offset) * param_size;
     }
     ConvertFromF32(values.data(), dst, options_.param_dtype, static_cast<int64_t>(owned.count),
@@ -243,6 +253,11 @@ Status ZeroEngine::InitializeParameters(uint64_t seed) {
     Status finished = param_store_->FinishWriteBack();
     if (status.ok()) status = std::move(finished);
   }
+  if (status.ok() && device_shard) {
+    status = device_->CopyAsync(param_shard_data_, scratch.data(), scratch.size(), CopyKind::kH2D,
+                                compute());
+    if (status.ok()) status = compute().Synchronize();
+  }
   if (status.ok()) status = adam_->LoadMasterFromParams();
   if (status.ok()) status = Publish();
   return status.ok() ? status : Fail(std::move(status));
@@ -250,16 +265,25 @@ Status ZeroEngine::InitializeParameters(uint64_t seed) {
 
 Status ZeroEngine::Publish() {
   switch (options_.stage) {
-    case 0:
-      if (options_.param_dtype != DType::kF32) {
-        ConvertToF32(param_shard_data_, options_.param_dtype, full_params_.data_as<float>(),
-                     layout_.total_elements(), options_.num_threads);
-      }
-      return OkStatus();
+    case 0: {
+      // Stage 0 widens the updated bf16 / f16 parameters into the compute copy on the compute
+      // stream, in order with the optimizer before it and the next pass after it.
+      if (options_.param_dtype == DType::kF32 || layout_.total_elements() == 0) return OkStatus();
+      const int index = device_->index();
+      return model_->ops().Convert(compute(),
+                                   Tensor(param_shard_data_, options_.param_dtype,
+                                          {layout_.total_elements()}, MemoryTier::kDevice, index),
+                                   Tensor(full_params_.data(), DType::kF32,
+                                          {layout_.total_elements()}, MemoryTier::kDevice, index));
+    }
     case 1:
     case 2:
+      // The all-gathers read the parameter shard from the comm stream: the optimizer's update on
+      // the compute stream comes first.
+      SLUICE_RETURN_IF_ERROR(compute().Synchronize());
       return PublishByAllGather();
     default:
+      SLUICE_RETURN_IF_ERROR(compute().Synchronize());
       return coordinator_->GatherPersistent();
   }
 }
@@ -373,8 +397,19 @@ Result<double> ZeroEngine::RunPass(PassKind kind, const int32_t* inputs, const i
   if (train) {
     if (Status status = reducer_->EndPass(); !status.ok()) return Fail(status);
     if (options_.stage == 1 && micro_batches_ + 1 == options_.gradient_accumulation_steps) {
-      // The averaged full gradients are complete: keep this rank's partitions for the step.
-      ExtractOwned(layout_, full_grads_.data_as<float>(), grad_shard_data_);
+      // The averaged full gradients are complete: keep this rank's partitions for the step, as
+      // device work on the compute stream (Step reads them there, after it).
+      const ShardLayout* layout = &layout_;
+      const float* full = full_grads_.data_as<float>();
+      float* shard = grad_shard_data_;
+      Status status = device_->LaunchHostFunc(
+          compute(),
+          [layout, full, shard] {
+            ExtractOwned(*layout, full, shard);
+            return OkStatus();
+          },
+          "ExtractOwned gradient partitions");
+      if (!status.ok()) return Fail(status);
     }
   }
   if (coordinator_ != nullptr) {
@@ -393,17 +428,27 @@ Result<double> ZeroEngine::ForwardBackward(const int32_t* inputs, const int32_t*
         micro_batches_, options_.gradient_accumulation_steps);
   }
   if (micro_batches_ == 0) {
-    // A new step: the accumulators start from zero.
-    if (!full_grads_.empty()) std::memset(full_grads_.data(), 0, full_grads_.size());
-    if (grad_shard_data_ != nullptr) {
-      std::memset(grad_shard_data_, 0,
-                  static_cast<size_t>(layout_.shard_elements()) * sizeof(float));
-    }
+    if (Status status = ZeroGradients(); !status.ok()) return Fail(status);
   }
   SLUICE_ASSIGN_OR_RETURN(double loss,
                           RunPass(PassKind::kTrain, inputs, targets, batch, seq, loss_grad));
   ++micro_batches_;
   return loss;
+}
+
+Status ZeroEngine::ZeroGradients() {
+  // Device accumulators on the compute stream, before the pass that adds into them; the host
+  // shard (offloaded optimizer) in place.
+  if (!full_grads_.empty()) {
+    SLUICE_RETURN_IF_ERROR(
+        device_->MemsetAsync(full_grads_.data(), 0, full_grads_.size(), compute()));
+  }
+  if (!grad_shard_.empty()) {
+    SLUICE_RETURN_IF_ERROR(
+        device_->MemsetAsync(grad_shard_.data(), 0, grad_shard_.size(), compute()));
+  }
+  if (!host_grad_shard_.empty()) std::memset(host_grad_shard_.data(), 0, host_grad_shard_.size());
+  return OkStatus();
 }
 
 Result<double> ZeroEngine::ForwardLoss(const int32_t* inputs, const int32_t* targets, int64_t batch,
@@ -416,8 +461,13 @@ float* ZeroEngine::step_gradient_data() const {
   return options_.stage == 0 ? full_grads_.data_as<float>() : grad_shard_data_;
 }
 
-std::span<const float> ZeroEngine::step_gradients() const {
-  return {step_gradient_data(), static_cast<size_t>(layout_.shard_elements())};
+Result<std::vector<float>> ZeroEngine::ReadStepGradients() {
+  std::vector<float> out(static_cast<size_t>(layout_.shard_elements()));
+  const CopyKind kind = host_grad_shard_.empty() ? CopyKind::kD2H : CopyKind::kH2H;
+  SLUICE_RETURN_IF_ERROR(device_->CopyAsync(out.data(), step_gradient_data(),
+                                            out.size() * sizeof(float), kind, compute()));
+  SLUICE_RETURN_IF_ERROR(compute().Synchronize());
+  return out;
 }
 
 Result<ZeroStepResult> ZeroEngine::Step(const ZeroStepInput& input) {
@@ -430,11 +480,26 @@ Result<ZeroStepResult> ZeroEngine::Step(const ZeroStepInput& input) {
   }
   micro_batches_ = 0;
   float* grads = step_gradient_data();
-  if (options_.param_dtype == DType::kF16) {
-    // What an fp16 backward would have produced: a scaled gradient past 65504 becomes inf.
-    RoundThrough(grads, layout_.shard_elements(), DType::kF16, options_.num_threads);
-  }
-  const double local = LocalSquaredSum(layout_, grads);
+  // The gradients are device memory (or the offloaded optimizer's host shard): the fp16 rounding
+  // and the norm run on the compute stream after the passes that produced them, and the norm is
+  // read back at this step boundary.
+  const ShardLayout* layout = &layout_;
+  const bool fp16 = options_.param_dtype == DType::kF16;
+  const int threads = options_.num_threads;
+  Status launched = device_->LaunchHostFunc(
+      compute(),
+      [this, layout, grads, fp16, threads] {
+        if (fp16) {
+          // What an fp16 backward would have produced: a scaled gradient past 65504 becomes inf.
+          RoundThrough(grads, layout->shard_elements(), DType::kF16, threads);
+        }
+        local_squared_sum_ = LocalSquaredSum(*layout, grads);
+        return OkStatus();
+      },
+      "gradient squared sum");
+  if (launched.ok()) launched = compute().Synchronize();
+  if (!launched.ok()) return Fail(launched);
+  const double local = local_squared_sum_;
   double total = local;
   if (options_.stage > 0) {
     Status status = queue_->Run("all_gather gradient norm", [&total, local](Comm& comm) {
@@ -475,8 +540,10 @@ Status ZeroEngine::GatherFullParameters(std::span<float> out) {
                                 out.size(), layout_.total_elements());
   }
   if (options_.stage <= 2) {
-    std::memcpy(out.data(), full_params_.data(), out.size() * sizeof(float));
-    return OkStatus();
+    Status copied = device_->CopyAsync(out.data(), full_params_.data(), out.size() * sizeof(float),
+                                       CopyKind::kD2H, compute());
+    if (copied.ok()) copied = compute().Synchronize();
+    return copied.ok() ? copied : Fail(std::move(copied));
   }
   const ShardLayout* layout = &layout_;
   const DType dtype = options_.param_dtype;

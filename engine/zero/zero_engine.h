@@ -171,9 +171,9 @@ class ZeroEngine {
   // offload_param nvme only (null otherwise).
   const NvmeParamStore* param_store() const { return param_store_.get(); }
   ZeroMemory memory() const;
-  // The fp32 gradients this rank steps with: its shard (stages 1-3) or the full buffer (stage 0).
-  // Valid between the last micro-batch and Step().
-  std::span<const float> step_gradients() const;
+  // A host copy of the fp32 gradients this rank steps with: its shard (stages 1-3) or the full
+  // buffer (stage 0), as they are between the last micro-batch and Step().
+  Result<std::vector<float>> ReadStepGradients();
 
   // OK, or FailedPrecondition after an earlier failed pass or step (the state may be partial).
   Status CheckUsable() const;
@@ -206,6 +206,11 @@ class ZeroEngine {
                          int64_t batch, int64_t seq, double loss_grad);
   Status Publish();
   Status PublishByAllGather();
+  // The model's compute stream: where the engine's device work (zeroing, the norm, the device
+  // optimizer, stage 0's widening) is enqueued, in order with the passes.
+  Stream& compute() const { return model_->stream(); }
+  // Zeroes the gradient accumulators for a new step.
+  Status ZeroGradients();
   float* step_gradient_data() const;
 
   // Hook bodies.
@@ -225,6 +230,7 @@ class ZeroEngine {
   // With offload_optimizer: the fp32 gradient shard in host memory instead of grad_shard_.
   HostShardBuffer host_grad_shard_;
   float* grad_shard_data_ = nullptr;  // grad_shard_ or host_grad_shard_ (stages 1-3)
+  double local_squared_sum_ = 0;      // written on the compute stream, read after it
   // With offload_param cpu: the parameter shard in host memory instead of param_shard_.
   HostShardBuffer host_param_shard_;
   // With offload_param nvme: the parameter shard's only home (param_shard_data_ is null).

@@ -12,33 +12,30 @@ namespace {
 
 class DeviceOptimizer final : public ZeroOptimizer {
  public:
-  explicit DeviceOptimizer(std::unique_ptr<ShardedAdam> adam) : adam_(std::move(adam)) {}
+  // `piece`: elements per host copy when the state is streamed out (one offload tile).
+  DeviceOptimizer(std::unique_ptr<ShardedAdam> adam, Stream& stream, int64_t piece)
+      : adam_(std::move(adam)), stream_(&stream), piece_(piece) {}
 
-  Status LoadMasterFromParams() override {
-    adam_->LoadMasterFromParams();
-    return OkStatus();
-  }
+  Status LoadMasterFromParams() override { return adam_->LoadMasterFromParams(*stream_); }
   Status Step(const float* grads, double lr, double grad_scale) override {
-    return adam_->Step(grads, lr, grad_scale);
+    return adam_->Step(*stream_, grads, lr, grad_scale);
   }
   Status StreamState(int64_t begin, int64_t n, const OptimizerStateSink& sink) const override {
-    SLUICE_RETURN_IF_ERROR(CheckStateRange(begin, n, adam_->count()));
-    if (n == 0) return OkStatus();
-    return sink(begin, n, adam_->master() + begin, adam_->exp_avg() + begin,
-                adam_->exp_avg_sq() + begin);
+    return adam_->StreamState(*stream_, begin, n, piece_, sink);
   }
   Status RestoreState(const OptimizerStateSource& source, int64_t step) override {
-    return RestoreShardedAdam(*adam_, source, step);
+    return RestoreShardedAdam(*adam_, *stream_, source, step);
   }
   int64_t step() const override { return adam_->step(); }
   int64_t count() const override { return adam_->count(); }
-  const float* master() const override { return adam_->master(); }
   bool grads_in_host_memory() const override { return false; }
   double offload_ratio() const override { return 0.0; }
   uint64_t state_bytes() const override { return adam_->state_bytes(); }
 
  private:
   std::unique_ptr<ShardedAdam> adam_;
+  Stream* stream_;
+  int64_t piece_;
 };
 
 class OffloadedOptimizer final : public ZeroOptimizer {
@@ -57,7 +54,6 @@ class OffloadedOptimizer final : public ZeroOptimizer {
   }
   int64_t step() const override { return part_.adam->step(); }
   int64_t count() const override { return part_.adam->count(); }
-  const float* master() const override { return nullptr; }
   bool grads_in_host_memory() const override { return true; }
   double offload_ratio() const override { return 1.0; }
   uint64_t state_bytes() const override { return 0; }
@@ -79,22 +75,26 @@ Status ZeroOptimizer::ReadState(int64_t begin, int64_t n, float* master, float* 
   return StreamState(begin, n, StateArraysSink(begin, master, exp_avg, exp_avg_sq));
 }
 
-Result<std::unique_ptr<ZeroOptimizer>> CreateZeroOptimizer(Device& device,
+Result<std::unique_ptr<ZeroOptimizer>> CreateZeroOptimizer(ops::OpsBackend& ops, Stream& stream,
                                                            const ZeroOptions& options,
                                                            const ParamShardTarget& params,
                                                            int64_t count, int rank) {
+  Device& device = ops.device();
   // Partial offload (ratio < 1 or "auto"): split_optimizer.h.
   if (options.offload_optimizer.partial()) {
-    return CreateSplitOptimizer(device, options, params, count, rank);
+    return CreateSplitOptimizer(ops, options, params, count, rank);
   }
   const OffloadOptimizerConfig& offload = options.offload_optimizer;
   if (offload.device == OffloadDevice::kNone) {
     SLUICE_CHECK(params.nvme == nullptr)
         << "ValidateZeroOptions refuses offload_param nvme with the optimizer on the device";
-    SLUICE_ASSIGN_OR_RETURN(
-        auto adam, ShardedAdam::Create(device, options.optimizer, options.param_dtype, params.shard,
-                                       count, options.num_threads));
-    return std::unique_ptr<ZeroOptimizer>(std::make_unique<DeviceOptimizer>(std::move(adam)));
+    SLUICE_ASSIGN_OR_RETURN(const int64_t piece,
+                            CheckedOffloadTileElements(options.sub_group_size));
+    SLUICE_ASSIGN_OR_RETURN(auto adam,
+                            ShardedAdam::Create(ops, stream, options.optimizer, options.param_dtype,
+                                                params.shard, count, params.host));
+    return std::unique_ptr<ZeroOptimizer>(
+        std::make_unique<DeviceOptimizer>(std::move(adam), stream, piece));
   }
   // The whole shard offloaded: the engine keeps the fp32 gradient shard in host memory, where
   // the optimizer reads it in place.

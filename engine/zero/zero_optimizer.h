@@ -3,8 +3,8 @@
 // zero_optimization.offload_optimizer.device cpu | nvme). Both step the same elements with the
 // same kernel arithmetic, so a run's losses do not depend on the tier.
 //
-//   SLUICE_ASSIGN_OR_RETURN(auto adam, CreateZeroOptimizer(device, options, param_shard,
-//                                                          count, rank, host_params));
+//   SLUICE_ASSIGN_OR_RETURN(auto adam, CreateZeroOptimizer(ops, stream, options, params,
+//                                                          count, rank));
 //   SLUICE_RETURN_IF_ERROR(adam->LoadMasterFromParams());
 //   SLUICE_RETURN_IF_ERROR(adam->Step(grads, lr, clip / loss_scale));
 #pragma once
@@ -17,6 +17,7 @@
 #include "engine/zero/offloaded_adam.h"
 #include "engine/zero/zero_options.h"
 #include "runtime/device.h"
+#include "runtime/ops/ops_backend.h"
 #include "runtime/status.h"
 
 namespace sluice::zero {
@@ -38,7 +39,10 @@ class ZeroOptimizer {
   // Master weights := the parameter shard's values widened to fp32.
   virtual Status LoadMasterFromParams() = 0;
   // Adam(grads * grad_scale) at rate `lr` over count() fp32 gradients: device memory, or host
-  // memory when grads_in_host_memory(). Writes the updated parameters into the parameter shard.
+  // memory when grads_in_host_memory(). Writes the updated parameters into the parameter shard:
+  // the device part's work is enqueued on the stream the optimizer was created with (that
+  // stream's later work, and whoever synchronizes it, sees the update); the offloaded part's is
+  // done when Step returns.
   virtual Status Step(const float* grads, double lr, double grad_scale) = 0;
   // Copies elements [begin, begin + n) of the state to host memory (null skips a tensor).
   Status ReadState(int64_t begin, int64_t n, float* master, float* exp_avg,
@@ -54,9 +58,6 @@ class ZeroOptimizer {
 
   virtual int64_t step() const = 0;
   virtual int64_t count() const = 0;
-  // The master weights when they are device memory the caller may read (ShardedAdam); null when
-  // the state is offloaded (use ReadState).
-  virtual const float* master() const = 0;
   // Where Step wants the gradient shard: false = the device.
   virtual bool grads_in_host_memory() const = 0;
   // The fraction of the state that is offloaded: 0 on the device, 1 offloaded, a split's ratio.
@@ -73,8 +74,9 @@ class ZeroOptimizer {
 // ShardedAdam when options.offload_optimizer.device is none, else OffloadedAdam (for nvme with
 // an io_uring engine and a swap store in offload_optimizer.nvme_path, file
 // "sluice_optimizer.rank<rank>.swp"). The parameter shard `params` holds `count` values of
-// options.param_dtype.
-Result<std::unique_ptr<ZeroOptimizer>> CreateZeroOptimizer(Device& device,
+// options.param_dtype. Device work runs on `ops`' device, on `stream` (the engine's compute
+// stream), which must outlive the optimizer.
+Result<std::unique_ptr<ZeroOptimizer>> CreateZeroOptimizer(ops::OpsBackend& ops, Stream& stream,
                                                            const ZeroOptions& options,
                                                            const ParamShardTarget& params,
                                                            int64_t count, int rank);

@@ -9,6 +9,7 @@
 #include "engine/zero/sharded_adam.h"
 #include "runtime/check.h"
 #include "runtime/device/device_factory.h"
+#include "runtime/ops/ops_factory.h"
 
 namespace sluice::zero::testing {
 
@@ -103,21 +104,35 @@ RunInputs MakeRunInputs(DType param_dtype, DType grad_dtype, int64_t count, int 
 }
 
 StateAfter RunShardedAdam(Device& device, const RunInputs& in, int steps) {
-  std::vector<std::byte> params = in.params;
-  auto adam =
-      ShardedAdam::Create(device, TestOptimizer(), in.param_dtype, params.data(), in.count, 1);
+  auto ops = ops::CreateOpsBackend(device, {.cpu_threads = 1});
+  SLUICE_CHECK(ops.ok()) << ops.status().ToString();
+  auto stream = device.CreateStream();
+  SLUICE_CHECK(stream.ok()) << stream.status().ToString();
+  DeviceBuffer params =
+      ToDevice(device, in.params.data(), in.params.size(), MemoryCategory::kParams);
+  auto adam = ShardedAdam::Create(**ops, **stream, TestOptimizer(), in.param_dtype, params.data(),
+                                  in.count);
   SLUICE_CHECK(adam.ok()) << adam.status().ToString();
-  (*adam)->LoadMasterFromParams();
+  SLUICE_CHECK((*adam)->LoadMasterFromParams(**stream).ok());
   for (int s = 0; s < steps; ++s) {
     const std::vector<float> grads = ToF32(in.grads[s], in.grad_dtype);
-    SLUICE_CHECK((*adam)->Step(grads.data(), in.lrs[s], in.scales[s]).ok());
+    DeviceBuffer device_grads =
+        ToDevice(device, grads.data(), grads.size() * sizeof(float), MemoryCategory::kGrads);
+    SLUICE_CHECK(
+        (*adam)->Step(**stream, device_grads.data_as<float>(), in.lrs[s], in.scales[s]).ok());
+    SLUICE_CHECK((*stream)->Synchronize().ok());  // before device_grads goes
   }
   StateAfter out;
   const size_t n = static_cast<size_t>(in.count);
-  out.master.assign((*adam)->master(), (*adam)->master() + n);
-  out.exp_avg.assign((*adam)->exp_avg(), (*adam)->exp_avg() + n);
-  out.exp_avg_sq.assign((*adam)->exp_avg_sq(), (*adam)->exp_avg_sq() + n);
-  out.params = params;
+  out.master.resize(n);
+  out.exp_avg.resize(n);
+  out.exp_avg_sq.resize(n);
+  SLUICE_CHECK((*adam)
+                   ->StreamState(**stream, 0, in.count, in.count,
+                                 StateArraysSink(0, out.master.data(), out.exp_avg.data(),
+                                                 out.exp_avg_sq.data()))
+                   .ok());
+  out.params = FromDevice(device, params);
   return out;
 }
 

@@ -103,10 +103,12 @@ RunResult RunReference(const model::ModelOptions& options, const TrainSettings& 
     kernels::cpu::ConvertF32ToF16(static_cast<const float*>(net.params_data()), half.data(), count,
                                   1);
   }
-  auto adam = ShardedAdam::Create(**device, optimizer, settings.param_dtype,
-                                  half.empty() ? net.params_data() : half.data(), count, 1);
+  // On the model's stream, synchronized before the host reads what it wrote.
+  Stream& stream = net.stream();
+  auto adam = ShardedAdam::Create(*ops, stream, optimizer, settings.param_dtype,
+                                  half.empty() ? net.params_data() : half.data(), count);
   SLUICE_CHECK(adam.ok()) << adam.status().ToString();
-  (*adam)->LoadMasterFromParams();
+  SLUICE_CHECK((*adam)->LoadMasterFromParams(stream).ok());
 
   const int64_t gas = settings.gradient_accumulation_steps;
   const int64_t sequences = settings.sequences_per_rank * settings.world;
@@ -129,7 +131,8 @@ RunResult RunReference(const model::ModelOptions& options, const TrainSettings& 
     result.grad_norms.push_back(norm.norm);
     SLUICE_CHECK(norm.finite);
     const double clip = ClipCoefficient(norm.norm, settings.max_grad_norm);
-    SLUICE_CHECK((*adam)->Step(net.grads_data(), settings.lr, clip).ok());
+    SLUICE_CHECK((*adam)->Step(stream, net.grads_data(), settings.lr, clip).ok());
+    SLUICE_CHECK(stream.Synchronize().ok());
     if (!half.empty()) {
       kernels::cpu::ConvertF16ToF32(half.data(), static_cast<float*>(net.params_data()), count, 1);
     }
