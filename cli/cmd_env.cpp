@@ -1,7 +1,6 @@
 // `sluice env`: what this machine offers Sluice — CPU ISA, the OpenBLAS kernel and the CPU GEMM
 // setting, cores and NUMA, memory, GPUs, MPI, io_uring and O_DIRECT, the memlock limit — as text
 // or JSON.
-#include "runtime/comm/mpi/mpi_call.h"
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -14,6 +13,7 @@
 #include "cli/command_registry.h"
 #include "cli/env_probes.h"
 #include "kernels/cpu/cpu_features.h"
+#include "runtime/comm/mpi/mpi_call.h"
 #include "runtime/device/cpu/memory_protection.h"
 #include "runtime/size_format.h"
 #include "runtime/topology.h"
@@ -67,8 +67,8 @@ nlohmann::json CollectEnv(const EnvOptions& options) {
   if (topo.ok()) {
     nlohmann::json nodes = nlohmann::json::array();
     for (const NumaNode& n : topo->numa_nodes) {
-      nodes.push_back({{"os_index", n.os_index}, {"memory_bytes", n.memory_bytes},
-                       {"cpuset", n.cpuset}});
+      nodes.push_back(
+          {{"os_index", n.os_index}, {"memory_bytes", n.memory_bytes}, {"cpuset", n.cpuset}});
     }
     env["topology"] = {{"packages", topo->packages},
                        {"cores", topo->cores},
@@ -83,11 +83,12 @@ nlohmann::json CollectEnv(const EnvOptions& options) {
   rlimit memlock{};
   getrlimit(RLIMIT_MEMLOCK, &memlock);
   env["memlock"] = {
-      {"limit_bytes", memlock.rlim_cur == RLIM_INFINITY ? -1 : static_cast<int64_t>(memlock.rlim_cur)},
+      {"limit_bytes",
+       memlock.rlim_cur == RLIM_INFINITY ? -1 : static_cast<int64_t>(memlock.rlim_cur)},
       {"root", geteuid() == 0}};
-  // What a cpu device gets with device.memory_protection at its default (SLUICE_DEVICE_PROTECT
-  // applied): whether the host would fault on device memory, or why not.
-  env["device_memory_protection"] = DescribeDeviceMemoryProtection();
+  // What a training run's cpu device gets with device.memory_protection at its default, auto
+  // (SLUICE_DEVICE_PROTECT applied): whether the host would fault on device memory, or why not.
+  env["device_memory_protection"] = DescribeDeviceMemoryProtection(DeviceMemoryProtection::kAuto);
 
   env["gpus"] = ProbeGpus();
   env["mpi"] = {{"library", MpiLibraryVersion()},
@@ -104,9 +105,9 @@ void PrintEnv(const nlohmann::json& env) {
   std::cout << "CPU            " << cpu["model"].get<std::string>() << " ("
             << cpu["vendor"].get<std::string>() << ")\n"
             << "  ISA          AVX2 " << yes_no(cpu["avx2"]) << ", AVX-512 "
-            << yes_no(cpu["avx512"]) << ", AVX512_BF16 " << yes_no(cpu["avx512_bf16"])
-            << ", AMX " << yes_no(cpu["amx"]) << "; kernels use "
-            << cpu["kernel_isa"].get<std::string>() << "\n";
+            << yes_no(cpu["avx512"]) << ", AVX512_BF16 " << yes_no(cpu["avx512_bf16"]) << ", AMX "
+            << yes_no(cpu["amx"]) << "; kernels use " << cpu["kernel_isa"].get<std::string>()
+            << "\n";
   const auto& gemm = env["gemm"];
   std::cout << "OpenBLAS       core " << gemm["openblas"]["core"].get<std::string>() << ", "
             << gemm["openblas"]["threads"] << " threads ("
@@ -143,12 +144,10 @@ void PrintEnv(const nlohmann::json& env) {
             << " total, " << FormatBytes(env["memory"]["available_bytes"].get<uint64_t>())
             << " available\n";
   int64_t memlock = env["memlock"]["limit_bytes"].get<int64_t>();
-  std::cout << "memlock limit  "
-            << (memlock < 0 ? std::string("unlimited") : FormatBytes(memlock))
-            << (env["memlock"]["root"].get<bool>() ? " (root: CAP_IPC_LOCK lifts it)" : "")
+  std::cout << "memlock limit  " << (memlock < 0 ? std::string("unlimited") : FormatBytes(memlock))
+            << (env["memlock"]["root"].get<bool>() ? " (root: CAP_IPC_LOCK lifts it)" : "") << "\n";
+  std::cout << "Device memory  protection " << env["device_memory_protection"].get<std::string>()
             << "\n";
-  std::cout << "Device memory  protection "
-            << env["device_memory_protection"].get<std::string>() << "\n";
   const auto& gpus = env["gpus"];
   if (gpus.contains("error")) {
     std::cout << "GPUs           none: " << gpus["error"].get<std::string>() << "\n";
@@ -159,8 +158,7 @@ void PrintEnv(const nlohmann::json& env) {
               << gpus["nccl"].get<std::string>() << ")\n";
     for (const auto& d : gpus["devices"]) {
       std::cout << "  cuda:" << d["index"] << "       " << d["name"].get<std::string>() << ", "
-                << FormatBytes(d["memory_bytes"].get<uint64_t>()) << ", sm_" << d["sm"]
-                << "\n";
+                << FormatBytes(d["memory_bytes"].get<uint64_t>()) << ", sm_" << d["sm"] << "\n";
     }
   }
   std::cout << "MPI            " << env["mpi"]["library"].get<std::string>() << "\n"

@@ -194,7 +194,7 @@ struct DeviceConfig {
   // The GEMM of the CPU ops (kernels/cpu/gemm.h): OpenBLAS, or the fixed-order GemmFixed whose
   // bits do not depend on the CPU or the thread count. GemmBackendName spells it as the setting.
   kernels::cpu::GemmBackend cpu_gemm = kernels::cpu::GemmBackend::kDeterministic;
-  std::string memory_protection = "off";  // device.memory_protection: off, on, auto
+  std::string memory_protection = "auto";  // device.memory_protection: off, on, auto
 };
 
 struct RunConfig {

@@ -383,8 +383,8 @@ void AddDevice(SettingsRegistry& r) {
       .Allowed({"blas", "deterministic"});
   r.Add("device.memory_protection", T::kEnum,
         "Fault on host access to cpu device memory (protection keys): off, on (fails where the "
-        "CPU or kernel has none) or auto; SLUICE_DEVICE_PROTECT overrides it")
-      .Default(std::string("off"))
+        "CPU or kernel has none) or auto (on where available); SLUICE_DEVICE_PROTECT overrides it")
+      .Default(std::string("auto"))
       .Allowed({"off", "on", "auto"});
 }
 
