@@ -1,7 +1,8 @@
-// Memory for the model: parameters, gradients, saved activations and scratch all come from a
-// BufferAllocator, so that the engine can put them in the Device's capped arena (charged to the
-// params / grads / activations / buffers categories of the memory ledger) and tests can use plain
-// host memory. A Buffer owns its bytes and gives them back when destroyed.
+// Memory for a model's flat parameter and gradient buffers (ModelStorage::kFlat): a
+// BufferAllocator puts them in the Device's capped arena (charged to the params / grads
+// categories of the memory ledger) or, for tests and conversion tools, in plain host memory.
+// Activations and scratch are stream-ordered device memory of the pass (forward_context.h). A
+// Buffer owns its bytes and gives them back when destroyed.
 #pragma once
 
 #include <cstddef>

@@ -16,7 +16,6 @@
 #include "kernels/ref/half.h"
 #include "kernels/ref/ops_embedding.h"
 #include "kernels/ref/ops_loss.h"
-#include "runtime/size_format.h"
 
 namespace sluice::model {
 

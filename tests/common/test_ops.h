@@ -2,12 +2,11 @@
 // (kernels/cpu, f32, what training uses) and the fp64 reference (kernels/ref).
 #pragma once
 
-#include <gtest/gtest.h>
-
 #include <cstdint>
 #include <memory>
 #include <type_traits>
 
+#include "runtime/check.h"
 #include "runtime/device/device_factory.h"
 #include "runtime/ops/ops_factory.h"
 
