@@ -24,6 +24,7 @@
 #include "offload/extent_allocator.h"
 #include "offload/swap_format.h"
 #include "offload/swap_handle.h"
+#include "runtime/file_lock.h"
 #include "runtime/status.h"
 
 namespace sluice::offload {
@@ -122,6 +123,10 @@ class SwapStore {
 
   SwapStore(AioEngine& engine, const SwapStoreOptions& options);
   Status OpenHeaderFiles(bool create);  // on failure none stays open
+  // One owner per swap file: locks "<file>.lock" beside each file, before anything is opened or
+  // truncated, for the store's life.
+  Status LockFiles();
+  void ReleaseLocks();
   Status OpenEachHeaderFile(bool create);
   // Closes the files of a store that failed to be created, writing nothing (and removes them when
   // they are scratch: remove_on_close).
@@ -140,6 +145,7 @@ class SwapStore {
   SwapStoreOptions options_;
   std::vector<std::string> file_paths_;
   std::vector<int> header_fds_;
+  std::vector<FileLock> locks_;
   AioFileId data_file_ = 0;
   bool open_ = false;
 

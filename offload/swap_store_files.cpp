@@ -96,6 +96,18 @@ Status ValidateOptions(const SwapStoreOptions& options) {
 
 }  // namespace
 
+Status SwapStore::LockFiles() {
+  for (const std::string& path : file_paths_) {
+    SLUICE_ASSIGN_OR_RETURN(
+        FileLock lock,
+        FileLock::Acquire(path + ".lock", "swap file", path,
+                          "give each run its own zero_optimization.offload_optimizer / "
+                          "offload_param nvme_path, or stop the other run first"));
+    locks_.push_back(std::move(lock));
+  }
+  return OkStatus();
+}
+
 Status SwapStore::OpenHeaderFiles(bool create) {
   Status opened = OpenEachHeaderFile(create);
   if (!opened.ok()) {
@@ -134,6 +146,7 @@ Result<std::unique_ptr<SwapStore>> SwapStore::Create(AioEngine& engine,
         CreateDirectories(path, "set nvme_path to a writable directory").WithContext("swap store"));
   }
   std::unique_ptr<SwapStore> store(new SwapStore(engine, options));
+  SLUICE_RETURN_IF_ERROR(store->LockFiles());
   SwapHeader& header = store->header_;
   header.rank = static_cast<uint32_t>(options.rank);
   header.stripe_count = static_cast<uint32_t>(options.paths.size());
@@ -151,7 +164,12 @@ Result<std::unique_ptr<SwapStore>> SwapStore::Create(AioEngine& engine,
   file_options.base_offset = header.data_offset;
   file_options.create = true;
   file_options.truncate = true;
-  SLUICE_ASSIGN_OR_RETURN(store->data_file_, engine.Open(file_options));
+  Result<AioFileId> data_file = engine.Open(file_options);
+  if (!data_file.ok()) {
+    store->ReleaseLocks();
+    return data_file.status();
+  }
+  store->data_file_ = *data_file;
   Status status = store->OpenHeaderFiles(/*create=*/false);
   // Even with no capacity, the files hold the header slots.
   if (status.ok()) {
@@ -177,6 +195,7 @@ Result<std::unique_ptr<SwapStore>> SwapStore::Open(AioEngine& engine,
                                                    const SwapStoreOptions& options) {
   SLUICE_RETURN_IF_ERROR(ValidateOptions(options));
   std::unique_ptr<SwapStore> store(new SwapStore(engine, options));
+  SLUICE_RETURN_IF_ERROR(store->LockFiles());
   SLUICE_RETURN_IF_ERROR(store->OpenHeaderFiles(/*create=*/false));
   Status loaded = store->LoadHeaders();
   if (!loaded.ok()) {
@@ -376,6 +395,16 @@ void SwapStore::Abandon() {
   header_fds_.clear();
   // The creation's error is what the caller reports; a file left behind here is only clutter.
   if (options_.remove_on_close) (void)RemoveScratchFiles();
+  ReleaseLocks();
+}
+
+void SwapStore::ReleaseLocks() {
+  // A scratch store leaves nothing behind, its lock files included (removed while still held, so
+  // no second owner can slip in between).
+  if (options_.remove_on_close) {
+    for (const FileLock& lock : locks_) (void)::unlink(lock.path().c_str());
+  }
+  locks_.clear();
 }
 
 Status SwapStore::RemoveScratchFiles() const {
@@ -413,6 +442,7 @@ Status SwapStore::Close() {
     Status removed = RemoveScratchFiles();
     if (status.ok()) status = removed;
   }
+  ReleaseLocks();
   return status;
 }
 

@@ -185,6 +185,7 @@ Status Trainer::Build() {
   kernels::cpu::SetGemmBackend(config_.device.cpu_gemm);
   // Each phase ends with every rank agreeing that it succeeded: a rank that failed alone would
   // otherwise leave the others waiting in the next collective until run.comm_timeout.
+  SLUICE_RETURN_IF_ERROR(AgreeAcrossRanks(*world_, LockRunDirectory(), "taking the run directory"));
   SLUICE_RETURN_IF_ERROR(
       AgreeAcrossRanks(*world_, BuildModel(), "setting up the device and the model"));
   SLUICE_RETURN_IF_ERROR(AgreeAcrossRanks(*world_, BuildEngine(), "creating the ZeRO engine"));
@@ -201,6 +202,20 @@ Status Trainer::Build() {
                kernels::cpu::GemmBackendName(config_.device.cpu_gemm),
                kernels::cpu::GemmKernelName(), kernels::cpu::DescribeBlas().core);
   }
+  return OkStatus();
+}
+
+// One run per run directory: the rank that writes the run's files holds the lock for the
+// trainer's life, before anything in the directory is written or pruned.
+Status Trainer::LockRunDirectory() {
+  if (!options_.write_files) return OkStatus();
+  const std::string& run_dir = config_.run.dir;
+  SLUICE_RETURN_IF_ERROR(CreateRunDirectory(run_dir));
+  SLUICE_ASSIGN_OR_RETURN(
+      run_lock_, FileLock::Acquire((std::filesystem::path(run_dir) / ".sluice.lock").string(),
+                                   "run directory", run_dir,
+                                   "give this run another run.dir (--run-dir), or stop the other "
+                                   "run first"));
   return OkStatus();
 }
 

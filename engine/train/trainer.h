@@ -59,6 +59,7 @@
 #include "engine/zero/zero_engine.h"
 #include "runtime/comm.h"
 #include "runtime/device.h"
+#include "runtime/file_lock.h"
 #include "runtime/memory_accounting.h"
 #include "runtime/ops/ops_backend.h"
 #include "runtime/status.h"
@@ -135,6 +136,7 @@ class Trainer {
           LossScaler scaler, Precision precision);
   Status Build();
   // The phases of Build(), each followed by an agreement across the ranks.
+  Status LockRunDirectory();
   Status BuildModel();
   Status BuildEngine();
   Status OpenData();
@@ -158,6 +160,7 @@ class Trainer {
   // Declaration order is destruction order in reverse: the world outlives the engine, everything
   // allocated from the device goes before the device, the engine before the model.
   std::unique_ptr<Comm> owned_world_;
+  FileLock run_lock_;  // the run directory's, held by the rank that writes files
   Comm* world_ = nullptr;
   std::unique_ptr<Device> device_;
   std::unique_ptr<model::DeviceAllocator> allocator_;

@@ -143,5 +143,32 @@ TEST_F(SpecialFileInputsTest, SwapFileIsRefused) {
   }
 }
 
+// Two stores on one swap file (two runs sharing an nvme_path): the second is refused before it
+// truncates or reads anything, naming the file and the holder; the first keeps working.
+TEST_F(SpecialFileInputsTest, ASwapFileHasOneOwner) {
+  Result<std::unique_ptr<offload::AioEngine>> engine =
+      offload::AioEngine::Create(offload::AioOptions{});
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  offload::SwapStoreOptions options;
+  options.paths = {dir_.Subdir("shared_nvme")};
+  options.file_name = "swap.swp";
+  options.capacity_bytes = 1 << 20;
+  Result<std::unique_ptr<offload::SwapStore>> first = offload::SwapStore::Create(**engine, options);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  for (const bool create : {true, false}) {
+    SCOPED_TRACE(create ? "create" : "open");
+    const Status status = create ? offload::SwapStore::Create(**engine, options).status()
+                                 : offload::SwapStore::Open(**engine, options).status();
+    EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition) << status.ToString();
+    EXPECT_THAT(status.message(),
+                HasSubstr("swap file " + options.paths[0] +
+                          "/swap.swp is in use by another run (pid " + std::to_string(getpid())));
+    EXPECT_THAT(status.message(), HasSubstr("nvme_path"));
+  }
+  EXPECT_TRUE((*first)->Flush().ok());
+  first->reset();
+  EXPECT_TRUE(offload::SwapStore::Open(**engine, options).ok());
+}
+
 }  // namespace
 }  // namespace sluice

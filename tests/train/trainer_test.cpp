@@ -303,6 +303,28 @@ TEST(TrainerTest, TrainsWithDeviceMemoryProtectionOnAndTheSameBits) {
   }
 }
 
+// One run per run directory: a second trainer that would write into the directory of a live one
+// is refused before it writes or prunes anything, naming the directory and the holder; once the
+// first is gone the directory is free again.
+TEST(TrainerTest, ARunDirectoryHasOneOwner) {
+  const Config config = TinyGptConfig({"run.steps=1"});
+  TrainerOptions writing = test_util::QuietTrainerOptions();
+  writing.write_files = true;
+  Result<std::unique_ptr<Trainer>> first = Trainer::Create(config, writing);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  Result<std::unique_ptr<Trainer>> second = Trainer::Create(config, writing);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition) << second.status().ToString();
+  EXPECT_NE(
+      second.status().message().find("run directory " + config.run.dir +
+                                     " is in use by another run (pid " + std::to_string(getpid())),
+      std::string::npos)
+      << second.status().ToString();
+  EXPECT_NE(second.status().message().find("--run-dir"), std::string::npos);
+  first->reset();
+  EXPECT_TRUE(Trainer::Create(config, writing).ok());
+}
+
 // Offload the engine cannot do is refused before training, naming the key and the stage.
 TEST(TrainerTest, OffloadAtTheWrongStageIsRefusedNamingTheKey) {
   const struct {
