@@ -85,6 +85,10 @@ class CommOperation {
 // The result of an async operation. Move-only; one thread at a time. The timeout clock starts at
 // the first Wait() or Test(), so an operation posted early and waited for late is not penalised for
 // the caller's own work in between (MPI progresses operations only while someone polls them).
+// The longest run.comm_timeout: 10^7 s (about 116 days). A deadline further out would overflow
+// the nanosecond clock it is kept on, and every operation would time out at once.
+inline constexpr double kMaxCommTimeoutSeconds = 1e7;
+
 class CommHandle {
  public:
   CommHandle() = default;  // a finished, successful handle
@@ -138,7 +142,8 @@ class Comm {
   virtual std::string_view backend_name() const = 0;  // "mpi", "nccl"
   // "world", "world/split(1)": names the communicator in errors.
   virtual const std::string& name() const = 0;
-  // Seconds an operation may take before it fails with DeadlineExceeded (run.comm_timeout).
+  // Seconds an operation may take before it fails with DeadlineExceeded (run.comm_timeout), at
+  // most kMaxCommTimeoutSeconds.
   virtual double timeout_seconds() const = 0;
   virtual void SetTimeout(double seconds) = 0;
 

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <map>
 
+#include "runtime/comm.h"
+
 namespace sluice {
 namespace {
 
@@ -405,7 +407,8 @@ void AddRun(SettingsRegistry& r) {
       .Allowed({"trace", "debug", "info", "warn", "error"});
   r.Add("run.comm_timeout", T::kFloat, "Seconds before a collective is declared hung")
       .Default(300.0)
-      .Min(0, /*exclusive=*/true);
+      .Min(0, /*exclusive=*/true)
+      .Max(kMaxCommTimeoutSeconds);
   r.Add("run.trace", T::kBool, "Write a Perfetto trace of every operation to run.dir")
       .Default(false);
 }

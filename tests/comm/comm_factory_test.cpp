@@ -34,6 +34,18 @@ TEST(CommFactory, RejectsANonPositiveTimeoutNamingTheKey) {
   EXPECT_NE(comm.status().message().find("run.comm_timeout"), std::string::npos);
 }
 
+// Past 10^7 s the deadline would overflow its clock and every collective would time out at
+// once: refused instead, naming the key and the bound.
+TEST(CommFactory, RejectsATimeoutPastTheClocksRange) {
+  Result<std::unique_ptr<Comm>> comm = CreateWorldComm({.timeout_seconds = 1e10});
+  ASSERT_FALSE(comm.ok());
+  EXPECT_EQ(comm.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(comm.status().message().find("run.comm_timeout"), std::string::npos);
+  EXPECT_NE(comm.status().message().find("up to 1e+07"), std::string::npos)
+      << comm.status().ToString();
+  EXPECT_TRUE(CreateWorldComm({.timeout_seconds = kMaxCommTimeoutSeconds}).ok());
+}
+
 TEST(CommFactory, NcclWithoutAGpuIsUnavailableAndSaysWhy) {
   if (HaveGpu()) GTEST_SKIP() << "a GPU is present: the NCCL backend is available";
   Result<std::unique_ptr<Comm>> comm = CreateWorldComm({.backend = CommBackend::kNccl});

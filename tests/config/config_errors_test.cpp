@@ -184,6 +184,17 @@ const ErrorCase kCases[] = {
      {},
      1,
      StatusCode::kOutOfRange},
+    // Past 10^7 s the collectives' deadline would overflow its clock (every one timing out at
+    // once): refused where it is read.
+    {"CommTimeoutPastTheClock",
+     kYaml,
+     "train_batch_size: 8\nrun:\n  comm_timeout: 1.0e10\n",
+     {"bad.yaml:3:3: run.comm_timeout: 10000000000 is out of range: allowed a number > 0 and <= "
+      "10000000"},
+     {},
+     {},
+     1,
+     StatusCode::kOutOfRange},
     {"BoolGivenNumber",
      kJson,
      "{\"train_batch_size\": 8, \"zero_optimization\": {\"overlap_comm\": 1}}",

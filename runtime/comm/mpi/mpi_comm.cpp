@@ -29,9 +29,11 @@ namespace {
 constexpr size_t kMaxCount = INT_MAX;
 
 Status CheckTimeout(double seconds) {
-  if (!(seconds > 0)) {
-    return InvalidArgumentError("run.comm_timeout must be a positive number of seconds, got {}",
-                                seconds);
+  if (!(seconds > 0) || seconds > kMaxCommTimeoutSeconds) {
+    return InvalidArgumentError(
+        "run.comm_timeout must be a positive number of seconds up to {:g} (about 116 days), got "
+        "{}",
+        kMaxCommTimeoutSeconds, seconds);
   }
   return OkStatus();
 }
@@ -131,7 +133,7 @@ MpiComm::~MpiComm() {
 }
 
 void MpiComm::SetTimeout(double seconds) {
-  SLUICE_CHECK(seconds > 0) << "timeout " << seconds;
+  SLUICE_CHECK(seconds > 0 && seconds <= kMaxCommTimeoutSeconds) << "timeout " << seconds;
   timeout_seconds_.store(seconds);
 }
 
