@@ -254,16 +254,8 @@ cudaError_t LaunchSumTokenRows(const int32_t* tokens, const int2* bounds, const 
   const int64_t tiles = (dim + static_cast<int64_t>(threads) * kVec - 1) / (threads * kVec);
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(num_tokens, INT32_MAX)),
                   static_cast<unsigned>(std::min<int64_t>(tiles, 65535)));
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = dim3(threads);
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, SumTokenRowsKernel<T, kVec>, tokens,
+  internal::DependentLaunch launch(grid, dim3(threads), stream);
+  return cudaLaunchKernelEx(&launch.config, SumTokenRowsKernel<T, kVec>, tokens,
                             static_cast<const int2*>(bounds), dout, dtable, num_tokens, vocab, dim);
 }
 

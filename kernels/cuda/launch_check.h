@@ -19,6 +19,28 @@ LaunchStatus FromCublas(cublasStatus_t status, const char* what);
 // The launch status of the kernels just enqueued by `what`.
 inline LaunchStatus AfterLaunch(const char* what) { return FromCuda(cudaGetLastError(), what); }
 
+// The launch configuration of a programmatic dependent launch: the kernel may be scheduled
+// before the previous one on `stream` has finished (once that one executes
+// griddepcontrol.launch_dependents) and must itself wait (griddepcontrol.wait) before reading
+// what the previous one wrote. Launch with cudaLaunchKernelEx(&launch.config, ...); not
+// copyable, since config points at attribute.
+struct DependentLaunch {
+  DependentLaunch(dim3 grid, dim3 block, cudaStream_t stream) {
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.stream = stream;
+    attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+  }
+  DependentLaunch(const DependentLaunch&) = delete;
+  DependentLaunch& operator=(const DependentLaunch&) = delete;
+
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attribute[1] = {};
+};
+
 // Whether p may be read and written in `bytes`-wide accesses (16: the kernels' vector loads).
 inline bool Aligned(const void* p, size_t bytes = 16) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;

@@ -859,19 +859,13 @@ LaunchStatus LaunchBackward(BackwardArgs<T> args, float* dgamma, float* dbeta, i
   // A programmatic dependent launch: the finalize's launch overlaps the end of the backward
   // kernel, which lets it start (griddepcontrol.launch_dependents) once its rows are done; the
   // finalize waits for the whole grid and its stores before it reads the partials.
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>((args.cols + kFinalCols - 1) / kFinalCols));
-  config.blockDim = dim3(kFinalCols, kFinalSlices);
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
+  internal::DependentLaunch launch(
+      dim3(static_cast<unsigned>((args.cols + kFinalCols - 1) / kFinalCols)),
+      dim3(kFinalCols, kFinalSlices), stream);
   const float* part_gamma = args.part_gamma;
   const float* part_beta = args.part_beta;
   const cudaError_t finalize =
-      cudaLaunchKernelEx(&config, NormParamFinalizeKernel, part_gamma, part_beta, dgamma, dbeta,
+      cudaLaunchKernelEx(&launch.config, NormParamFinalizeKernel, part_gamma, part_beta, dgamma, dbeta,
                          split.groups, args.cols);
   if (finalize != cudaSuccess) return internal::FromCuda(finalize, what);
   return internal::AfterLaunch(what);

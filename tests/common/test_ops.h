@@ -14,10 +14,10 @@ namespace sluice::testing {
 
 class TestOps {
  public:
-  explicit TestOps(uint64_t memory_limit_bytes = uint64_t{1} << 30) {
+  TestOps() {
     DeviceOptions options;
     options.kind = DeviceKind::kCpu;
-    options.memory_limit_bytes = memory_limit_bytes;
+    options.memory_limit_bytes = uint64_t{1} << 30;
     auto device = CreateDevice(options);
     SLUICE_CHECK(device.ok()) << device.status().ToString();
     device_ = std::move(device).value();
@@ -29,7 +29,6 @@ class TestOps {
     ref_ = std::move(ref).value();
   }
 
-  Device& device() const { return *device_; }
   ops::OpsBackend& cpu() const { return *cpu_; }
   ops::OpsBackend& ref() const { return *ref_; }
   // The backend that computes in T: cpu for float, the reference for double.
