@@ -248,9 +248,16 @@ TEST(PartialOffloadAuto, ATightBudgetOffloadsMoreAndTrainingStillMatches) {
   }
   EXPECT_EQ(g->auto_choice()->budget_elements, g->count()) << what;
   EXPECT_EQ(t->auto_choice()->budget_elements, kTile) << what;
-  // Device Adam outruns the offloaded one, so the balanced share keeps more than one tile of a
-  // shard of a dozen tiles on the device, which the tight budget cannot hold.
-  EXPECT_GT(t->offload_ratio(), g->offload_ratio()) << what;
+  // Each engine keeps the balanced share of its own probe (timed on a shared, noisy machine, so
+  // the two probes may differ), capped by its budget: the generous one holds all of it, the
+  // tight one at most a tile.
+  for (const SplitOptimizer* s : {g, t}) {
+    const OffloadRatioChoice uncapped =
+        ChooseSplit(*s->auto_choice()->measured, s->count(), kTile, s->count());
+    EXPECT_EQ(s->device_elements(),
+              std::min(uncapped.device_elements, s->auto_choice()->budget_elements))
+        << what;
+  }
 
   const Outcome g_out = FinishOffloadRun(generous_rig, settings);
   const Outcome t_out = FinishOffloadRun(tight_rig, settings);
