@@ -75,4 +75,10 @@ uint64_t ExtentAllocator::largest_free() const {
   return largest;
 }
 
+uint64_t ExtentAllocator::free_ending_at(uint64_t end) const {
+  if (free_.empty()) return 0;
+  const auto& [offset, length] = *free_.rbegin();
+  return offset + length == end ? length : 0;
+}
+
 }  // namespace sluice::offload

@@ -26,6 +26,9 @@ class ExtentAllocator {
 
   uint64_t free_bytes() const;
   uint64_t largest_free() const;
+  // Length of the free range that ends exactly at `end` (the space's current end), or 0: growing
+  // the space at `end` extends that range, so an allocation needs only what it lacks.
+  uint64_t free_ending_at(uint64_t end) const;
 
  private:
   uint64_t alignment_;

@@ -60,14 +60,27 @@ SwapExtent SwapStore::ToExtent(const SwapExtentRecord& record) const {
                         : 0};
 }
 
-Status SwapStore::GrowLocked(uint64_t needed) {
+uint64_t SwapStoreDiskBytes(const SwapStoreOptions& options, uint64_t extent_bytes) {
+  const uint64_t files = std::max<uint64_t>(options.paths.size(), 1);
+  const uint64_t row = options.stripe_size * files;
+  const uint64_t data_offset = SwapDataOffset(SwapSlotBytes(options.max_extents));
+  const uint64_t data =
+      AlignUp(std::max(options.capacity_bytes, AlignUp(extent_bytes, kExtentAlignment)), row);
+  return files * (data_offset + kSwapLockFileBytes) + data;
+}
+
+Status SwapStore::GrowLocked(uint64_t needed, uint64_t min_step) {
   if (options_.growth_bytes == 0) {
     return ResourceExhaustedError(
         "swap store {} is full ({} of {} bytes free, {} needed) and "
         "growth is disabled",
         Describe(), allocator_.free_bytes(), header_.capacity, needed);
   }
-  const uint64_t grow = AlignUp(std::max(options_.growth_bytes, needed), SwapRowBytes(header_));
+  // The new space joins the free range at the end: only what that range lacks is added.
+  const uint64_t at_end = allocator_.free_ending_at(header_.capacity);
+  const uint64_t lacking = needed > at_end ? needed - at_end : 0;
+  const uint64_t grow = AlignUp(std::max(min_step, lacking), SwapRowBytes(header_));
+  if (grow == 0) return OkStatus();
   const uint64_t new_capacity = header_.capacity + grow;
   // (A named Status: WithContext on a temporary returns a reference to that temporary.)
   Status grown = engine_.Preallocate(data_file_, new_capacity);
@@ -77,6 +90,28 @@ Status SwapStore::GrowLocked(uint64_t needed) {
   }
   allocator_.AddSpace(header_.capacity, grow);
   header_.capacity = new_capacity;
+  return OkStatus();
+}
+
+Status SwapStore::EnsureRoom(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!open_) return FailedPreconditionError("swap store {} is closed", Describe());
+  const uint64_t needed = AlignUp(bytes, kExtentAlignment);
+  if (allocator_.free_ending_at(header_.capacity) >= needed) return OkStatus();
+  const uint64_t old_capacity = header_.capacity;
+  Status grown = GrowLocked(needed, /*min_step=*/0);
+  if (!grown.ok()) {
+    return std::move(grown).WithContext(
+        fmt::format("making room for {} bytes of swap extents", bytes));
+  }
+  Status persisted = PersistLocked();
+  if (!persisted.ok()) {
+    // As in Allocate: memory and disk agree on the old capacity.
+    (void)allocator_.Reserve(old_capacity, header_.capacity - old_capacity);
+    header_.capacity = old_capacity;
+    return std::move(persisted).WithContext(
+        fmt::format("making room for {} bytes of swap extents", bytes));
+  }
   return OkStatus();
 }
 
@@ -102,7 +137,7 @@ Result<SwapExtent> SwapStore::Allocate(std::string_view name, uint64_t bytes) {
   std::optional<uint64_t> offset = allocator_.Allocate(capacity);
   const uint64_t old_capacity = header_.capacity;
   if (!offset.has_value()) {
-    Status grown = GrowLocked(capacity);
+    Status grown = GrowLocked(capacity, options_.growth_bytes);
     if (!grown.ok()) {
       return std::move(grown).WithContext(
           fmt::format("allocating {} bytes for swap extent '{}'", bytes, name));

@@ -39,8 +39,13 @@ struct SwapStoreOptions {
   int rank = 0;
   // Logical data bytes preallocated when the store is created.
   uint64_t capacity_bytes = 0;
-  // When an allocation does not fit, the files grow by at least this much (0: never grow).
-  uint64_t growth_bytes = 256ull << 20;
+  // When an allocation does not fit, the files grow by what it lacks beyond the free space at
+  // their end, but at least by this much, rounded up to whole stripe rows (0: never grow). The
+  // default grows by what is lacking: a store filled extent by extent then ends at the size
+  // SwapStoreDiskBytes gives, which the memory estimate counts. (A larger step saves fallocate
+  // calls but takes disk space nobody asked for: the step of 256 MiB this had once made runs
+  // that `sluice estimate` said fit in a few MiB fail with ENOSPC.)
+  uint64_t growth_bytes = 4096;
   uint64_t stripe_size = 1ull << 20;  // striping chunk across paths, a multiple of 4096
   uint32_t max_extents = 4096;        // size of the extent table (fixed when created)
   // Checksum every extent on write and verify it on read (on by default).
@@ -66,6 +71,17 @@ struct SwapExtent {
   uint64_t checksum_chunk_bytes = 0;  // 0 when not checksummed
 };
 
+// Every lock file ("<file>.lock", the owner's pid) is counted as one 4 KiB filesystem block.
+inline constexpr uint64_t kSwapLockFileBytes = 4096;
+
+// The disk space a store created with `options` takes once extents holding `extent_bytes` in all
+// (each rounded up to 4 KiB) are allocated in a fresh store, in one go (SwapStore::EnsureRoom) or
+// one after another with the default growth_bytes: in every file the two header slots and the
+// padding up to the data (data_offset), the file's stripes of the data rounded up to whole
+// stripe rows (at least options.capacity_bytes), and the lock file. The files are preallocated
+// (fallocate), so this is what they hold on disk, not only their apparent size.
+uint64_t SwapStoreDiskBytes(const SwapStoreOptions& options, uint64_t extent_bytes);
+
 // Thread-safe. Handles must be waited on (or dropped) before the store is closed or destroyed.
 class SwapStore {
  public:
@@ -85,6 +101,13 @@ class SwapStore {
   // Reserves an aligned extent for `bytes` bytes, growing the files when the space is full.
   // A full filesystem or file-size limit is ResourceExhausted; the store is unchanged then.
   Result<SwapExtent> Allocate(std::string_view name, uint64_t bytes);
+  // Grows the files once, by what is lacking rounded up to whole stripe rows, so that extents
+  // adding up to `bytes` (each rounded up to 4 KiB) can then be allocated in any order without
+  // growing again; nothing changes when the free space at the end already holds them. For an
+  // owner that knows its final size (one extent per optimizer tile): one preallocation of exactly
+  // that size, which the filesystem can keep contiguous, instead of one per extent. Errors as
+  // Allocate's (growth_bytes 0 refuses to grow); the store is unchanged then.
+  Status EnsureRoom(uint64_t bytes);
   Status Free(std::string_view name);
   Result<SwapExtent> Find(std::string_view name) const;
   std::vector<SwapExtent> Extents() const;
@@ -135,7 +158,9 @@ class SwapStore {
   Status RemoveScratchFiles() const;
   Status LoadHeaders();
   Status PersistLocked();
-  Status GrowLocked(uint64_t needed);
+  // Grows the files so that `needed` contiguous bytes fit at the end: by what the free range at
+  // the end lacks, at least `min_step`, rounded up to whole stripe rows.
+  Status GrowLocked(uint64_t needed, uint64_t min_step);
   Status FinishWrite(const std::string& name, uint64_t length, const ChunkedChecksum* checksum,
                      Status io_status);
   SwapExtent ToExtent(const SwapExtentRecord& record) const;

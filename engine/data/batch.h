@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/data/token_region.h"
+#include "runtime/status.h"
 
 namespace sluice::data {
 
@@ -19,8 +20,10 @@ struct Batch {
 };
 
 // Fills `batch` with one row per window; `starts` are token offsets within `region`. Reuses the
-// batch's storage.
-void FillBatch(const TokenRegion& region, std::span<const int64_t> starts, int64_t seq_len,
-               Batch* batch);
+// batch's storage. The tokens are read from the mapped file under a SIGBUS guard: a file that
+// shrank since it was opened is DataLoss naming it (mapped_read_guard.h), and the batch's
+// contents are then unspecified.
+Status FillBatch(const TokenRegion& region, std::span<const int64_t> starts, int64_t seq_len,
+                 Batch* batch);
 
 }  // namespace sluice::data

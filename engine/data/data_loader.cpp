@@ -1,5 +1,7 @@
 #include "engine/data/data_loader.h"
 
+#include <fmt/format.h>
+
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -35,19 +37,24 @@ Result<DataLoader> DataLoader::Open(const DataOptions& options, int rank, int wo
   return DataLoader(std::move(dataset), rank, world_size);
 }
 
-void DataLoader::NextBatch(int64_t batch_size, Batch* batch) {
+Status DataLoader::NextBatch(int64_t batch_size, Batch* batch) {
   SLUICE_CHECK_GE(batch_size, 1);
   const std::vector<int64_t> global = sampler_.Take(batch_size * world_size_);
   std::vector<int64_t> mine(static_cast<size_t>(batch_size));
   for (int64_t j = 0; j < batch_size; ++j) {
     mine[static_cast<size_t>(j)] = global[static_cast<size_t>(rank_ + j * world_size_)];
   }
-  FillBatch(dataset_.train(), mine, seq_len(), batch);
+  Status filled = FillBatch(dataset_.train(), mine, seq_len(), batch);
+  if (!filled.ok()) {
+    return std::move(filled).WithContext(
+        fmt::format("reading rank {}'s next training batch (data.train_path)", rank_));
+  }
+  return OkStatus();
 }
 
-Batch DataLoader::NextBatch(int64_t batch_size) {
+Result<Batch> DataLoader::NextBatch(int64_t batch_size) {
   Batch batch;
-  NextBatch(batch_size, &batch);
+  SLUICE_RETURN_IF_ERROR(NextBatch(batch_size, &batch));
   return batch;
 }
 

@@ -35,8 +35,11 @@ class DataLoader {
   int64_t seq_len() const { return dataset_.options().seq_len; }
 
   // This rank's `batch_size` rows of the next global batch (see the sharding rule above).
-  void NextBatch(int64_t batch_size, Batch* batch);
-  Batch NextBatch(int64_t batch_size);
+  // DataLoss when the training file shrank since it was opened (the tokens are read in place:
+  // engine/data/mapped_read_guard.h), naming the file; the sampler has moved past that batch
+  // then, so the run cannot go on from here: it resumes from its last checkpoint.
+  Status NextBatch(int64_t batch_size, Batch* batch);
+  Result<Batch> NextBatch(int64_t batch_size);
 
   // The sampler position: {"version", "seed", "epoch", "position", "train_tokens", "seq_len"}.
   // The same on every rank; a checkpoint stores it once.

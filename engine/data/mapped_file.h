@@ -26,7 +26,12 @@ class MappedFile {
 
   const std::string& path() const { return path_; }
   std::span<const std::byte> bytes() const { return {data_, size_}; }
-  size_t size() const { return size_; }
+  size_t size() const { return size_; }  // when mapped
+
+  // The size of the mapped file now (fstat of the descriptor kept open for this): the file
+  // itself, even when its path has since been renamed over or removed. A file that shrank below
+  // size() makes reads of the lost pages fault with SIGBUS (engine/data/mapped_read_guard.h).
+  Result<uint64_t> CurrentSize() const;
 
  private:
   void Reset();
@@ -34,6 +39,7 @@ class MappedFile {
   std::string path_;
   const std::byte* data_ = nullptr;
   size_t size_ = 0;
+  int fd_ = -1;
 };
 
 }  // namespace sluice::data

@@ -5,6 +5,8 @@
 #include <limits>
 #include <utility>
 
+#include "engine/data/mapped_read_guard.h"
+
 namespace sluice::data {
 namespace {
 
@@ -132,38 +134,51 @@ Result<TokenFile> TokenFile::Open(const std::string& path, TokenFormat format, i
   if (mapped.size() == 0) {
     return InvalidArgumentError("token file '{}' is empty (0 bytes): nothing to train on", path);
   }
+  // Every look at the mapped bytes is guarded: a file cut short since it was mapped fails here
+  // with DataLoss naming it, not with SIGBUS (mapped_read_guard.h).
   if (format == TokenFormat::kAuto) {
-    SLUICE_ASSIGN_OR_RETURN(format, DetectTokenFormat(path, mapped.bytes()));
+    Result<TokenFormat> detected = format;
+    SLUICE_RETURN_IF_ERROR(GuardMappedRead(mapped, "detecting its format", [&] {
+      detected = DetectTokenFormat(path, mapped.bytes());
+    }));
+    SLUICE_ASSIGN_OR_RETURN(format, std::move(detected));
   }
-  SLUICE_ASSIGN_OR_RETURN(Layout layout, ParseLayout(path, format, mapped.bytes()));
+  Result<Layout> layout = InternalError("token file '{}': layout not parsed", path);
+  SLUICE_RETURN_IF_ERROR(GuardMappedRead(
+      mapped, "reading its header", [&] { layout = ParseLayout(path, format, mapped.bytes()); }));
+  SLUICE_RETURN_IF_ERROR(layout.status());
 
   TokenFile file;
   file.format_ = format;
-  file.header_bytes_ = layout.header_bytes;
-  file.llmc_header_ = layout.llmc;
+  file.header_bytes_ = layout->header_bytes;
+  file.llmc_header_ = layout->llmc;
   file.tokens_ =
-      TokenView(mapped.bytes().data() + layout.header_bytes, layout.num_tokens, layout.width);
+      TokenView(mapped.bytes().data() + layout->header_bytes, layout->num_tokens, layout->width);
   file.file_ = std::move(mapped);
 
   const auto vocab = static_cast<uint64_t>(vocab_size);
+  const TokenView& tokens = file.tokens_;
   int64_t bad = -1;
-  switch (layout.width) {
-    case 1:
-      if (vocab < 256) bad = FirstOutOfVocab(file.tokens_.AsU8(), vocab);
-      break;
-    case 2:
-      if (vocab < 65536) bad = FirstOutOfVocab(file.tokens_.AsU16(), vocab);
-      break;
-    default:
-      bad = FirstOutOfVocab(file.tokens_.AsU32(), vocab);
-      break;
-  }
+  uint32_t bad_id = 0;
+  SLUICE_RETURN_IF_ERROR(GuardMappedRead(file.file_, "checking its token ids", [&] {
+    switch (tokens.width()) {
+      case 1:
+        if (vocab < 256) bad = FirstOutOfVocab(tokens.AsU8(), vocab);
+        break;
+      case 2:
+        if (vocab < 65536) bad = FirstOutOfVocab(tokens.AsU16(), vocab);
+        break;
+      default:
+        bad = FirstOutOfVocab(tokens.AsU32(), vocab);
+        break;
+    }
+    if (bad >= 0) bad_id = tokens[bad];
+  }));
   if (bad >= 0) {
     return InvalidArgumentError(
         "{} token file '{}': byte offset {} (token {}): token id {} is >= vocab_size {}; the file "
         "was tokenized for a larger vocabulary than model.vocab_size",
-        TokenFormatName(format), path, file.TokenByteOffset(bad), bad, file.tokens_[bad],
-        vocab_size);
+        TokenFormatName(format), path, file.TokenByteOffset(bad), bad, bad_id, vocab_size);
   }
   return file;
 }

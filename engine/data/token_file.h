@@ -29,7 +29,10 @@ class TokenFile {
 
   const std::string& path() const { return file_.path(); }
   TokenFormat format() const { return format_; }  // never kAuto
+  // The tokens, read in place. Reads of them belong inside GuardMappedRead(mapping(), ...)
+  // (mapped_read_guard.h): the file may shrink under a running job.
   const TokenView& tokens() const { return tokens_; }
+  const MappedFile& mapping() const { return file_; }
   int64_t num_tokens() const { return tokens_.size(); }
   // Byte offset of token 0 in the file (1024 for llm.c, 0 otherwise).
   int64_t header_bytes() const { return header_bytes_; }

@@ -1,5 +1,8 @@
 #include "engine/data/validation_iterator.h"
 
+#include <fmt/format.h>
+
+#include <utility>
 #include <vector>
 
 #include "runtime/check.h"
@@ -28,7 +31,7 @@ int64_t ValidationIterator::WindowOfSample(int64_t i) const {
   return static_cast<int64_t>(static_cast<unsigned __int128>(i) * num_windows_ / total);
 }
 
-bool ValidationIterator::Next(Batch* batch) {
+Result<bool> ValidationIterator::Next(Batch* batch) {
   if (next_batch_ >= num_batches_) return false;
   const int64_t global_batch = batch_size_ * world_size_;
   std::vector<int64_t> starts(static_cast<size_t>(batch_size_));
@@ -36,7 +39,11 @@ bool ValidationIterator::Next(Batch* batch) {
     const int64_t sample = next_batch_ * global_batch + rank_ + j * world_size_;
     starts[static_cast<size_t>(j)] = WindowOfSample(sample) * seq_len_;
   }
-  FillBatch(region_, starts, seq_len_, batch);
+  Status filled = FillBatch(region_, starts, seq_len_, batch);
+  if (!filled.ok()) {
+    return std::move(filled).WithContext(fmt::format("reading validation batch {} of {} of rank {}",
+                                                     next_batch_ + 1, num_batches_, rank_));
+  }
   ++next_batch_;
   return true;
 }

@@ -12,6 +12,7 @@
 
 #include "engine/data/batch.h"
 #include "engine/data/token_dataset.h"
+#include "runtime/status.h"
 
 namespace sluice::data {
 
@@ -23,8 +24,9 @@ class ValidationIterator {
 
   int64_t num_batches() const { return num_batches_; }
   int64_t num_windows() const { return num_windows_; }
-  // Fills the next batch; false once num_batches() batches were returned.
-  bool Next(Batch* batch);
+  // Fills the next batch; false once num_batches() batches were returned. DataLoss when the
+  // file shrank since it was opened (see DataLoader::NextBatch).
+  Result<bool> Next(Batch* batch);
   // Starts over with the same batches.
   void Reset() { next_batch_ = 0; }
 

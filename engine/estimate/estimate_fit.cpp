@@ -1,6 +1,7 @@
 #include "engine/estimate/estimate_fit.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 
 #include <cerrno>
@@ -38,9 +39,14 @@ BudgetCheck HostCheck(const Config& config, const MemoryEstimate& e) {
   return check;
 }
 
-// Free bytes of the file system that holds `path`, or will once the swap store creates it (its
-// nearest existing ancestor), or why they are unknown.
-Result<int64_t> FreeBytes(const std::string& path) {
+// The file system that holds `path`, or will once the swap store creates it (its nearest
+// existing ancestor): its free bytes and its device, or why they are unknown.
+struct FileSystemSpace {
+  int64_t free_bytes = 0;
+  dev_t device = 0;
+};
+
+Result<FileSystemSpace> SpaceAt(const std::string& path) {
   std::filesystem::path at = std::filesystem::absolute(path);
   struct statvfs fs {};
   while (::statvfs(at.c_str(), &fs) != 0) {
@@ -50,27 +56,68 @@ Result<int64_t> FreeBytes(const std::string& path) {
     }
     at = at.parent_path();
   }
-  return static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
+  struct stat st {};
+  if (::stat(at.c_str(), &st) != 0) {
+    return NotFoundError("cannot stat {}: {}", at.string(), internal::ErrnoText(errno));
+  }
+  return FileSystemSpace{static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize),
+                         st.st_dev};
 }
 
-BudgetCheck NvmeCheck(const Config& config, const MemoryEstimate& e) {
-  BudgetCheck check;
-  check.name = "nvme";
-  check.need = e.world_size * e.tier_bytes(MemoryTier::kNvme);
-  std::string path = config.zero.offload_optimizer.nvme_path;
-  if (path.empty()) path = config.zero.offload_param.nvme_path;
-  if (path.empty()) {
-    check.limit_source = "not checked: no nvme_path is set";
-    return check;
+// Each swap store goes to its own nvme_path: the optimizer's to offload_optimizer.nvme_path, the
+// parameters' to offload_param.nvme_path. Directories on one file system are checked together,
+// against its free space; a store whose path is not set is counted with the other one.
+std::vector<BudgetCheck> NvmeChecks(const Config& config, const MemoryEstimate& e) {
+  struct Use {
+    std::string path;
+    int64_t bytes = 0;
+  };
+  std::vector<Use> uses;
+  const std::string& optimizer_path = config.zero.offload_optimizer.nvme_path;
+  const std::string& param_path = config.zero.offload_param.nvme_path;
+  if (e.optimizer_swap_bytes > 0) {
+    uses.push_back({optimizer_path.empty() ? param_path : optimizer_path, e.optimizer_swap_bytes});
   }
-  Result<int64_t> free_bytes = FreeBytes(path);
-  if (free_bytes.ok()) {
-    check.limit = *free_bytes;
-    check.limit_source = fmt::format("free space of {}, for all {} rank(s)", path, e.world_size);
-  } else {
-    check.limit_source = fmt::format("not checked: {}", free_bytes.status().message());
+  if (e.param_swap_bytes > 0) {
+    uses.push_back({param_path.empty() ? optimizer_path : param_path, e.param_swap_bytes});
   }
-  return check;
+
+  std::vector<BudgetCheck> checks;
+  std::vector<std::optional<dev_t>> devices;  // per check; nullopt when unknown
+  std::vector<std::string> paths;             // per check
+  for (const Use& use : uses) {
+    const int64_t need = e.world_size * use.bytes;
+    if (use.path.empty()) {
+      checks.push_back({"nvme", need, std::nullopt, "not checked: no nvme_path is set"});
+      devices.push_back(std::nullopt);
+      paths.push_back(use.path);
+      continue;
+    }
+    Result<FileSystemSpace> space = SpaceAt(use.path);
+    if (!space.ok()) {
+      checks.push_back(
+          {"nvme", need, std::nullopt, fmt::format("not checked: {}", space.status().message())});
+      devices.push_back(std::nullopt);
+      paths.push_back(use.path);
+      continue;
+    }
+    size_t i = 0;
+    while (i < checks.size() && devices[i] != space->device) ++i;
+    if (i < checks.size()) {  // the same file system as an earlier store's directory
+      checks[i].need += need;
+      if (paths[i] != use.path) {
+        checks[i].limit_source =
+            fmt::format("free space of {} and {} (one file system), for all {} rank(s)", paths[i],
+                        use.path, e.world_size);
+      }
+      continue;
+    }
+    checks.push_back({"nvme", need, space->free_bytes,
+                      fmt::format("free space of {}, for all {} rank(s)", use.path, e.world_size)});
+    devices.push_back(space->device);
+    paths.push_back(use.path);
+  }
+  return checks;
 }
 
 // Elements of the largest unit's non-persistent parameters at stage 3 (0 without a model).
@@ -109,9 +156,7 @@ FitReport CheckFit(const Config& config, const MemoryEstimate& estimate) {
   FitReport report;
   report.checks.push_back(DeviceCheck(config, estimate));
   report.checks.push_back(HostCheck(config, estimate));
-  if (estimate.tier_bytes(MemoryTier::kNvme) > 0) {
-    report.checks.push_back(NvmeCheck(config, estimate));
-  }
+  for (BudgetCheck& check : NvmeChecks(config, estimate)) report.checks.push_back(std::move(check));
   return report;
 }
 

@@ -16,6 +16,9 @@
 #include "engine/zero/offload_options.h"
 #include "engine/zero/offload_ratio.h"
 #include "engine/zero/offload_staging_ring.h"
+#include "offload/aligned_buffer.h"
+#include "offload/swap_format.h"
+#include "offload/swap_store.h"
 #include "runtime/comm.h"
 #include "runtime/logging.h"
 
@@ -42,6 +45,35 @@ std::string Times(int64_t per, const Count& count, std::string_view per_text = "
 }
 
 constexpr int64_t kPage = 4096;  // host shards are whole pages
+
+// The NVMe items of the two swap stores around their extents (see optimizer_swap_bytes).
+constexpr std::string_view kOptimizerSwapFile = "optimizer swap file around that state";
+constexpr std::string_view kParamSwapFile = "parameter swap file around that shard";
+
+// What a swap store takes on disk beyond its extents, as the engine creates one (one nvme_path
+// directory, the default geometry: offload::SwapStoreDiskBytes): the header slots and padding
+// before the data, the extents rounded up to whole stripe rows, the lock file. A store is grown
+// to its final size in one step, so nothing else is preallocated.
+struct SwapFileOverhead {
+  int64_t bytes = 0;
+  std::string formula;
+};
+
+SwapFileOverhead SwapFileOverheadOf(int64_t extent_bytes) {
+  offload::SwapStoreOptions options;
+  options.paths = {"nvme_path"};
+  const auto extents = static_cast<uint64_t>(extent_bytes);
+  const uint64_t data_offset = offload::SwapDataOffset(offload::SwapSlotBytes(options.max_extents));
+  const uint64_t rounding =
+      offload::AlignUp(extents, options.stripe_size) - extents;  // one directory: row = stripe
+  SwapFileOverhead overhead;
+  overhead.bytes = static_cast<int64_t>(offload::SwapStoreDiskBytes(options, extents) - extents);
+  overhead.formula = fmt::format(
+      "header slots and padding before the data {} B + the extents rounded up to whole {} B "
+      "stripe rows {} B + lock file {} B",
+      data_offset, options.stripe_size, rounding, offload::kSwapLockFileBytes);
+  return overhead;
+}
 
 // NVMe bytes of `elements` fp32 values stored as extents of at most `group` elements each, every
 // extent rounded up to the swap block.
@@ -175,10 +207,14 @@ void AddOptimizer(const Context& c, const Count& elements, bool master, ItemList
               Times(kF32, place.offloaded) + ", pages");
   }
   if (nvme) {
+    const int64_t state = SwapBytes(off, tile, 3 * kF32);
     items.Add("fp32 master + exp_avg + exp_avg_sq on NVMe", MemoryTier::kNvme,
-              MemoryCategory::kOptimizer, SwapBytes(off, tile, 3 * kF32),
+              MemoryCategory::kOptimizer, state,
               fmt::format("12 B x {} in {} tile(s) of <= {} (sub_group_size), 4 KiB blocks",
                           place.offloaded.what, tiles, FormatCount(tile)));
+    const SwapFileOverhead file = SwapFileOverheadOf(state);
+    items.Add(std::string(kOptimizerSwapFile), MemoryTier::kNvme, MemoryCategory::kBuffers,
+              file.bytes, file.formula);
   } else {
     items.Add("fp32 master + exp_avg + exp_avg_sq (offload_optimizer cpu)", MemoryTier::kHost,
               MemoryCategory::kOptimizer, 3 * AlignUp(kF32 * off, kPage),
@@ -241,6 +277,11 @@ void AddOffloadedParameters(const Context& c, ItemList& items) {
   items.Add("parameter shard on NVMe", MemoryTier::kNvme, MemoryCategory::kParams, nvme,
             fmt::format("{} x shard {}, one 4 KiB-aligned extent per unit", c.p_text,
                         FormatCount(c.shard)));
+  if (nvme > 0) {
+    const SwapFileOverhead file = SwapFileOverheadOf(nvme);
+    items.Add(std::string(kParamSwapFile), MemoryTier::kNvme, MemoryCategory::kBuffers, file.bytes,
+              file.formula);
+  }
   items.Add("parameter swap buffers", MemoryTier::kHostPinned, MemoryCategory::kBuffers,
             op.buffer_count * AlignUp(c.p * largest, kSwapAlignment),
             fmt::format("offload_param.buffer_count {} x the largest unit's piece {} x {} B",
@@ -522,6 +563,12 @@ Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
     }
   }
   e.items = build(e.notes);
+  for (const LineItem& item : e.items) {
+    if (item.tier != MemoryTier::kNvme) continue;
+    const bool optimizer =
+        item.category == MemoryCategory::kOptimizer || item.name == kOptimizerSwapFile;
+    (optimizer ? e.optimizer_swap_bytes : e.param_swap_bytes) += item.bytes;
+  }
 
   if (e.last_shard_elements != e.shard_elements) {
     e.notes.push_back(fmt::format(

@@ -78,6 +78,12 @@ struct MemoryEstimate {
   // ratio "auto" whose budget cannot hold a split (its fp32 gradient shard on the device and one
   // tile of state): estimated, and run (ResolveAutoRatioBudget), as ratio 1.
   bool auto_offloads_all = false;
+  // The disk space of each of one rank's swap stores (0 without one): its extents (in the
+  // store's category, as the engine's ledger counts them) and the file around them (category
+  // buffers: header slots, rounding to stripe rows, lock file). The NVMe budget compares each with
+  // the free space of its own nvme_path.
+  int64_t optimizer_swap_bytes = 0;
+  int64_t param_swap_bytes = 0;
 
   // The category's peak (see Lifetime).
   int64_t bytes(MemoryTier tier, MemoryCategory category) const;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "offload/aligned_buffer.h"
 #include "runtime/logging.h"
 
 namespace sluice::zero {
@@ -17,8 +18,21 @@ uint64_t NvmeStateStore::TileBytes(int64_t tile) const {
 Result<std::unique_ptr<NvmeStateStore>> NvmeStateStore::Create(offload::SwapStore& store,
                                                                const TileGrid& grid) {
   std::unique_ptr<NvmeStateStore> state(new NvmeStateStore(store, grid));
-  uint64_t capacity = 0;
   const int64_t tiles = grid.num_tiles();
+  // The final size is known: one preallocation of exactly that (what the memory estimate counts,
+  // offload::SwapStoreDiskBytes) rather than growth tile by tile. When the filesystem cannot take
+  // it, the tiles are placed one by one anyway, so that the error names the first that does not
+  // fit.
+  uint64_t needed = 0;
+  for (int64_t tile = 0; tile < tiles; ++tile) {
+    needed += offload::AlignUp(state->TileBytes(tile), offload::kIoAlignment);
+  }
+  if (Status room = store.EnsureRoom(needed); !room.ok()) {
+    SLUICE_LOG(kDebug, "offload",
+               "no room for the optimizer state in one piece ({}); placing it tile by tile",
+               room.message());
+  }
+  uint64_t capacity = 0;
   for (int64_t tile = 0; tile < tiles; ++tile) {
     Result<offload::SwapExtent> extent = store.Allocate(ExtentName(tile), state->TileBytes(tile));
     if (!extent.ok()) {

@@ -4,8 +4,10 @@
 // 12 bytes per element (12 MiB for a 1 Mi-element tile, a dozen aio blocks, so a single request
 // keeps the queue full), one checksum is verified per tile, a short last tile pads one 4 KiB
 // block instead of three, and the 4096-record extent table holds 4096 tiles instead of 1365.
-// The extents are allocated when the store is created (a full disk is found before training,
-// not in a step) and freed when it is destroyed; they are charged to the ledger as nvme.
+// The extents are allocated when the store is created, after growing the swap store once to
+// their total (a full disk is found before training, not in a step, and the store takes what
+// the memory estimate counts), and freed when it is destroyed; they are charged to the ledger as
+// nvme.
 #pragma once
 
 #include <cstdint>

@@ -23,6 +23,20 @@ using testing::WriteString;
 
 constexpr int64_t kSeqLen = 16;
 
+// The next batch of `loader`, which must succeed.
+Batch Take(DataLoader& loader, int64_t batch_size) {
+  Result<Batch> batch = loader.NextBatch(batch_size);
+  EXPECT_TRUE(batch.ok()) << batch.status().ToString();
+  return batch.ok() ? std::move(batch).value() : Batch{};
+}
+
+// ValidationIterator::Next, which must succeed.
+bool NextOf(ValidationIterator& it, Batch* batch) {
+  Result<bool> more = it.Next(batch);
+  EXPECT_TRUE(more.ok()) << more.status().ToString();
+  return more.ok() && *more;
+}
+
 class DataLoaderTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -60,7 +74,7 @@ std::vector<std::multiset<int64_t>> GlobalBatches(const DataOptions& o, int worl
   std::vector<std::multiset<int64_t>> out(static_cast<size_t>(steps));
   for (int s = 0; s < steps; ++s) {
     for (DataLoader& loader : ranks) {
-      const Batch b = loader.NextBatch(global_batch / world);
+      const Batch b = Take(loader, global_batch / world);
       out[static_cast<size_t>(s)].insert(b.window_starts.begin(), b.window_starts.end());
     }
     for (DataLoader& loader : ranks) EXPECT_EQ(loader.sampler_state(), ranks[0].sampler_state());
@@ -70,7 +84,7 @@ std::vector<std::multiset<int64_t>> GlobalBatches(const DataOptions& o, int worl
 
 TEST_F(DataLoaderTest, RowsAreFileWindowsWithTargetsShiftedByOne) {
   DataLoader loader = Open(Options());
-  const Batch b = loader.NextBatch(8);
+  const Batch b = Take(loader, 8);
   ASSERT_EQ(b.batch_size, 8);
   ASSERT_EQ(b.seq_len, kSeqLen);
   ASSERT_EQ(b.inputs.size(), 8u * kSeqLen);
@@ -90,7 +104,7 @@ TEST_F(DataLoaderTest, SameSeedSameBatchesDifferentSeedDifferentBatches) {
   DataLoader a = Open(Options(7)), b = Open(Options(7)), c = Open(Options(8));
   bool any_difference = false;
   for (int step = 0; step < 200; ++step) {  // about 2.7 epochs of 1124 training windows
-    const Batch ba = a.NextBatch(16), bb = b.NextBatch(16), bc = c.NextBatch(16);
+    const Batch ba = Take(a, 16), bb = Take(b, 16), bc = Take(c, 16);
     ASSERT_EQ(ba.inputs, bb.inputs) << "step " << step;
     ASSERT_EQ(ba.targets, bb.targets) << "step " << step;
     any_difference |= ba.window_starts != bc.window_starts;
@@ -113,8 +127,8 @@ TEST_F(DataLoaderTest, RankTakesEveryWorldSizethSampleOfTheGlobalOrder) {
   DataLoader single = Open(o);
   DataLoader r0 = Open(o, 0, 2), r1 = Open(o, 1, 2);
   for (int step = 0; step < 10; ++step) {
-    const Batch g = single.NextBatch(6);
-    const Batch a = r0.NextBatch(3), b = r1.NextBatch(3);
+    const Batch g = Take(single, 6);
+    const Batch a = Take(r0, 3), b = Take(r1, 3);
     for (size_t j = 0; j < 3; ++j) {
       EXPECT_EQ(a.window_starts[j], g.window_starts[2 * j]);
       EXPECT_EQ(b.window_starts[j], g.window_starts[2 * j + 1]);
@@ -160,7 +174,7 @@ TEST_F(DataLoaderTest, SplitHoldsOutEvenlySpacedBlocks) {
   // (a few at the ends of the stream fall outside every epoch's phase).
   std::vector<bool> seen(static_cast<size_t>(n), false);
   for (int step = 0; step < 300; ++step) {
-    const Batch b = loader.NextBatch(16);
+    const Batch b = Take(loader, 16);
     for (int32_t t : b.inputs) seen[static_cast<size_t>(t)] = true;
     for (int32_t t : b.targets) seen[static_cast<size_t>(t)] = true;
     for (int64_t r = 0; r < b.batch_size; ++r) {
@@ -182,7 +196,7 @@ TEST_F(DataLoaderTest, SplitHoldsOutEvenlySpacedBlocks) {
   ASSERT_TRUE(it.ok());
   std::vector<bool> read(static_cast<size_t>(n), false);
   Batch b;
-  while (it->Next(&b)) {
+  while (NextOf(*it, &b)) {
     for (int32_t t : b.inputs) read[static_cast<size_t>(t)] = true;
     for (int32_t t : b.targets) read[static_cast<size_t>(t)] = true;
   }
@@ -224,7 +238,7 @@ TEST_F(DataLoaderTest, SeparateValidationFile) {
   Result<ValidationIterator> val = loader.Validation(4, 2);
   ASSERT_TRUE(val.ok());
   Batch b;
-  ASSERT_TRUE(val->Next(&b));
+  ASSERT_TRUE(NextOf(*val, &b));
   const int64_t s = b.window_starts[1];
   EXPECT_EQ(b.inputs[kSeqLen], static_cast<unsigned char>(val_text[static_cast<size_t>(s)]));
 }
@@ -248,7 +262,7 @@ TEST_F(DataLoaderTest, ValidationIsTheSameEveryTimeAndSpreadOverTheSplit) {
     EXPECT_TRUE(val.ok());
     Batch b;
     int batches = 0;
-    while (val->Next(&b)) {
+    while (NextOf(*val, &b)) {
       all.insert(all.end(), b.inputs.begin(), b.inputs.end());
       ++batches;
     }
@@ -256,15 +270,17 @@ TEST_F(DataLoaderTest, ValidationIsTheSameEveryTimeAndSpreadOverTheSplit) {
     return all;
   };
   const std::vector<int32_t> first = pass();
-  loader.NextBatch(32);  // training in between changes nothing
+  Take(loader, 32);  // training in between changes nothing
   EXPECT_EQ(pass(), first);
 
   Result<ValidationIterator> val = loader.Validation(4, 3);
   Batch b;
   std::vector<int64_t> starts;
-  while (val->Next(&b)) starts.insert(starts.end(), b.window_starts.begin(), b.window_starts.end());
+  while (NextOf(*val, &b)) {
+    starts.insert(starts.end(), b.window_starts.begin(), b.window_starts.end());
+  }
   val->Reset();
-  ASSERT_TRUE(val->Next(&b));
+  ASSERT_TRUE(NextOf(*val, &b));
   EXPECT_EQ(b.window_starts[0], starts[0]);
   // 12 samples of the held-out windows, evenly spaced: from the first block to the last tenth.
   const auto& blocks = loader.dataset().val().stretches();
@@ -281,7 +297,7 @@ TEST_F(DataLoaderTest, ValidationShardsLikeTraining) {
       DataLoader loader = Open(o, r, world);
       Result<ValidationIterator> val = loader.Validation(8 / world, 2);
       Batch b;
-      while (val->Next(&b)) all.insert(b.window_starts.begin(), b.window_starts.end());
+      while (NextOf(*val, &b)) all.insert(b.window_starts.begin(), b.window_starts.end());
     }
     return all;
   };
@@ -293,15 +309,15 @@ TEST_F(DataLoaderTest, ValidationShardsLikeTraining) {
 
 TEST_F(DataLoaderTest, ResumeFromSerializedStateGivesTheSameFollowingBatches) {
   DataLoader a = Open(Options(21));
-  for (int step = 0; step < 70; ++step) a.NextBatch(16);  // inside epoch 0, near its end
+  for (int step = 0; step < 70; ++step) Take(a, 16);  // inside epoch 0, near its end
   const std::string saved = a.SaveState().dump();
   std::vector<Batch> expected;
-  for (int step = 0; step < 10; ++step) expected.push_back(a.NextBatch(16));  // crosses an epoch
+  for (int step = 0; step < 10; ++step) expected.push_back(Take(a, 16));  // crosses an epoch
 
   DataLoader b = Open(Options(999));  // a different configured seed: the saved one wins
   ASSERT_TRUE(b.RestoreState(nlohmann::json::parse(saved)).ok());
   for (const Batch& e : expected) {
-    const Batch got = b.NextBatch(16);
+    const Batch got = Take(b, 16);
     ASSERT_EQ(got.window_starts, e.window_starts);
     ASSERT_EQ(got.inputs, e.inputs);
     ASSERT_EQ(got.targets, e.targets);
@@ -313,15 +329,15 @@ TEST_F(DataLoaderTest, ResumeFromSerializedStateGivesTheSameFollowingBatches) {
 TEST_F(DataLoaderTest, ResumeWithADifferentWorldSizeKeepsTheGlobalOrder) {
   const DataOptions o = Options(3);
   DataLoader single = Open(o);
-  for (int step = 0; step < 5; ++step) single.NextBatch(8);
+  for (int step = 0; step < 5; ++step) Take(single, 8);
   const nlohmann::json saved = single.SaveState();
-  const Batch next = single.NextBatch(8);
+  const Batch next = Take(single, 8);
 
   std::multiset<int64_t> union_of_ranks;
   for (int r = 0; r < 4; ++r) {
     DataLoader rank = Open(o, r, 4);
     ASSERT_TRUE(rank.RestoreState(saved).ok());
-    const Batch b = rank.NextBatch(2);
+    const Batch b = Take(rank, 2);
     union_of_ranks.insert(b.window_starts.begin(), b.window_starts.end());
   }
   EXPECT_EQ(union_of_ranks,

@@ -3,6 +3,7 @@
 #include "engine/estimate/estimate_fit.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -77,6 +78,40 @@ TEST(EstimateFitTest, NvmeSpaceIsCheckedWhenTheDirectoryExists) {
   EXPECT_FALSE(unknown.checks[2].limit.has_value());
   EXPECT_NE(unknown.checks[2].limit_source.find("ENOTDIR"), std::string::npos)
       << unknown.checks[2].limit_source;
+}
+
+TEST(EstimateFitTest, EachSwapDirectoryIsCheckedAgainstItsOwnFileSystem) {
+  Config config = LoadYaml(
+      BaseYaml("stage: 3, offload_optimizer: {device: nvme, nvme_path: /tmp/sluice_fit_a}, "
+               "offload_param: {device: nvme, nvme_path: /tmp/sluice_fit_b}"),
+      2);
+  const MemoryEstimate e = Estimate(config, 2);
+  const int64_t optimizer = e.optimizer_swap_bytes;
+  const int64_t params = e.param_swap_bytes;
+  ASSERT_GT(optimizer, 0);
+  ASSERT_GT(params, 0);
+  // One file system: one check, both stores against its free space.
+  FitReport fit = CheckFit(config, e);
+  ASSERT_EQ(fit.checks.size(), 3u);
+  EXPECT_EQ(optimizer + params, e.tier_bytes(MemoryTier::kNvme));
+  EXPECT_EQ(fit.checks[2].need, 2 * (optimizer + params));
+  EXPECT_NE(fit.checks[2].limit_source.find("/tmp/sluice_fit_a and /tmp/sluice_fit_b"),
+            std::string::npos)
+      << fit.checks[2].limit_source;
+
+  // Two file systems: each store against its own.
+  struct stat tmp {};
+  struct stat shm {};
+  if (stat("/tmp", &tmp) != 0 || stat("/dev/shm", &shm) != 0 || tmp.st_dev == shm.st_dev) {
+    GTEST_SKIP() << "needs /tmp and /dev/shm on two file systems";
+  }
+  config.zero.offload_param.nvme_path = "/dev/shm/sluice_fit_b";
+  fit = CheckFit(config, e);
+  ASSERT_EQ(fit.checks.size(), 4u);
+  EXPECT_EQ(fit.checks[2].need, 2 * optimizer);
+  EXPECT_NE(fit.checks[2].limit_source.find("/tmp/sluice_fit_a"), std::string::npos);
+  EXPECT_EQ(fit.checks[3].need, 2 * params);
+  EXPECT_NE(fit.checks[3].limit_source.find("/dev/shm/sluice_fit_b"), std::string::npos);
 }
 
 // Stage 3 holds less than the other stages only when it does not keep every unit gathered for

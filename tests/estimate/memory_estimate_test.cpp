@@ -244,7 +244,17 @@ TEST(MemoryEstimateTest, NvmeOffloadSwapsThroughPinnedBuffers) {
   // Optimizer: tiles of sub_group_size rounded down to 2048 elements = 98,304 (4 full + 75,648),
   // one extent of 12 B per element each, rounded up to 4 KiB blocks: 1,179,648 B (288 blocks) and
   // 907,776 B -> 222 blocks. The gradient shard stays in host memory.
-  EXPECT_EQ(e.bytes(kNvme, kOptimizer), (4 * 288 + 222) * 4096);
+  constexpr int64_t kMiB = 1 << 20;
+  const int64_t state = (4 * 288 + 222) * 4096;  // 5,627,904 B
+  EXPECT_EQ(ItemBytes(e, "fp32 master + exp_avg + exp_avg_sq on NVMe"), state);
+  // Its swap file, as the store lays it out and grows it (docs/swap_format.md): 2 MiB before the
+  // data (two header slots for 4096 extents), the extents in whole 1 MiB stripe rows (6 MiB), and
+  // the lock file's block. That is what the disk must hold.
+  EXPECT_EQ(e.bytes(kNvme, kOptimizer), state);  // what the engine's ledger charges
+  EXPECT_EQ(ItemBytes(e, "optimizer swap file around that state"),
+            2 * kMiB + (6 * kMiB - state) + 4096);
+  EXPECT_EQ(FindItem(e, "optimizer swap file around that state")->category, kBuffers);
+  EXPECT_EQ(e.optimizer_swap_bytes, 8 * kMiB + 4096);
   EXPECT_EQ(e.bytes(kNvme, kGrads), 0);
   EXPECT_EQ(e.bytes(kHost, kGrads), 458 * 4096);  // 4 B x 468,864, whole pages
   EXPECT_EQ(e.bytes(kDevice, kOptimizer), 0);
@@ -254,7 +264,12 @@ TEST(MemoryEstimateTest, NvmeOffloadSwapsThroughPinnedBuffers) {
   // pieces (2 B each, whole 4 KiB blocks): the persistent run (threshold 1000: per block 1,664
   // elements of biases and norms, ln_f 256; halved: 3,456 -> 2 blocks), the embeddings
   // (144,384 / 2 = 72,192 -> 36 blocks) and 4 blocks of 196,608 / 2 = 98,304 (48 blocks each).
-  EXPECT_EQ(e.bytes(kNvme, kParams), (2 + 36 + 4 * 48) * 4096);
+  const int64_t shard_bytes = (2 + 36 + 4 * 48) * 4096;  // 942,080 B: one 1 MiB row
+  EXPECT_EQ(e.bytes(kNvme, kParams), shard_bytes);
+  EXPECT_EQ(e.param_swap_bytes, 2 * kMiB + kMiB + 4096);
+  EXPECT_EQ(e.bytes(kNvme, kBuffers),
+            2 * 2 * kMiB + (6 * kMiB - state) + (kMiB - shard_bytes) + 2 * 4096);
+  EXPECT_EQ(e.tier_bytes(kNvme), 11 * kMiB + 2 * 4096);
   // Staging: buffer_count slots of the largest group, pinned.
   EXPECT_EQ(FindItem(e, "parameter swap buffers")->bytes, 3 * 48 * 4096);
   EXPECT_EQ(FindItem(e, "parameter swap buffers")->tier, kPinned);
