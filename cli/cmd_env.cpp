@@ -12,6 +12,7 @@
 
 #include "cli/command_registry.h"
 #include "cli/env_probes.h"
+#include "runtime/json_text.h"
 #include "kernels/cpu/cpu_features.h"
 #include "runtime/comm/mpi/mpi_call.h"
 #include "runtime/device/cpu/memory_protection.h"
@@ -175,7 +176,7 @@ void AddEnvCommand(CLI::App& parent) {
   cmd->callback([options] {
     nlohmann::json env = CollectEnv(*options);
     if (options->json) {
-      std::cout << env.dump(2) << "\n";
+      std::cout << JsonText(env, 2) << "\n";
     } else {
       PrintEnv(env);
     }

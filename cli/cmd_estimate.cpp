@@ -11,6 +11,7 @@
 
 #include "cli/command_registry.h"
 #include "engine/config/config.h"
+#include "runtime/json_text.h"
 #include "engine/estimate/estimate_fit.h"
 #include "engine/estimate/estimate_report.h"
 #include "engine/estimate/memory_estimate.h"
@@ -50,7 +51,7 @@ Status RunEstimate(const EstimateCommandOptions& options) {
                           estimate::CompareStages(config, options.ranks, estimate_options));
 
   if (options.json) {
-    std::printf("%s\n", estimate::EstimateJson(report).dump(2).c_str());
+    std::printf("%s\n", JsonText(estimate::EstimateJson(report), 2).c_str());
   } else {
     std::printf("%s", estimate::FormatEstimateText(report).c_str());
   }

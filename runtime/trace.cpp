@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "runtime/foreign_call.h"
+#include "runtime/json_text.h"
 
 namespace sluice {
 
@@ -80,8 +81,7 @@ void AppendJsonString(std::string& out, std::string_view text) {
   bool ascii = std::all_of(text.begin(), text.end(),
                            [](char c) { return static_cast<unsigned char>(c) < 0x80; });
   if (!ascii) {
-    out += nlohmann::json(std::string(text))
-               .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    out += JsonText(nlohmann::json(std::string(text)));
     return;
   }
   out.push_back('"');

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <thread>
 
+#include "runtime/json_text.h"
 #include "kernels/cpu/cpu_features.h"
 #include "runtime/durable_file.h"
 
@@ -72,7 +73,7 @@ Status PrintTableAndWriteRecord(const std::string& table, const nlohmann::json& 
   std::fputs(table.c_str(), json_to_stdout ? stderr : stdout);
   std::fflush(json_to_stdout ? stderr : stdout);
   if (json_path.empty()) return OkStatus();
-  const std::string text = record.dump(2) + "\n";
+  const std::string text = JsonText(record, 2) + "\n";
   if (json_to_stdout) {
     std::fputs(text.c_str(), stdout);
     std::fflush(stdout);

@@ -43,7 +43,7 @@ Result<Config> LoadConfigFromLayers(const std::vector<ConfigLayer>& layers,
   context.available_host_memory = sources.available_host_memory;
   context.source_name = config.source_file;
   SLUICE_RETURN_IF_ERROR(ResolveConfigValues(context, &config.values, &config.notes));
-  BuildConfigSections(config.values, &config);
+  SLUICE_RETURN_IF_ERROR(BuildConfigSections(config.values, &config));
   return config;
 }
 

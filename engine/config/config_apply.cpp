@@ -92,7 +92,14 @@ Result<SettingValue> ConvertScalarOrList(const SettingSpec& spec, const ConfigNo
     case SettingType::kInt: {
       if (!IsNumeric(node)) return wrong();
       std::optional<int64_t> v = ParseInteger(node.text);
-      if (!v) return wrong();
+      if (!v) {
+        std::optional<double> d = ParseDouble(node.text);
+        if (d && *d == std::floor(*d)) {
+          return OutOfRangeError("{}: {} is out of range of a 64-bit integer: allowed {}",
+                                 spec.path, node.text, DescribeAllowed(spec));
+        }
+        return wrong();
+      }
       return SettingValue(*v);
     }
     case SettingType::kFloat: {
@@ -425,8 +432,10 @@ ConfigNode NestOverride(std::string_view path, ConfigNode value) {
 Status ApplyOverride(const std::string& path, std::string_view text, ValueSource source,
                      const std::string& origin, SettingValues* values,
                      std::vector<std::string>* notes) {
+  // A path deeper than any document may nest is no key either (and is not built as a tree).
   if (path.empty() || path.front() == '.' || path.back() == '.' ||
-      path.find("..") != std::string::npos) {
+      path.find("..") != std::string::npos ||
+      static_cast<size_t>(std::count(path.begin(), path.end(), '.')) >= kMaxConfigDepth) {
     return InvalidArgumentError("{}: \"{}\" is not a key path such as zero_optimization.stage",
                                 origin, path);
   }

@@ -1,4 +1,6 @@
 // Resolved setting values -> the typed Config sections the engine reads.
+#include <limits>
+
 #include "engine/config/config.h"
 #include "engine/config/config_stages.h"
 
@@ -11,7 +13,22 @@ OffloadDevice ToOffloadDevice(const std::string& name) {
   return OffloadDevice::kNone;
 }
 
-int ToInt(int64_t v) { return static_cast<int>(v); }
+// Settings the engine keeps in an int are narrowed here, and checked here: the schema bounds some
+// of them, but a value past INT_MAX would otherwise wrap (device.threads 4294967297 became 1).
+// The first failure is kept in `*status`.
+int ToInt(const SettingValues& v, std::string_view path, Status* status) {
+  const int64_t value = v.GetInt(path);
+  if (value >= std::numeric_limits<int>::min() && value <= std::numeric_limits<int>::max()) {
+    return static_cast<int>(value);
+  }
+  if (status->ok()) {
+    const std::string& origin = v.entry(path).origin;
+    *status = OutOfRangeError("{}{}: {} is out of range: allowed at most {}",
+                              origin.empty() ? "" : origin + ": ", path, value,
+                              std::numeric_limits<int>::max());
+  }
+  return 0;
+}
 
 void BuildBatchAndTopLevel(const SettingValues& v, Config* c) {
   c->batch.train_batch_size = v.GetInt("train_batch_size");
@@ -55,19 +72,19 @@ void BuildScheduler(const SettingValues& v, Config* c) {
   s.last_batch_iteration = v.FindInt("scheduler.params.last_batch_iteration").value_or(-1);
 }
 
-void BuildPrecision(const SettingValues& v, Config* c) {
+void BuildPrecision(const SettingValues& v, Config* c, Status* status) {
   c->fp16.enabled = v.GetBool("fp16.enabled");
   c->fp16.loss_scale = v.GetFloat("fp16.loss_scale");
-  c->fp16.initial_scale_power = ToInt(v.GetInt("fp16.initial_scale_power"));
+  c->fp16.initial_scale_power = ToInt(v, "fp16.initial_scale_power", status);
   c->fp16.loss_scale_window = v.GetInt("fp16.loss_scale_window");
-  c->fp16.hysteresis = ToInt(v.GetInt("fp16.hysteresis"));
+  c->fp16.hysteresis = ToInt(v, "fp16.hysteresis", status);
   c->fp16.min_loss_scale = v.GetFloat("fp16.min_loss_scale");
   c->bf16.enabled = v.GetBool("bf16.enabled");
 }
 
-void BuildZero(const SettingValues& v, Config* c) {
+void BuildZero(const SettingValues& v, Config* c, Status* status) {
   ZeroConfig& z = c->zero;
-  z.stage = ToInt(v.GetInt("zero_optimization.stage"));
+  z.stage = ToInt(v, "zero_optimization.stage", status);
   z.overlap_comm = v.GetBool("zero_optimization.overlap_comm");
   z.contiguous_gradients = v.GetBool("zero_optimization.contiguous_gradients");
   z.reduce_bucket_size = v.GetInt("zero_optimization.reduce_bucket_size");
@@ -87,7 +104,7 @@ void BuildZero(const SettingValues& v, Config* c) {
       v.FindString("zero_optimization.offload_optimizer.nvme_path");
   if (oo.device == OffloadDevice::kNvme) oo.nvme_path = oo_path.value_or("");
   oo.pin_memory = v.GetBool("zero_optimization.offload_optimizer.pin_memory");
-  oo.buffer_count = ToInt(v.GetInt("zero_optimization.offload_optimizer.buffer_count"));
+  oo.buffer_count = ToInt(v, "zero_optimization.offload_optimizer.buffer_count", status);
   // "auto" stays unresolved until the engine measures (config_resolve.cpp): no value yet.
   oo.ratio_auto = v.IsAuto("zero_optimization.offload_optimizer.ratio");
   oo.ratio = v.FindFloat("zero_optimization.offload_optimizer.ratio").value_or(1.0);
@@ -99,15 +116,15 @@ void BuildZero(const SettingValues& v, Config* c) {
   std::optional<std::string> op_path = v.FindString("zero_optimization.offload_param.nvme_path");
   if (op.device == OffloadDevice::kNvme) op.nvme_path = op_path.value_or("");
   op.pin_memory = v.GetBool("zero_optimization.offload_param.pin_memory");
-  op.buffer_count = ToInt(v.GetInt("zero_optimization.offload_param.buffer_count"));
+  op.buffer_count = ToInt(v, "zero_optimization.offload_param.buffer_count", status);
   op.buffer_size = v.GetInt("zero_optimization.offload_param.buffer_size");
   op.max_in_cpu = v.GetInt("zero_optimization.offload_param.max_in_cpu");
 }
 
-void BuildAio(const SettingValues& v, Config* c) {
+void BuildAio(const SettingValues& v, Config* c, Status* status) {
   c->aio.block_size = v.GetInt("aio.block_size");
-  c->aio.queue_depth = ToInt(v.GetInt("aio.queue_depth"));
-  c->aio.intra_op_parallelism = ToInt(v.GetInt("aio.intra_op_parallelism"));
+  c->aio.queue_depth = ToInt(v, "aio.queue_depth", status);
+  c->aio.intra_op_parallelism = ToInt(v, "aio.intra_op_parallelism", status);
   c->aio.single_submit = v.GetBool("aio.single_submit");
   c->aio.overlap_events = v.GetBool("aio.overlap_events");
 }
@@ -175,12 +192,12 @@ void BuildData(const SettingValues& v, Config* c) {
   d.eval_batches = v.GetInt("data.eval_batches");
 }
 
-void BuildDeviceAndRun(const SettingValues& v, Config* c) {
+void BuildDeviceAndRun(const SettingValues& v, Config* c, Status* status) {
   c->device.type = v.GetString("device.type") == "cpu" ? DeviceType::kCpu : DeviceType::kCuda;
-  c->device.index = ToInt(v.GetInt("device.index"));
+  c->device.index = ToInt(v, "device.index", status);
   c->device.memory_limit = v.FindInt("device.memory_limit");
   c->device.host_memory_limit = v.GetInt("device.host_memory_limit");
-  c->device.threads = ToInt(v.GetInt("device.threads"));
+  c->device.threads = ToInt(v, "device.threads", status);
   c->device.cpu_gemm = kernels::cpu::GemmBackendFromName(v.GetString("device.cpu_gemm"))
                            .value_or(kernels::cpu::GemmBackend::kBlas);
   c->device.memory_protection = v.GetString("device.memory_protection");
@@ -197,17 +214,19 @@ void BuildDeviceAndRun(const SettingValues& v, Config* c) {
 
 }  // namespace
 
-void BuildConfigSections(const SettingValues& values, Config* config) {
+Status BuildConfigSections(const SettingValues& values, Config* config) {
+  Status status;
   BuildBatchAndTopLevel(values, config);
   BuildOptimizer(values, config);
   BuildScheduler(values, config);
-  BuildPrecision(values, config);
-  BuildZero(values, config);
-  BuildAio(values, config);
+  BuildPrecision(values, config, &status);
+  BuildZero(values, config, &status);
+  BuildAio(values, config, &status);
   BuildCheckpointing(values, config);
   BuildModel(values, config);
   BuildData(values, config);
-  BuildDeviceAndRun(values, config);
+  BuildDeviceAndRun(values, config, &status);
+  return status;
 }
 
 }  // namespace sluice

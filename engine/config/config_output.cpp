@@ -5,6 +5,7 @@
 #include <charconv>
 
 #include "engine/config/config.h"
+#include "runtime/json_text.h"
 #include "runtime/size_format.h"
 
 namespace sluice {
@@ -119,6 +120,9 @@ nlohmann::ordered_json ConfigRecordJson(const Config& config) {
     if (!e.origin.empty()) record["settings"][spec.path]["origin"] = e.origin;
   }
   record["notes"] = config.notes;
+  // Values and file names are bytes; the record is written as JSON by the trainer and into every
+  // checkpoint manifest.
+  ReplaceInvalidUtf8(&record);
   return record;
 }
 

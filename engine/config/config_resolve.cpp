@@ -255,6 +255,17 @@ class Resolver {
     int64_t mbs = has_mbs ? v_.GetInt(kMbs) : 0;
     int64_t gas = has_gas ? v_.GetInt(kGas) : 0;
     std::string world = fmt::format("world size {}", ws);
+    // micro batch * accumulation * world size, refused where it overflows (the values are
+    // checked one by one, not their product).
+    bool overflow = false;
+    auto product = [&](int64_t micro, int64_t accumulation) {
+      int64_t result = 0;
+      if (__builtin_mul_overflow(micro, accumulation, &result) ||
+          __builtin_mul_overflow(result, ws, &result)) {
+        overflow = true;
+      }
+      return result;
+    };
 
     if (has_tbs && has_mbs && has_gas) {
       // All given: only the assertion below.
@@ -265,7 +276,7 @@ class Resolver {
       mbs = tbs / ws / gas;
       v_.Resolve(kMbs, mbs, fmt::format("train_batch_size // {} // accumulation", world));
     } else if (has_mbs && has_gas) {
-      tbs = mbs * gas * ws;
+      tbs = product(mbs, gas);
       v_.Resolve(kTbs, tbs, fmt::format("micro batch * accumulation * {}", world));
     } else if (has_tbs) {
       gas = 1;
@@ -274,7 +285,7 @@ class Resolver {
       v_.Resolve(kMbs, mbs, fmt::format("train_batch_size // {}", world));
     } else if (has_mbs) {
       gas = 1;
-      tbs = mbs * ws;
+      tbs = product(mbs, 1);
       v_.Resolve(kGas, gas, "1 when only the micro batch is given");
       v_.Resolve(kTbs, tbs, fmt::format("micro batch * {}", world));
     } else if (v_.IsAuto(kTbs) || v_.IsAuto(kMbs)) {
@@ -286,12 +297,19 @@ class Resolver {
         gas = 1;
         v_.Resolve(kGas, gas, "nothing in the config defines the accumulation");
       }
-      tbs = mbs * gas * ws;
+      tbs = product(mbs, gas);
       v_.Resolve(kTbs, tbs, fmt::format("micro batch * accumulation * {}", world));
     } else {
       return Error(
           "Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided "
           "(DeepSpeed's rule; gradient_accumulation_steps alone does not define a batch)");
+    }
+    const int64_t expected_tbs = product(mbs, gas);
+    if (overflow) {
+      return Error(
+          "train_micro_batch_size_per_gpu {}{} * gradient_accumulation_steps {}{} * {} overflows "
+          "a 64-bit integer: give batch sizes that a step can hold",
+          mbs, At(kMbs), gas, At(kGas), world);
     }
     if (tbs <= 0) return Error("Train batch size: {} has to be greater than 0", tbs);
     if (mbs <= 0) {
@@ -306,7 +324,7 @@ class Resolver {
           "// micro batch {} // {})",
           gas, tbs, mbs, world);
     }
-    if (tbs != mbs * gas * ws) {
+    if (tbs != expected_tbs) {
       return Error(
           "Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
           "gradient_acc_step * world_size {} != {} * {} * {}",

@@ -306,24 +306,41 @@ void AddCheckpointing(SettingsRegistry& r) {
       .Unset("RUN_DIR/checkpoints");
 }
 
+// Far past any real model (the deepest have a few hundred layers), small enough that the products
+// the estimator and the model builder form (layers x width^2, vocabulary x width, heads x
+// sequence^2) stay far inside int64, and that the estimator's replay of the stage-3 coordinator
+// (quadratic in the layers, as the coordinator's own look-ahead) takes seconds at most.
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxWidth = int64_t{1} << 20;  // d_model, d_ff, seq_len
+constexpr int64_t kMaxHeads = int64_t{1} << 16;
+constexpr int64_t kMaxVocabulary = int64_t{1} << 24;
+
 void AddModel(SettingsRegistry& r) {
   r.AddSection("model", "Model architecture (Sluice)");
   r.Add("model.family", T::kEnum, "Architecture: gpt2 or llama")
       .Default(std::string("gpt2"))
       .Allowed({"gpt2", "llama"});
-  r.Add("model.n_layer", T::kInt, "Transformer blocks").Default(int64_t{2}).Min(1);
-  r.Add("model.n_head", T::kInt, "Attention heads").Default(int64_t{4}).Min(1);
+  r.Add("model.n_layer", T::kInt, "Transformer blocks").Default(int64_t{2}).Min(1).Max(kMaxLayers);
+  r.Add("model.n_head", T::kInt, "Attention heads").Default(int64_t{4}).Min(1).Max(kMaxHeads);
   r.Add("model.n_kv_head", T::kInt, "Key/value heads (grouped-query attention)")
       .Derived("n_head")
       .Min(1)
+      .Max(kMaxHeads)
       .Auto("n_head");
-  r.Add("model.d_model", T::kInt, "Hidden size").Default(int64_t{64}).Min(1);
+  r.Add("model.d_model", T::kInt, "Hidden size").Default(int64_t{64}).Min(1).Max(kMaxWidth);
   r.Add("model.d_ff", T::kInt, "Feed-forward inner size")
       .Derived("gpt2: 4*d_model; llama: 8/3*d_model rounded up to a multiple of 256")
       .Min(1)
+      .Max(kMaxWidth)
       .Auto("the family's rule");
-  r.Add("model.vocab_size", T::kInt, "Vocabulary size (256 = bytes)").Default(int64_t{256}).Min(1);
-  r.Add("model.seq_len", T::kInt, "Context length in tokens").Default(int64_t{64}).Min(1);
+  r.Add("model.vocab_size", T::kInt, "Vocabulary size (256 = bytes)")
+      .Default(int64_t{256})
+      .Min(1)
+      .Max(kMaxVocabulary);
+  r.Add("model.seq_len", T::kInt, "Context length in tokens")
+      .Default(int64_t{64})
+      .Min(1)
+      .Max(kMaxWidth);
   r.Add("model.tie_embeddings", T::kBool, "Share the input embedding with the output projection")
       .Derived("gpt2: true; llama: false")
       .Auto("the family's rule");

@@ -37,8 +37,9 @@ struct ResolveContext {
 Status ResolveConfigValues(const ResolveContext& context, SettingValues* values,
                            std::vector<std::string>* notes);
 
-// Fills the typed sections from fully resolved values.
-void BuildConfigSections(const SettingValues& values, Config* config);
+// Fills the typed sections from fully resolved values. Fails (OutOfRange, naming the setting and
+// where it was given) when a value does not fit the int the engine keeps it in.
+Status BuildConfigSections(const SettingValues& values, Config* config);
 
 // Edit distance, for "did you mean" suggestions (case-insensitive).
 size_t ConfigKeyDistance(std::string_view a, std::string_view b);

@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
+#include <system_error>
 #include <utility>
 
 #include "runtime/durable_file.h"
+#include "runtime/size_format.h"
 
 namespace sluice {
 
@@ -36,13 +39,26 @@ std::string FormatSourcePos(std::string_view source_name, SourcePos pos) {
   return fmt::format("{}:{}:{}", source_name, pos.line, pos.column);
 }
 
+Status CheckConfigSize(uint64_t bytes, std::string_view source_name) {
+  if (bytes <= kMaxConfigBytes) return OkStatus();
+  return InvalidArgumentError(
+      "{}: {} is larger than a config can be ({}; real ones are a few KiB): is this the right "
+      "file?",
+      source_name, FormatBytes(bytes), FormatBytes(kMaxConfigBytes));
+}
+
 Result<ConfigNode> ParseConfigText(std::string_view text, ConfigFormat format,
                                    std::string_view source_name) {
+  SLUICE_RETURN_IF_ERROR(CheckConfigSize(text.size(), source_name));
   return format == ConfigFormat::kJson ? ParseJsonConfig(text, source_name)
                                        : ParseYamlConfig(text, source_name);
 }
 
 Result<ConfigNode> ReadConfigFile(const std::string& path) {
+  // Before reading: the whole file is read into memory. Not a regular file: ReadWholeFile says.
+  std::error_code ec;
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  if (!ec) SLUICE_RETURN_IF_ERROR(CheckConfigSize(size, path));
   Result<std::string> read = ReadWholeFile(path);
   if (!read.ok()) {
     if (read.status().code() == StatusCode::kNotFound) {

@@ -2,6 +2,8 @@
 // whose map keys keep their source positions, so later errors can say file:line:col.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -42,11 +44,23 @@ struct ConfigNode::Entry {
 
 enum class ConfigFormat { kYaml, kJson };
 
+// Bounds on a config document, far beyond any real config (a few KiB, a few levels, a handful of
+// aliases), so that a corrupt or hostile file is refused with an error instead of exhausting
+// memory or the stack: a 600-byte YAML alias bomb expands to billions of nodes.
+inline constexpr size_t kMaxConfigBytes = size_t{16} << 20;
+inline constexpr size_t kMaxConfigDepth = 64;           // nested mappings and lists
+inline constexpr size_t kMaxConfigAliasNodes = 100000;  // copied for YAML anchors, aliases
+
+// InvalidArgument naming the source when `bytes` exceed kMaxConfigBytes.
+Status CheckConfigSize(uint64_t bytes, std::string_view source_name);
+
 // "name:line:col" or "name" when the position is unknown.
 std::string FormatSourcePos(std::string_view source_name, SourcePos pos);
 
-// Parses a whole document. Syntax errors and duplicate keys are InvalidArgument errors whose
-// message starts with "source_name:line:col:".
+// Parses a whole document. Syntax errors, duplicate keys and the bounds above are
+// InvalidArgument errors whose message starts with "source_name:line:col:" (or "source_name:"
+// for the size). Strings are bytes: YAML carries any; JSON, being UTF-8, reports the first byte
+// that is not.
 Result<ConfigNode> ParseConfigText(std::string_view text, ConfigFormat format,
                                    std::string_view source_name);
 // `positions` false: messages and nodes carry no line:col (a one-line override value).

@@ -1,13 +1,16 @@
 // JSON documents via nlohmann::json's SAX interface: exceptions off, duplicate keys rejected (as
 // DeepSpeed does), and key positions tracked through a reading iterator so that errors about a
-// key can say file:line:col.
+// key can say file:line:col. The SAX parser does not recurse; the tree it builds here is bounded
+// in depth like YAML's, so that nothing after it recurses without bound either.
 #include <algorithm>
 #include <cctype>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <vector>
 
 #include "engine/config/config_tree.h"
+#include "runtime/json_text.h"
 
 namespace sluice {
 namespace {
@@ -44,18 +47,31 @@ class TrackingIterator {
   const char** last_read_ = nullptr;
 };
 
-SourcePos PosAt(std::string_view text, size_t offset) {
-  SourcePos pos{1, 1};
-  for (size_t i = 0; i < offset && i < text.size(); ++i) {
-    if (text[i] == '\n') {
-      ++pos.line;
-      pos.column = 1;
-    } else {
-      ++pos.column;
+// Line and column of an offset, from the offsets where lines start: one pass over the text, then
+// a binary search per position (rescanning the text per key took 12 s for 40,000 keys).
+class LineIndex {
+ public:
+  explicit LineIndex(std::string_view text) {
+    starts_.push_back(0);
+    for (size_t i = 0; i < text.size(); ++i) {
+      if (text[i] == '\n') starts_.push_back(i + 1);
     }
   }
-  return pos;
-}
+
+  size_t LineStart(size_t offset) const { return *LineOf(offset); }
+
+  SourcePos PosAt(size_t offset) const {
+    auto line = LineOf(offset);
+    return {static_cast<int>(line - starts_.begin()) + 1, static_cast<int>(offset - *line) + 1};
+  }
+
+ private:
+  std::vector<size_t>::const_iterator LineOf(size_t offset) const {
+    return std::upper_bound(starts_.begin(), starts_.end(), offset) - 1;
+  }
+
+  std::vector<size_t> starts_;
+};
 
 bool IsLiteralChar(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '+';
@@ -84,7 +100,7 @@ size_t OffendingTokenStart(std::string_view text, size_t position, std::string_v
 class TreeBuilder : public nlohmann::json_sax<nlohmann::json> {
  public:
   TreeBuilder(std::string_view text, std::string_view source_name, const char** last_read)
-      : text_(text), source_name_(source_name), last_read_(last_read) {}
+      : text_(text), lines_(text), source_name_(source_name), last_read_(last_read) {}
 
   bool null() override { return Add(ConfigNode{}); }
   bool boolean(bool value) override {
@@ -120,10 +136,11 @@ class TreeBuilder : public nlohmann::json_sax<nlohmann::json> {
   bool key(string_t& name) override {
     Frame& frame = stack_.back();
     SourcePos pos = KeyPos();
-    std::string path = frame.path.empty() ? name : frame.path + "." + name;
     if (!frame.keys.insert(name).second) {
+      std::string path = Path();
       error_ = InvalidArgumentError("{}: duplicate key {} (DeepSpeed rejects duplicate keys too)",
-                                    FormatSourcePos(source_name_, pos), path);
+                                    FormatSourcePos(source_name_, pos),
+                                    path.empty() ? name : path + "." + name);
       return false;
     }
     pending_key_ = name;
@@ -134,7 +151,20 @@ class TreeBuilder : public nlohmann::json_sax<nlohmann::json> {
   bool parse_error(std::size_t position, const std::string&,
                    const nlohmann::detail::exception& ex) override {
     std::string what = ex.what();
-    SourcePos pos = PosAt(text_, OffendingTokenStart(text_, position, what));
+    if (what.find("ill-formed UTF-8") != std::string::npos) {
+      // The lexer has read past the bad byte; it is on this line (a string does not span lines).
+      const size_t line_start = lines_.LineStart(position == 0 ? 0 : position - 1);
+      const size_t bad = line_start + FindInvalidUtf8(text_.substr(line_start));
+      if (bad < text_.size()) {
+        error_ = InvalidArgumentError(
+            "{}: byte 0x{:02X} is not UTF-8, and JSON text is: save the file as UTF-8; a file "
+            "name in another encoding can be given in a YAML config or with --set",
+            FormatSourcePos(source_name_, lines_.PosAt(bad)),
+            static_cast<unsigned char>(text_[bad]));
+        return false;
+      }
+    }
+    SourcePos pos = lines_.PosAt(OffendingTokenStart(text_, position, what));
     size_t column = what.find("column ");
     size_t colon = column == std::string::npos ? std::string::npos : what.find(": ", column);
     if (colon != std::string::npos) what = what.substr(colon + 2);
@@ -152,19 +182,38 @@ class TreeBuilder : public nlohmann::json_sax<nlohmann::json> {
  private:
   struct Frame {
     ConfigNode node;
-    std::string path;
+    std::string name;  // of this node in its parent: a key, "[]" for a list item, "" at the top
     std::set<std::string> keys;
   };
 
+  // The dotted path of the innermost open node ("zero_optimization.offload_param").
+  std::string Path() const {
+    std::string path;
+    for (const Frame& frame : stack_) {
+      if (frame.name == "[]") {
+        path += "[]";
+      } else if (!frame.name.empty()) {
+        path += path.empty() ? frame.name : "." + frame.name;
+      }
+    }
+    return path;
+  }
+
+  // Where the lexer is: the last character it read.
+  size_t ReadOffset() const {
+    return *last_read_ == nullptr ? 0 : static_cast<size_t>(*last_read_ - text_.data());
+  }
+
+  // The key's opening quote: the lexer has just read its closing one. Inside a JSON string every
+  // quote is escaped, so the first unescaped one back is the opening quote.
   SourcePos KeyPos() const {
     if (*last_read_ == nullptr) return {};
-    size_t close = static_cast<size_t>(*last_read_ - text_.data());
-    size_t open = close;
+    size_t open = ReadOffset();
     while (open > 0) {
       --open;
       if (text_[open] == '"' && (open == 0 || text_[open - 1] != '\\')) break;
     }
-    return PosAt(text_, open);
+    return lines_.PosAt(open);
   }
 
   bool AddScalar(ConfigNode::ScalarKind kind, std::string text) {
@@ -173,13 +222,6 @@ class TreeBuilder : public nlohmann::json_sax<nlohmann::json> {
     node.scalar_kind = kind;
     node.text = std::move(text);
     return Add(std::move(node));
-  }
-
-  std::string ChildPath() const {
-    if (stack_.empty()) return "";
-    const Frame& frame = stack_.back();
-    if (frame.node.kind == ConfigNode::Kind::kSequence) return frame.path + "[]";
-    return frame.path.empty() ? pending_key_ : frame.path + "." + pending_key_;
   }
 
   bool Add(ConfigNode node) {
@@ -199,13 +241,24 @@ class TreeBuilder : public nlohmann::json_sax<nlohmann::json> {
   }
 
   bool Open(ConfigNode node) {
-    std::string path = ChildPath();
-    if (!stack_.empty() && stack_.back().node.kind == ConfigNode::Kind::kMap) {
-      node.pos = pending_key_pos_;
+    if (stack_.size() >= kMaxConfigDepth) {
+      std::string path = Path();
+      error_ = InvalidArgumentError(
+          "{}: mappings and lists nested deeper than {} levels{}; a config needs a few: look "
+          "for unbalanced brackets",
+          FormatSourcePos(source_name_, lines_.PosAt(ReadOffset())), kMaxConfigDepth,
+          path.empty() ? "" : " under " + path);
+      return false;
+    }
+    std::string name;
+    if (!stack_.empty()) {
+      const bool in_map = stack_.back().node.kind == ConfigNode::Kind::kMap;
+      if (in_map) node.pos = pending_key_pos_;
+      name = in_map ? pending_key_ : "[]";
     }
     // Remember which key this container belongs to; restored on Close.
     open_keys_.push_back({pending_key_, pending_key_pos_});
-    stack_.push_back({std::move(node), std::move(path), {}});
+    stack_.push_back({std::move(node), std::move(name), {}});
     return true;
   }
 
@@ -219,6 +272,7 @@ class TreeBuilder : public nlohmann::json_sax<nlohmann::json> {
   }
 
   std::string_view text_;
+  LineIndex lines_;
   std::string_view source_name_;
   const char** last_read_;
   std::vector<Frame> stack_;
@@ -233,6 +287,7 @@ class TreeBuilder : public nlohmann::json_sax<nlohmann::json> {
 }  // namespace
 
 Result<ConfigNode> ParseJsonConfig(std::string_view text, std::string_view source_name) {
+  SLUICE_RETURN_IF_ERROR(CheckConfigSize(text.size(), source_name));
   const char* last_read = nullptr;
   TreeBuilder builder(text, source_name, &last_read);
   TrackingIterator first(text.data(), &last_read);
