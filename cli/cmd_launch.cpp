@@ -1,6 +1,7 @@
 // `sluice launch -n N [--oversubscribe auto|yes|no] [--bind auto|core|none] [--dry-run] -- CMD
 // ...`: runs `sluice CMD ...` as N MPI ranks on this node through mpirun (launch_command.h says
-// which flags it adds and why). mpirun replaces this process, so its exit status is the launch's.
+// which flags it adds and why), as a child that stop requests reach gracefully
+// (launch_supervisor.h); mpirun's exit status is the launch's.
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,6 +12,7 @@
 
 #include "cli/command_registry.h"
 #include "cli/launch_command.h"
+#include "cli/launch_supervisor.h"
 #include "runtime/foreign_call.h"
 
 namespace sluice::cli {
@@ -35,7 +37,8 @@ Result<std::string> SelfPath() {
   return path;
 }
 
-Status RunLaunch(const LaunchOptions& options, std::vector<std::string> command) {
+// The exit code: mpirun's (launch_supervisor.h).
+Result<int> RunLaunch(const LaunchOptions& options, std::vector<std::string> command) {
   LaunchRequest request;
   request.ranks = options.ranks;
   request.oversubscribe = options.oversubscribe == "yes"  ? Oversubscribe::kYes
@@ -55,15 +58,9 @@ Status RunLaunch(const LaunchOptions& options, std::vector<std::string> command)
   SLUICE_ASSIGN_OR_RETURN(std::vector<std::string> argv, BuildMpirunCommand(request));
   if (options.dry_run) {
     std::printf("%s\n", ShellJoin(argv).c_str());
-    return OkStatus();
+    return 0;
   }
-  std::vector<char*> raw;
-  for (std::string& word : argv) raw.push_back(word.data());
-  raw.push_back(nullptr);
-  std::fflush(nullptr);
-  ::execv(raw[0], raw.data());
-  const int err = errno;
-  return UnavailableError("cannot run {}: execv: {}", argv[0], internal::ErrnoText(err));
+  return RunSupervised(argv);
 }
 
 void AddLaunchCommand(CLI::App& parent) {
@@ -86,8 +83,15 @@ void AddLaunchCommand(CLI::App& parent) {
   auto command = std::make_shared<std::vector<std::string>>();
   cmd->add_option("command", *command,
                   "The sluice command every rank runs, after -- (e.g. -- train --config FILE)");
-  cmd->footer("Passes SLUICE_* and OMP_* variables to every rank; SLUICE_MPIRUN selects mpirun.");
-  cmd->callback([options, command] { ExitOnError(RunLaunch(*options, *command)); });
+  cmd->footer(
+      "Passes SLUICE_* and OMP_* variables to every rank; SLUICE_MPIRUN selects mpirun. A first "
+      "SIGTERM or Ctrl-C stops training gracefully (the ranks finish the step and checkpoint), a "
+      "second kills the ranks.");
+  cmd->callback([options, command] {
+    Result<int> exit_code = RunLaunch(*options, *command);
+    ExitOnError(exit_code.status());
+    if (*exit_code != 0) throw CLI::RuntimeError(*exit_code);
+  });
 }
 
 SLUICE_REGISTER_COMMAND("", AddLaunchCommand);

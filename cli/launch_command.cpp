@@ -51,6 +51,9 @@ Result<std::vector<std::string>> BuildMpirunCommand(const LaunchRequest& request
   }
   // One node: shared memory between ranks, no network transports to probe.
   argv.insert(argv.end(), {"--mca", "btl", "self,vader"});
+  // mpirun runs in a background process group (launch_supervisor.h): reading the terminal for
+  // rank 0's stdin there would stop it.
+  argv.insert(argv.end(), {"--stdin", "none"});
   bool omp_threads_given = false;
   for (const std::string& name : request.environment_names) {
     if (!PassedOn(name)) continue;

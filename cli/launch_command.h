@@ -1,7 +1,8 @@
 // The mpirun command line `sluice launch` runs: N ranks of this sluice binary on one node.
 //
 //   mpirun -np N [--allow-run-as-root] [--oversubscribe] --bind-to core --map-by slot:PE=k
-//          --mca btl self,vader -x OMP_NUM_THREADS=k -x SLUICE_... /path/to/sluice train ...
+//          --mca btl self,vader --stdin none -x OMP_NUM_THREADS=k -x SLUICE_... /path/to/sluice
+//          train ...
 //
 // Root needs --allow-run-as-root (Open MPI refuses otherwise); more ranks than usable cores need
 // --oversubscribe. Binding: each rank gets k = cores / N cores of its own (--map-by slot:PE=k

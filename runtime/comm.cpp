@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "runtime/job_abort.h"
 #include "runtime/logging.h"
 
 namespace sluice {
@@ -124,6 +125,13 @@ const Status& CommHandle::Finish(Status status) {
   return *result_;
 }
 
+const Status& CommHandle::Expire(std::chrono::steady_clock::time_point now) {
+  const Status& status =
+      Finish(operation_->Expire(std::chrono::duration<double>(now - started_).count()));
+  NoteCommTimeout(status);
+  return status;
+}
+
 bool CommHandle::Test() {
   if (finished()) return true;
   StartClock();
@@ -134,7 +142,7 @@ bool CommHandle::Test() {
   }
   const auto now = std::chrono::steady_clock::now();
   if (now >= deadline_) {
-    Finish(operation_->Expire(std::chrono::duration<double>(now - started_).count()));
+    Expire(now);
     return true;
   }
   return false;
@@ -155,9 +163,7 @@ Status CommHandle::Wait() {
     Status status;
     if (operation_->Poll(&status)) return Finish(std::move(status));
     const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline_) {
-      return Finish(operation_->Expire(std::chrono::duration<double>(now - started_).count()));
-    }
+    if (now >= deadline_) return Expire(now);
     if (now < spin_until) {
       for (int i = 0; i < 32; ++i) CpuRelax();
       continue;

@@ -121,6 +121,8 @@ class CommHandle {
  private:
   void StartClock();
   const Status& Finish(Status status);
+  // The timeout passed: the operation's error, also reported to NoteCommTimeout (job_abort.h).
+  const Status& Expire(std::chrono::steady_clock::time_point now);
   void WaitDropped();
 
   std::unique_ptr<CommOperation> operation_;

@@ -7,6 +7,7 @@
 #include "runtime/comm/mpi/mpi_call.h"
 #include "runtime/comm/mpi/mpi_operation.h"
 #include "runtime/comm/mpi/mpi_runtime.h"
+#include "runtime/job_abort.h"
 #include "runtime/logging.h"
 
 // Evaluates an MPI_I* call that fills operation->request(), then returns a handle for it, or a
@@ -117,6 +118,10 @@ MpiComm::~MpiComm() {
   if (MpiFinalized()) return;
   if (board_ == nullptr) {  // Adopt() failed half way
     MPI_Comm_free(&comm_);
+    return;
+  }
+  if (JobAbortPending()) {  // waiting for the late ranks again would only delay the abort
+    board_->Abandon();
     return;
   }
   Status status = Drain();

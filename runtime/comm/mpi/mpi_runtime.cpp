@@ -6,6 +6,7 @@
 #include "kernels/ref/half.h"
 #include "runtime/comm/mpi/arrival_board.h"
 #include "runtime/comm/mpi/mpi_call.h"
+#include "runtime/job_abort.h"
 
 namespace sluice::mpi {
 namespace {
@@ -43,6 +44,13 @@ void FinalizeAtExit() {
   if (state.owns_finalize) MPI_Finalize();
 }
 
+// mpirun then ends every rank of the job, a stopped one included, and exits non-zero.
+void AbortWorld(int exit_code) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
+}
+
 Status InitializeLocked(MpiState& state) {
   int initialized = 0;
   SLUICE_TRY_MPI(MPI_Initialized(&initialized));
@@ -54,6 +62,7 @@ Status InitializeLocked(MpiState& state) {
     state.owns_finalize = true;
   }
   std::atexit(FinalizeAtExit);
+  SetJobAbortFunction(&AbortWorld);
   if (provided < MPI_THREAD_MULTIPLE) {
     return FailedPreconditionError(
         "the MPI library provides thread level {} but Sluice needs MPI_THREAD_MULTIPLE ({}): "
