@@ -1,5 +1,5 @@
 // `sluice train --config FILE [--model FILE] [--set key=value ...] [--run-dir DIR]
-// [--resume [DIR|latest]]` trains on
+// [--resume [DIR|latest] [--allow-config-change]] [--overwrite]` trains on
 // every rank of its MPI world (`mpirun -np N sluice train ...` or `sluice launch -n N -- train
 // ...`; one rank without mpirun) and writes DIR/config.resolved.json, DIR/metrics.jsonl and
 // DIR/summary.json from rank 0 (and checkpoints with checkpoint.save_interval); `--resume`
@@ -18,7 +18,9 @@
 #include "engine/train/run_setup.h"
 #include "engine/train/trainer.h"
 #include "runtime/comm/comm_factory.h"
+#include "runtime/job_abort.h"
 #include "runtime/logging.h"
+#include "runtime/stop_signal.h"
 
 namespace sluice::cli {
 namespace {
@@ -31,6 +33,8 @@ struct TrainOptions {
   bool help_config = false;
   std::string progress = "auto";
   std::optional<std::string> resume;  // "latest" or a checkpoint path
+  bool allow_config_change = false;
+  bool overwrite = false;
 };
 
 // Ranks other than 0 print errors only: rank 0 speaks for the run.
@@ -39,7 +43,7 @@ Status SetLogLevel(const Comm& world, const std::string& level) {
   return SetLogSpec(world.rank() == 0 ? level : std::string("error"));
 }
 
-Status Train(const TrainOptions& options, Comm& world) {
+Result<train::TrainSummary> Train(const TrainOptions& options, Comm& world) {
   ConfigSources sources;
   sources.paths = options.config;
   sources.model_path = options.model;
@@ -59,14 +63,19 @@ Status Train(const TrainOptions& options, Comm& world) {
                                                            : train::ProgressMode::kAuto;
   trainer_options.world = &world;
   trainer_options.resume = options.resume;
+  trainer_options.allow_config_change = options.allow_config_change;
+  trainer_options.overwrite = options.overwrite;
+  trainer_options.stop_on_signal = true;
   SLUICE_ASSIGN_OR_RETURN(auto trainer, train::Trainer::Create(config, trainer_options));
-  return trainer->Run().status();
+  return trainer->Run();
 }
 
-Status RunTrain(const TrainOptions& options) {
+// The exit code: 0, or 128 + the signal the run stopped early for (as a shell reports a process
+// the signal ended, so that schedulers see the run did not finish).
+Result<int> RunTrain(const TrainOptions& options) {
   if (options.help_config) {
     std::printf("%s", HelpConfigText().c_str());
-    return OkStatus();
+    return 0;
   }
   if (options.config.empty()) {
     return InvalidArgumentError(
@@ -74,13 +83,20 @@ Status RunTrain(const TrainOptions& options) {
         "with --model FILE for the model)");
   }
   // Before the config: its notes and errors are then printed by rank 0 only or rank-tagged.
+  InstallStopSignalHandlers();
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<Comm> world, CreateWorldComm());
   SLUICE_RETURN_IF_ERROR(SetLogLevel(*world, "info"));
-  Status status = Train(options, *world);
-  if (!status.ok() && world->size() > 1) {
-    status.WithContext(fmt::format("rank {} of {}", world->rank(), world->size()));
+  // A rank that cannot continue ends the whole job, so that no rank is left waiting for it.
+  if (world->size() > 1) EnableJobAbortOnCommTimeout();
+  Result<train::TrainSummary> summary = Train(options, *world);
+  Status status = summary.status();
+  if (world->size() > 1) {
+    if (!status.ok())
+      status.WithContext(fmt::format("rank {} of {}", world->rank(), world->size()));
+    status = FinishRankCommand(std::move(status), world->timeout_seconds());
   }
-  return status;
+  SLUICE_RETURN_IF_ERROR(status);
+  return summary->stop_signal == 0 ? 0 : 128 + summary->stop_signal;
 }
 
 void AddTrainCommand(CLI::App& parent) {
@@ -114,11 +130,21 @@ void AddTrainCommand(CLI::App& parent) {
                       "directory of any world size and ZeRO stage")
           ->expected(0, 1)
           ->type_name("[DIR|latest]");
+  cmd->add_flag("--allow-config-change", options->allow_config_change,
+                "With --resume: continue even though settings that decide the training "
+                "trajectory (optimizer, scheduler, global batch, precision, model, data, seeds) "
+                "or the training data differ from the checkpoint's (each is named in a warning); "
+                "without it such a resume is refused");
+  cmd->add_flag("--overwrite", options->overwrite,
+                "Start a new run in a run directory that holds another run's checkpoints, "
+                "deleting them (without it such a run is refused; --resume continues that run)");
   cmd->add_flag("--help-config", options->help_config,
                 "List every config setting with its type, default and meaning, and exit");
   cmd->callback([options, resume, resume_option] {
     if (resume_option->count() > 0) options->resume = resume->empty() ? "latest" : *resume;
-    ExitOnError(RunTrain(*options));
+    Result<int> exit_code = RunTrain(*options);
+    ExitOnError(exit_code.status());
+    if (*exit_code != 0) throw CLI::RuntimeError(*exit_code);
   });
 }
 

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <system_error>
 
+#include "engine/checkpoint/checkpoint_dir.h"
+#include "engine/checkpoint/manifest_checksum.h"
+
 namespace sluice::checkpoint {
 namespace {
 
@@ -15,6 +18,15 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
   std::unique_ptr<CheckpointReader> reader(new CheckpointReader());
   reader->dir_ = step_dir;
   SLUICE_ASSIGN_OR_RETURN(reader->manifest_, ReadManifest(step_dir));
+  // A committed step directory is named after its step (a copy under another name is fine).
+  const std::string name = (step_dir / "").parent_path().filename().string();
+  if (std::optional<int64_t> named = ParseStepDirName(name);
+      named.has_value() && *named != reader->manifest_.step) {
+    return DataLossError(
+        "{}: field 'step' is {} but the checkpoint's directory is {}: the manifest or the "
+        "directory name was changed",
+        (step_dir / kManifestFileName).string(), reader->manifest_.step, name);
+  }
   return reader;
 }
 
@@ -64,6 +76,16 @@ Result<const CheckpointReader::GroupFiles*> CheckpointReader::LoadGroup(ShardGro
     const std::filesystem::path path = dir_ / rank.files.at(group).path;
     SLUICE_ASSIGN_OR_RETURN(auto file,
                             ShardFileReader::Open(path, group, rank.rank, manifest_.world_size));
+    const std::optional<uint64_t>& recorded = rank.files.at(group).checksum;
+    if (recorded.has_value() && file->header().header_checksum != *recorded) {
+      return DataLossError(
+          "checkpoint {}: rank {}'s {} file {} is not the file this checkpoint was saved with: "
+          "its header checksum is {} but the manifest (world.ranks[{}].files.{}.checksum) "
+          "records {}; it was replaced, e.g. copied from another checkpoint",
+          dir_.string(), rank.rank, ShardGroupName(group), path.string(),
+          FormatChecksum(file->header().header_checksum), rank.rank, ShardGroupName(group),
+          FormatChecksum(*recorded));
+    }
     views.push_back(file.get());
     loaded.files.push_back(std::move(file));
   }

@@ -6,10 +6,11 @@
 //   // this rank's partition of a parameter, for the new world size:
 //   SLUICE_RETURN_IF_ERROR(ckpt->ReadRange(StateKind::kExpAvg, name, begin, end, dst));
 //
-// Open() reads and validates the manifest. A group's files (weights, optimizer) are checked
-// (present, with the size the manifest records), opened and their tables validated on first use,
-// so reading master weights never touches the optimizer files: a copy of a checkpoint without
-// them still converts.
+// Open() reads and validates the manifest (no duplicated key, its checksums, a step_N directory
+// holding step N). A group's files (weights, optimizer) are checked (present, with the size and
+// the header checksum the manifest records, so a file from another checkpoint is refused),
+// opened and their tables validated on first use, so reading master weights never touches the
+// optimizer files: a copy of a checkpoint without them still converts.
 #pragma once
 
 #include <filesystem>

@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <random>
 #include <system_error>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "engine/checkpoint/shard_writer.h"
 #include "engine/checkpoint/tensor_index.h"
 #include "runtime/durable_file.h"
+#include "runtime/fault_point.h"
 #include "runtime/foreign_call.h"
 #include "runtime/logging.h"
 
@@ -91,7 +94,9 @@ Status WriteManifest(const SaveRequest& request, const std::filesystem::path& st
       SLUICE_ASSIGN_OR_RETURN(auto file,
                               ShardFileReader::Open(staging / name, group, r, request.world));
       manifest.ranks[r].files[group] =
-          ManifestFile{name, file->header().data_offset + file->header().data_bytes};
+          ManifestFile{.path = name,
+                       .bytes = file->header().data_offset + file->header().data_bytes,
+                       .checksum = file->header().header_checksum};
       views.push_back(file.get());
       files.push_back(std::move(file));
     }
@@ -123,8 +128,18 @@ Status Publish(const std::filesystem::path& staging, const std::filesystem::path
   return FsyncDirectory(final_dir.parent_path());
 }
 
-// Deletes committed checkpoints beyond the newest `keep_last` (never `keep_step`). Each is first
-// renamed to a staging name, so a crash mid-delete leaves no half-deleted step_N behind.
+// Deletes committed checkpoint `step`: first renamed to a staging name, so a crash mid-delete
+// leaves no half-deleted step_N behind.
+Status RemoveCommitted(const std::filesystem::path& dir, int64_t step) {
+  const std::filesystem::path from = dir / StepDirName(step);
+  const std::filesystem::path doomed = dir / (StepDirName(step) + ".tmp-prune");
+  SLUICE_RETURN_IF_ERROR(RemoveTree(doomed));
+  SLUICE_TRY_SYS(::rename(from.c_str(), doomed.c_str()));
+  SLUICE_RETURN_IF_ERROR(FsyncDirectory(dir));
+  return RemoveTree(doomed);
+}
+
+// Deletes committed checkpoints beyond the newest `keep_last` (never `keep_step`).
 Status Prune(const std::filesystem::path& dir, int keep_last, int64_t keep_step) {
   if (keep_last <= 0) return OkStatus();
   SLUICE_ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListCommittedSteps(dir));
@@ -135,12 +150,7 @@ Status Prune(const std::filesystem::path& dir, int keep_last, int64_t keep_step)
       ++kept;
       continue;
     }
-    const std::filesystem::path from = dir / StepDirName(step);
-    const std::filesystem::path doomed = dir / (StepDirName(step) + ".tmp-prune");
-    SLUICE_RETURN_IF_ERROR(RemoveTree(doomed));
-    SLUICE_TRY_SYS(::rename(from.c_str(), doomed.c_str()));
-    SLUICE_RETURN_IF_ERROR(FsyncDirectory(dir));
-    SLUICE_RETURN_IF_ERROR(RemoveTree(doomed));
+    SLUICE_RETURN_IF_ERROR(RemoveCommitted(dir, step));
   }
   return OkStatus();
 }
@@ -160,6 +170,19 @@ Status Commit(const SaveRequest& request, const std::filesystem::path& staging) 
 }
 
 }  // namespace
+
+Status RemoveAllCheckpoints(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return OkStatus();
+  const std::filesystem::path latest = dir / kLatestFileName;
+  if (::unlink(latest.c_str()) != 0 && errno != ENOENT) {
+    return IoError("removing {}: {}", latest.string(), internal::ErrnoText(errno));
+  }
+  SLUICE_RETURN_IF_ERROR(FsyncDirectory(dir));
+  SLUICE_ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListCommittedSteps(dir));
+  for (int64_t step : steps) SLUICE_RETURN_IF_ERROR(RemoveCommitted(dir, step));
+  return RemoveStaleStaging(dir);
+}
 
 Result<std::filesystem::path> SaveCheckpoint(const SaveRequest& request,
                                              std::span<const ShardTensor> tensors,
@@ -200,6 +223,7 @@ Result<std::filesystem::path> SaveCheckpointStreamed(const SaveRequest& request,
   SLUICE_RETURN_IF_ERROR(Agree(agree, request.world, prepared, "preparing").WithContext(where));
 
   Status written = write_files(staging);
+  FaultPoint("checkpoint.rank_files_written", request.rank);
   Status all_written = Agree(agree, request.world, written, "writing shard files");
   if (!all_written.ok()) {
     if (request.rank == 0) (void)RemoveTree(staging);

@@ -90,4 +90,10 @@ Result<std::filesystem::path> SaveCheckpointStreamed(const SaveRequest& request,
                                                      const RankFilesWriter& write_files,
                                                      const AgreeFn& agree);
 
+// Deletes every checkpoint in `checkpoints_dir`: `latest` first, then each step_N (renamed to a
+// staging name before it is deleted, as pruning does), then leftovers of interrupted saves. A
+// crash part-way leaves no `latest` naming a deleted step. What `sluice train --overwrite` does to
+// the checkpoints of the run a fresh run replaces. Nothing to do when the directory is missing.
+Status RemoveAllCheckpoints(const std::filesystem::path& checkpoints_dir);
+
 }  // namespace sluice::checkpoint

@@ -3,7 +3,10 @@
 #include <set>
 #include <utility>
 
+#include "engine/checkpoint/manifest_checksum.h"
+#include "engine/checkpoint/strict_json.h"
 #include "runtime/durable_file.h"
+#include "runtime/logging.h"
 
 namespace sluice::checkpoint {
 namespace {
@@ -62,7 +65,11 @@ Json ManifestToJson(const Manifest& m) {
     rank["rank"] = r.rank;
     Json files;
     for (const auto& [group, file] : r.files) {
-      files[std::string(ShardGroupName(group))] = {{"path", file.path}, {"bytes", file.bytes}};
+      Json entry = {{"path", file.path}, {"bytes", file.bytes}};
+      if (m.version >= 2 && file.checksum.has_value()) {
+        entry["checksum"] = FormatChecksum(*file.checksum);
+      }
+      files[std::string(ShardGroupName(group))] = std::move(entry);
     }
     rank["files"] = std::move(files);
     ranks.push_back(std::move(rank));
@@ -81,6 +88,7 @@ Json ManifestToJson(const Manifest& m) {
   j["tensors"] = std::move(tensors);
   j["config"] = m.config;
   j["states"] = m.states;
+  if (m.version >= 2) SealManifestJson(&j);
   return j;
 }
 
@@ -93,9 +101,22 @@ Result<Manifest> ManifestFromJson(const Json& j, const std::filesystem::path& pa
     return f.Error("format", fmt::format("'{}' is not '{}'", format, kManifestFormat));
   }
   SLUICE_ASSIGN_OR_RETURN(int64_t version, f.Int(j, "format_version", "format_version"));
-  if (version != kManifestVersion) {
+  if (version != kManifestVersion && version != kLegacyManifestVersion) {
     return f.Error("format_version",
-                   fmt::format("{} but this Sluice reads version {}", version, kManifestVersion));
+                   fmt::format("{} but this Sluice reads versions {} and {}", version,
+                               kLegacyManifestVersion, kManifestVersion));
+  }
+  m.version = static_cast<int>(version);
+  const bool sealed = j.contains(std::string(kManifestChecksumKey)) ||
+                      j.contains(std::string(kManifestFieldChecksumsKey));
+  if (version == kManifestVersion) {
+    // First: a changed field is then refused as what it is, whatever it was changed to.
+    SLUICE_RETURN_IF_ERROR(VerifyManifestJson(j, path));
+  } else if (sealed) {
+    return f.Error("format_version",
+                   fmt::format("{} but the manifest carries the checksums of version {}: the "
+                               "version was changed",
+                               version, kManifestVersion));
   }
   SLUICE_ASSIGN_OR_RETURN(m.step, f.Int(j, "step", "step"));
   if (m.step < 0) return f.Error("step", fmt::format("{} is negative", m.step));
@@ -137,6 +158,15 @@ Result<Manifest> ManifestFromJson(const Json& j, const std::filesystem::path& pa
       SLUICE_ASSIGN_OR_RETURN(int64_t bytes, f.Int(*file, "bytes", gfield + ".bytes"));
       if (bytes < 0) return f.Error(gfield + ".bytes", fmt::format("{}", bytes));
       mf.bytes = static_cast<uint64_t>(bytes);
+      if (m.version >= 2) {
+        SLUICE_ASSIGN_OR_RETURN(std::string checksum,
+                                f.String(*file, "checksum", gfield + ".checksum"));
+        mf.checksum = ParseChecksum(checksum);
+        if (!mf.checksum.has_value()) {
+          return f.Error(gfield + ".checksum",
+                         fmt::format("'{}' is not \"xxh3:\" and 16 hex digits", checksum));
+        }
+      }
       rank.files.emplace(group, std::move(mf));
     }
     m.ranks.push_back(std::move(rank));
@@ -172,6 +202,10 @@ Result<Manifest> ManifestFromJson(const Json& j, const std::filesystem::path& pa
       }
       dims.push_back(d.get<int64_t>());
     }
+    if (!StoredElementCount(dims)) {
+      return f.Error(field + ".shape",
+                     fmt::format("{} has more elements than fit in int64", shape->dump()));
+    }
     mt.shape = Shape(std::span<const int64_t>(dims));
     if (!seen.emplace(mt.kind, mt.name).second) {
       return f.Error(field, fmt::format("tensor '{}/{}' listed twice", kind, mt.name));
@@ -186,12 +220,16 @@ Result<Manifest> ManifestFromJson(const Json& j, const std::filesystem::path& pa
 Result<Manifest> ReadManifest(const std::filesystem::path& step_dir) {
   const std::filesystem::path path = step_dir / kManifestFileName;
   SLUICE_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
-  Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded()) {
-    return DataLossError("{}: not valid JSON ({} bytes): the manifest is corrupt", path.string(),
-                         text.size());
+  SLUICE_ASSIGN_OR_RETURN(Json json, ParseJsonWithoutDuplicateKeys(text, path));
+  SLUICE_ASSIGN_OR_RETURN(Manifest manifest, ManifestFromJson(json, path));
+  if (manifest.version == kLegacyManifestVersion) {
+    SLUICE_LOG(kWarn, "checkpoint",
+               "{}: format version {}, written before manifests carried checksums: its step, "
+               "progress and config are read unverified (only checked against each other); the "
+               "next checkpoint saved is version {}",
+               path.string(), manifest.version, kManifestVersion);
   }
-  return ManifestFromJson(json, path);
+  return manifest;
 }
 
 }  // namespace sluice::checkpoint

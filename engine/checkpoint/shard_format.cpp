@@ -1,7 +1,9 @@
 #include "engine/checkpoint/shard_format.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <limits>
@@ -39,6 +41,7 @@ class ByteReader {
       : bytes_(bytes), base_(base), path_(path) {}
 
   uint64_t offset() const { return base_ + pos_; }
+  uint64_t remaining() const { return bytes_.size() - pos_; }
   bool done() const { return pos_ == bytes_.size(); }
   void set_entry(std::string entry) { entry_ = std::move(entry); }
 
@@ -143,6 +146,17 @@ uint64_t BlockCount(uint64_t data_bytes, uint64_t block_bytes) {
   return block_bytes == 0 ? 0 : (data_bytes + block_bytes - 1) / block_bytes;
 }
 
+std::optional<int64_t> StoredElementCount(std::span<const int64_t> dims) {
+  if (dims.size() > static_cast<size_t>(Shape::kMaxRank)) return std::nullopt;
+  int64_t numel = 1;
+  for (int64_t d : dims) {
+    // Shape's own rule (runtime/tensor.cpp): no partial count may pass int64, even before a 0.
+    if (d < 0 || (d != 0 && numel > std::numeric_limits<int64_t>::max() / d)) return std::nullopt;
+    numel *= d;
+  }
+  return numel;
+}
+
 std::string EncodeShardHeader(const ShardHeader& header) {
   std::string out;
   ByteWriter w(&out);
@@ -215,6 +229,7 @@ Result<ShardHeader> DecodeShardHeader(std::string_view bytes, const std::filesys
   h.table_checksum = Load<uint64_t>(bytes, 56);
   h.data_offset = Load<uint64_t>(bytes, 64);
   h.data_bytes = Load<uint64_t>(bytes, 72);
+  h.header_checksum = stored;
   if (h.world == 0 || h.rank >= h.world) {
     return error("rank", 20, fmt::format("rank {} of world {}", h.rank, h.world));
   }
@@ -223,7 +238,8 @@ Result<ShardHeader> DecodeShardHeader(std::string_view bytes, const std::filesys
     return error("table_offset", 40,
                  fmt::format("{} instead of {}", h.table_offset, kShardHeaderBytes));
   }
-  if (h.data_offset < h.table_offset + h.table_bytes) {
+  // Without wrapping: a table_bytes near 2^64 must not pass as a small table (and size a buffer).
+  if (h.data_offset < h.table_offset || h.table_bytes > h.data_offset - h.table_offset) {
     return error("data_offset", 64,
                  fmt::format("{} lies inside the table [{}, {})", h.data_offset, h.table_offset,
                              h.table_offset + h.table_bytes));
@@ -259,7 +275,10 @@ Result<std::vector<ShardEntry>> DecodeShardTable(std::string_view bytes, const S
                                                  const std::filesystem::path& path) {
   ByteReader r(bytes, header.table_offset, path);
   std::vector<ShardEntry> entries;
-  entries.reserve(header.tensor_count);
+  // tensor_count is up to 2^32 - 1: reserve no more entries than the table can hold (kind, dtype,
+  // ndim, reserved, name length, a 1-byte name, begin, end, data offset and size, block count).
+  constexpr size_t kMinEntryBytes = 4 + 4 + 1 + 5 * 8;
+  entries.reserve(std::min<size_t>(header.tensor_count, bytes.size() / kMinEntryBytes));
   for (uint32_t i = 0; i < header.tensor_count; ++i) {
     ShardEntry e;
     e.table_position = r.offset();
@@ -300,8 +319,13 @@ Result<std::vector<ShardEntry>> DecodeShardTable(std::string_view bytes, const S
       SLUICE_ASSIGN_OR_RETURN(dims[d], r.Get<int64_t>("shape"));
       if (dims[d] < 0) return r.Error("shape", at, fmt::format("dimension {} is {}", d, dims[d]));
     }
+    const std::optional<int64_t> count = StoredElementCount(dims);
+    if (!count) {
+      return r.Error("shape", at,
+                     fmt::format("[{}] has more elements than fit in int64", fmt::join(dims, ", ")));
+    }
     e.shape = Shape(std::span<const int64_t>(dims));
-    const int64_t numel = e.shape.numel();
+    const int64_t numel = *count;
     const uint64_t begin_at = r.offset();
     SLUICE_ASSIGN_OR_RETURN(e.begin, r.Get<int64_t>("begin"));
     const uint64_t end_at = r.offset();
@@ -319,7 +343,16 @@ Result<std::vector<ShardEntry>> DecodeShardTable(std::string_view bytes, const S
     SLUICE_ASSIGN_OR_RETURN(e.data_offset, r.Get<uint64_t>("data_offset"));
     const uint64_t bytes_at = r.offset();
     SLUICE_ASSIGN_OR_RETURN(e.data_bytes, r.Get<uint64_t>("data_bytes"));
-    const uint64_t expected_bytes = static_cast<uint64_t>(e.elements()) * DTypeSize(e.dtype);
+    // A range of 2^62 elements must not wrap to a few bytes.
+    uint64_t expected_bytes = 0;
+    const bool bytes_overflow = __builtin_mul_overflow(static_cast<uint64_t>(e.elements()),
+                                                       uint64_t{DTypeSize(e.dtype)},
+                                                       &expected_bytes);
+    if (bytes_overflow) {
+      return r.Error("end", end_at,
+                     fmt::format("range [{}, {}) of {} is more than 2^64 bytes", e.begin, e.end,
+                                 DTypeName(e.dtype)));
+    }
     if (e.data_bytes != expected_bytes) {
       return r.Error("data_bytes", bytes_at,
                      fmt::format("{} but {} elements of {} are {} bytes", e.data_bytes,
@@ -339,6 +372,12 @@ Result<std::vector<ShardEntry>> DecodeShardTable(std::string_view bytes, const S
       return r.Error("block_count", at,
                      fmt::format("{} but {} bytes in blocks of {} need {}", blocks, e.data_bytes,
                                  header.block_bytes, BlockCount(e.data_bytes, header.block_bytes)));
+    }
+    // Checked before the checksums are allocated: a count the table cannot hold is truncation.
+    if (blocks > r.remaining() / sizeof(uint64_t)) {
+      return r.Error("block_checksum", r.offset(),
+                     fmt::format("{} checksums of 8 bytes but the table ends after {} bytes",
+                                 blocks, r.remaining()));
     }
     e.block_checksums.resize(blocks);
     for (uint64_t b = 0; b < blocks; ++b) {

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -74,6 +76,10 @@ struct ShardHeader {
   uint64_t table_checksum = 0;
   uint64_t data_offset = 0;
   uint64_t data_bytes = 0;
+  // XXH3-64 of bytes [0, 88), as read by DecodeShardHeader (EncodeShardHeader computes it). It
+  // covers table_checksum, which covers every block checksum, so it identifies the file's whole
+  // content: the manifest records it per file (ManifestFile::checksum).
+  uint64_t header_checksum = 0;
 };
 
 // A tensor as the shard table records it: where its data is and the checksums of its blocks.
@@ -98,5 +104,10 @@ Result<std::vector<ShardEntry>> DecodeShardTable(std::string_view bytes, const S
                                                  const std::filesystem::path& path);
 
 uint64_t BlockCount(uint64_t data_bytes, uint64_t block_bytes);
+
+// The element count of a stored tensor's dimensions, or nullopt where Shape's constructor would
+// CHECK-fail on them (a negative dimension, more than Shape::kMaxRank of them, or a count past
+// int64): readers of the table and the manifest refuse such a shape as data loss instead.
+std::optional<int64_t> StoredElementCount(std::span<const int64_t> dims);
 
 }  // namespace sluice::checkpoint

@@ -1,11 +1,16 @@
 #include "engine/train/checkpointing.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <system_error>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -13,10 +18,14 @@
 #include "engine/checkpoint/checkpoint_reader.h"
 #include "engine/checkpoint/checkpoint_writer.h"
 #include "engine/checkpoint/comm_agreement.h"
+#include "engine/checkpoint/file_fingerprint.h"
 #include "engine/checkpoint/manifest.h"
 #include "engine/checkpoint/safetensors_file.h"
 #include "engine/checkpoint/safetensors_loader.h"
 #include "engine/checkpoint/shard_stream_writer.h"
+#include "engine/checkpoint/training_state_checks.h"
+#include "engine/checkpoint/trajectory_config.h"
+#include "runtime/json_text.h"
 #include "runtime/logging.h"
 
 namespace sluice::train {
@@ -25,7 +34,8 @@ namespace {
 namespace fs = std::filesystem;
 using checkpoint::StateKind;
 
-constexpr int kStatesVersion = 1;
+// 2 added "data" (the training data's path and fingerprint); 1 is still read.
+constexpr int kStatesVersion = 2;
 
 // Every parameter of the model must be in the checkpoint as an fp32 tensor of its shape: a
 // checkpoint of another model must not load half-way.
@@ -69,6 +79,100 @@ zero::ZeroRangeReader CheckpointRangeReader(const checkpoint::CheckpointReader& 
   return [&reader, &registry, kind](int param, int64_t begin, int64_t end, float* dst) {
     return reader.ReadRange(kind, registry.parameter(param).name, begin, end, dst);
   };
+}
+
+// Initial weights must be finite: a NaN would only show up as every step being skipped.
+zero::ZeroRangeReader FiniteOnly(zero::ZeroRangeReader read,
+                                 const model::ParameterRegistry& registry, const fs::path& source) {
+  return [read = std::move(read), &registry, source](int param, int64_t begin, int64_t end,
+                                                     float* dst) -> Status {
+    SLUICE_RETURN_IF_ERROR(read(param, begin, end, dst));
+    for (int64_t i = 0; i < end - begin; ++i) {
+      if (!std::isfinite(dst[i])) {
+        return InvalidArgumentError(
+            "{}: tensor '{}' holds {} at element {}: the initial weights must be finite (the "
+            "run would skip every step); use another model.init_from",
+            source.string(), registry.parameter(param).name, dst[i], begin + i);
+      }
+    }
+    return OkStatus();
+  };
+}
+
+// The training data's fingerprint, computed once per file version (path, size, mtime, inode).
+Result<checkpoint::FileFingerprint> TrainingDataFingerprint(const std::string& path) {
+  using Key = std::tuple<std::string, int64_t, int64_t, int64_t, uint64_t>;
+  static std::mutex mutex;
+  static std::map<Key, checkpoint::FileFingerprint> cache;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return checkpoint::FingerprintFile(path);  // its error
+  const Key key{path, static_cast<int64_t>(st.st_size), static_cast<int64_t>(st.st_mtim.tv_sec),
+                static_cast<int64_t>(st.st_mtim.tv_nsec), static_cast<uint64_t>(st.st_ino)};
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+  }
+  SLUICE_ASSIGN_OR_RETURN(checkpoint::FileFingerprint fingerprint,
+                          checkpoint::FingerprintFile(path));
+  std::lock_guard<std::mutex> lock(mutex);
+  cache[key] = fingerprint;
+  return fingerprint;
+}
+
+// states.data: what the run trains on.
+Result<nlohmann::ordered_json> DataState(const Config& config) {
+  nlohmann::ordered_json data = nlohmann::ordered_json::object();
+  if (!config.data.train_path.has_value()) return data;
+  SLUICE_ASSIGN_OR_RETURN(checkpoint::FileFingerprint fingerprint,
+                          TrainingDataFingerprint(*config.data.train_path));
+  data["train_path"] = ToValidUtf8(*config.data.train_path);  // for the record; JSON is UTF-8
+  data["train_fingerprint"] = checkpoint::FingerprintToJson(fingerprint);
+  return data;
+}
+
+// The trajectory-deciding settings and the training data of the checkpoint against this run's:
+// refused naming every difference, or (allowed) logged.
+Status CheckSameTrajectory(const checkpoint::Manifest& manifest, const fs::path& dir,
+                           const ResumeChecks& checks) {
+  const Config& config = *checks.config;
+  std::vector<checkpoint::SettingChange> changes =
+      checkpoint::TrajectoryChanges(manifest.config, ConfigRecordJson(config));
+  auto data = manifest.states.find("data");
+  if (data != manifest.states.end() && data->contains("train_fingerprint") &&
+      config.data.train_path.has_value()) {
+    // The data's content decides, not where it lies.
+    std::erase_if(changes, [](const auto& c) { return c.key == "data.train_path"; });
+    Result<checkpoint::FileFingerprint> saved =
+        checkpoint::FingerprintFromJson(data->at("train_fingerprint"));
+    if (!saved.ok()) {
+      return DataLossError("checkpoint {}: manifest field states.data.train_fingerprint: {}",
+                           dir.string(), saved.status().message());
+    }
+    SLUICE_ASSIGN_OR_RETURN(checkpoint::FileFingerprint now,
+                            TrainingDataFingerprint(*config.data.train_path));
+    if (!(now == *saved)) {
+      changes.push_back(
+          {.key = "training data",
+           .saved = fmt::format("{} ({})", data->value("train_path", std::string("?")),
+                                saved->ToString()),
+           .now = fmt::format("{} ({})", *config.data.train_path, now.ToString())});
+    }
+  }
+  if (changes.empty()) return OkStatus();
+  const std::string described = checkpoint::DescribeChanges(changes);
+  if (!checks.allow_config_change) {
+    return FailedPreconditionError(
+        "this run differs from checkpoint {} in what decides the training trajectory: {}; the "
+        "continuation would not be the run that was saved. Restore those settings and data, or "
+        "pass --allow-config-change to continue with the new ones",
+        dir.filename().string(), described);
+  }
+  if (checks.report) {
+    SLUICE_LOG(kWarn, "train",
+               "resuming from {} with a changed trajectory (--allow-config-change): {}",
+               dir.string(), described);
+  }
+  return OkStatus();
 }
 
 // `prefix` names the enclosing object in errors ("states.", "states.optimizer.").
@@ -180,6 +284,9 @@ Result<fs::path> SaveTrainingCheckpoint(const Config& config, const zero::ZeroEn
   SLUICE_ASSIGN_OR_RETURN(request.attempt_tag, checkpoint::AgreeOnAttemptTag(world));
   request.keep_last = static_cast<int>(config.checkpoint.keep_last);
   request.config = ConfigRecordJson(config);
+  // Only rank 0's states are recorded.
+  Result<nlohmann::ordered_json> data = nlohmann::ordered_json::object();
+  if (world.rank() == 0) data = DataState(config);
   request.states = {
       {"version", kStatesVersion},
       {"step", progress.step},
@@ -188,10 +295,12 @@ Result<fs::path> SaveTrainingCheckpoint(const Config& config, const zero::ZeroEn
       {"lr_schedule", {{"last_batch_iteration", progress.lr_last_batch_iteration}}},
       {"loss_scaler", progress.loss_scaler},
       {"data_loader", progress.data_loader},
+      {"data", data.ok() ? *data : nlohmann::ordered_json::object()},
   };
-  // A failure here (a broken engine, a corrupt NVMe tile, a full disk) abandons the save on
-  // every rank.
+  // A failure here (a broken engine, a corrupt NVMe tile, a full disk, the data file gone)
+  // abandons the save on every rank.
   auto write_files = [&](const fs::path& staging) -> Status {
+    if (!data.ok()) return Status(data.status()).WithContext("fingerprinting the training data");
     SLUICE_RETURN_IF_ERROR(engine.CheckUsable());
     SLUICE_ASSIGN_OR_RETURN(
         checkpoint::RankStreamWriter out,
@@ -229,11 +338,18 @@ Result<fs::path> ResolveResumeDir(const Config& config, const std::string& resum
 }
 
 Result<TrainingProgress> LoadTrainingCheckpoint(const fs::path& step_dir, zero::ZeroEngine& engine,
-                                                const model::ParameterRegistry& registry) {
+                                                const model::ParameterRegistry& registry,
+                                                const ResumeChecks& checks) {
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<checkpoint::CheckpointReader> reader,
                           checkpoint::CheckpointReader::Open(step_dir));
   SLUICE_RETURN_IF_ERROR(CheckTensorsMatch(*reader, registry, /*with_moments=*/true));
   const nlohmann::ordered_json& states = reader->manifest().states;
+  SLUICE_ASSIGN_OR_RETURN(int64_t states_version, GetInt(states, "version", step_dir));
+  if (states_version != 1 && states_version != kStatesVersion) {
+    return DataLossError(
+        "checkpoint {}: manifest field states.version is {} but this Sluice reads 1 and {}",
+        step_dir.string(), states_version, kStatesVersion);
+  }
   TrainingProgress progress;
   SLUICE_ASSIGN_OR_RETURN(progress.step, GetInt(states, "step", step_dir));
   SLUICE_ASSIGN_OR_RETURN(progress.total_tokens, GetInt(states, "total_tokens", step_dir));
@@ -246,6 +362,16 @@ Result<TrainingProgress> LoadTrainingCheckpoint(const fs::path& step_dir, zero::
   SLUICE_ASSIGN_OR_RETURN(nlohmann::json optimizer, GetObject(states, "optimizer", step_dir));
   SLUICE_ASSIGN_OR_RETURN(int64_t optimizer_step,
                           GetInt(optimizer, "step", step_dir, "states.optimizer."));
+  SLUICE_RETURN_IF_ERROR(checkpoint::CheckRecordedProgress(
+      {.step = progress.step,
+       .total_tokens = progress.total_tokens,
+       .optimizer_step = optimizer_step,
+       .lr_last_batch_iteration = progress.lr_last_batch_iteration,
+       .data_loader = progress.data_loader},
+      reader->manifest(), step_dir));
+  if (checks.config != nullptr) {
+    SLUICE_RETURN_IF_ERROR(CheckSameTrajectory(reader->manifest(), step_dir, checks));
+  }
 
   zero::ZeroStateReaders readers;
   readers.master = CheckpointRangeReader(*reader, registry, StateKind::kMasterWeights);
@@ -265,13 +391,16 @@ Status LoadInitialWeights(const fs::path& path, zero::ZeroEngine& engine,
     SLUICE_ASSIGN_OR_RETURN(fs::path step_dir, checkpoint::ResolveCheckpointDir(path));
     SLUICE_ASSIGN_OR_RETURN(reader, checkpoint::CheckpointReader::Open(step_dir));
     SLUICE_RETURN_IF_ERROR(CheckTensorsMatch(*reader, registry, /*with_moments=*/false));
-    readers.master = CheckpointRangeReader(*reader, registry, StateKind::kMasterWeights);
+    readers.master = FiniteOnly(CheckpointRangeReader(*reader, registry, StateKind::kMasterWeights),
+                                registry, step_dir);
   } else {
     SLUICE_ASSIGN_OR_RETURN(source, checkpoint::SafetensorsSource::Open(path));
     const checkpoint::SafetensorsSource* src = source.get();
-    readers.master = [src, &registry](int param, int64_t begin, int64_t end, float* dst) {
-      return checkpoint::ReadParameterRange(*src, registry.parameter(param), begin, end, dst);
-    };
+    readers.master = FiniteOnly(
+        [src, &registry](int param, int64_t begin, int64_t end, float* dst) {
+          return checkpoint::ReadParameterRange(*src, registry.parameter(param), begin, end, dst);
+        },
+        registry, path);
   }
   return engine.ImportState(readers);
 }

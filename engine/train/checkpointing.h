@@ -11,8 +11,16 @@
 //                                                            progress));
 //   ...
 //   SLUICE_ASSIGN_OR_RETURN(auto dir, ResolveResumeDir(config, "latest"));
-//   SLUICE_ASSIGN_OR_RETURN(TrainingProgress p, LoadTrainingCheckpoint(dir, engine, registry));
+//   SLUICE_ASSIGN_OR_RETURN(TrainingProgress p, LoadTrainingCheckpoint(dir, engine, registry,
+//                                                                      {.config = &config}));
 //   (every rank agrees that loading succeeded, then engine.PublishParameters())
+//
+// What a resume verifies before it loads anything: the manifest's checksums (an edited field is
+// refused naming it), that the recorded progress is consistent (checkpoint/
+// training_state_checks.h), and that this run's settings that decide the trajectory
+// (checkpoint/trajectory_config.h) and its training data (content fingerprint) are the
+// checkpoint's; a difference is refused naming every setting unless allowed. Every shard file is
+// bound to the manifest by its checksum and every block read is verified.
 #pragma once
 
 #include <cstdint>
@@ -55,18 +63,32 @@ Result<std::filesystem::path> SaveTrainingCheckpoint(const Config& config,
 // (checkpoint::ResolveCheckpointDir). NotFound saying so when there is nothing to resume from.
 Result<std::filesystem::path> ResolveResumeDir(const Config& config, const std::string& resume);
 
-// Local: checks that the checkpoint holds every parameter of `registry` with its shape (fp32
+// How a resume compares the checkpoint with the run that continues it.
+struct ResumeChecks {
+  // This run's config: its trajectory-deciding settings and training data must be the
+  // checkpoint's. Null: not compared.
+  const Config* config = nullptr;
+  // Differences are then logged (with `report`) instead of refused (--allow-config-change).
+  bool allow_config_change = false;
+  bool report = false;  // log warnings (rank 0)
+};
+
+// Local: verifies the manifest and the recorded progress, compares the config and data
+// (`checks`), checks that the checkpoint holds every parameter of `registry` with its shape (fp32
 // master weights and both moments), imports them into `engine` with Adam's step count, and
 // returns the progress. The engine must then publish (ZeroEngine::PublishParameters) once every
-// rank succeeded. Errors name the checkpoint file, the tensor and the field.
+// rank succeeded. Errors name the checkpoint file, the tensor and the field: DataLoss for a
+// damaged or edited checkpoint, FailedPrecondition naming the settings for a config change.
 Result<TrainingProgress> LoadTrainingCheckpoint(const std::filesystem::path& step_dir,
                                                 zero::ZeroEngine& engine,
-                                                const model::ParameterRegistry& registry);
+                                                const model::ParameterRegistry& registry,
+                                                const ResumeChecks& checks = {});
 
 // Local: model.init_from. `path` is a safetensors file, a model.safetensors.index.json or a
 // folder holding either (Hugging Face names, safetensors_loader.h), or a Sluice checkpoint (a
 // step, checkpoints or run directory): its master weights only. The optimizer starts fresh. Then
-// ZeroEngine::PublishParameters, as for LoadTrainingCheckpoint.
+// ZeroEngine::PublishParameters, as for LoadTrainingCheckpoint. A NaN or infinite weight is
+// refused naming the tensor and the element (as each rank reads its range).
 Status LoadInitialWeights(const std::filesystem::path& path, zero::ZeroEngine& engine,
                           const model::ParameterRegistry& registry);
 

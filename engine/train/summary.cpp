@@ -5,8 +5,10 @@
 #include <cmath>
 #include <vector>
 
+#include "runtime/json_text.h"
 #include "engine/train/progress.h"
 #include "runtime/size_format.h"
+#include "runtime/stop_signal.h"
 
 namespace sluice::train {
 namespace {
@@ -35,6 +37,10 @@ std::string FormatSummaryTable(const TrainSummary& s) {
                                   FormatCount(static_cast<double>(s.tokens)),
                                   s.world_size > 1 ? fmt::format(" on {} ranks", s.world_size)
                                                    : std::string()));
+  if (s.stop_signal != 0) {
+    out += Row("stopped", fmt::format("by {} before run.steps {}", StopSignalName(s.stop_signal),
+                                      s.total_steps));
+  }
   out += Row("throughput",
              fmt::format("{} tokens/s (training {}, wall {})", FormatCount(s.tokens_per_s),
                          FormatDuration(s.train_s), FormatDuration(s.wall_s)));
@@ -88,6 +94,7 @@ nlohmann::ordered_json SummaryToJson(const TrainSummary& s) {
   json["world_size"] = s.world_size;
   json["steps"] = s.steps;
   json["skipped_steps"] = s.skipped_steps;
+  if (s.stop_signal != 0) json["stopped_by"] = StopSignalName(s.stop_signal);
   json["tokens"] = s.tokens;
   json["wall_s"] = Number(s.wall_s);
   json["train_s"] = Number(s.train_s);
@@ -113,6 +120,7 @@ nlohmann::ordered_json SummaryToJson(const TrainSummary& s) {
                      {"openblas_core", s.kernels.openblas_core},
                      {"openblas_config", s.kernels.openblas_config},
                      {"kernel_isa", s.kernels.kernel_isa}};
+  ReplaceInvalidUtf8(&json);  // run_dir is bytes: a Latin-1 --run-dir must not abort the dump
   return json;
 }
 

@@ -39,7 +39,10 @@ struct TrainSummary {
   std::string model;  // "gpt2, 4 layers, d_model 256"
   int64_t parameters = 0;
   std::string precision;  // "bf16"
-  int64_t steps = 0;
+  int64_t steps = 0;        // run by this invocation
+  int64_t total_steps = 0;  // run.steps
+  // The signal the run stopped early for (Trainer's stop_on_signal), 0 when it ran to the end.
+  int stop_signal = 0;
   int64_t skipped_steps = 0;
   int64_t tokens = 0;         // over all ranks
   double wall_s = 0.0;        // from the start of set-up to the end of the last evaluation

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "engine/checkpoint/checkpoint_dir.h"
 #include "engine/estimate/budget_guard.h"
 #include "engine/estimate/memory_estimate.h"
 #include "engine/train/checkpointing.h"
@@ -28,6 +29,7 @@
 #include "runtime/memory_accounting.h"
 #include "runtime/ops/ops_factory.h"
 #include "runtime/size_format.h"
+#include "runtime/stop_signal.h"
 #include "runtime/trace.h"
 
 namespace sluice::train {
@@ -186,6 +188,13 @@ Status Trainer::Build() {
   // Each phase ends with every rank agreeing that it succeeded: a rank that failed alone would
   // otherwise leave the others waiting in the next collective until run.comm_timeout.
   SLUICE_RETURN_IF_ERROR(AgreeAcrossRanks(*world_, LockRunDirectory(), "taking the run directory"));
+  SLUICE_RETURN_IF_ERROR(AgreeAcrossRanks(
+      *world_,
+      world_->rank() == 0 ? ClaimRunDirectory(config_, {.write_files = options_.write_files,
+                                                        .resume = options_.resume,
+                                                        .overwrite = options_.overwrite})
+                          : OkStatus(),
+      "checking the run directory"));
   SLUICE_RETURN_IF_ERROR(
       AgreeAcrossRanks(*world_, BuildModel(), "setting up the device and the model"));
   SLUICE_RETURN_IF_ERROR(AgreeAcrossRanks(*world_, BuildEngine(), "creating the ZeRO engine"));
@@ -282,7 +291,11 @@ Status Trainer::LoadStartingState() {
 
 Status Trainer::ResumeFromCheckpoint() {
   SLUICE_ASSIGN_OR_RETURN(std::filesystem::path dir, ResolveResumeDir(config_, *options_.resume));
-  Result<TrainingProgress> progress = LoadTrainingCheckpoint(dir, *engine_, model_->registry());
+  Result<TrainingProgress> progress =
+      LoadTrainingCheckpoint(dir, *engine_, model_->registry(),
+                             {.config = &config_,
+                              .allow_config_change = options_.allow_config_change,
+                              .report = world_->rank() == 0});
   if (!progress.ok()) {
     return Status(progress.status()).WithContext(fmt::format("resuming from {}", dir.string()));
   }
@@ -360,7 +373,12 @@ Result<StepMetrics> Trainer::TrainStep() {
   double loss_sum = 0.0;
   int64_t tokens = 0;
   for (int64_t micro = 0; micro < accumulation; ++micro) {
-    loader_->NextBatch(micro_batch, &batch_);
+    Status fetched = loader_->NextBatch(micro_batch, &batch_);
+    if (!fetched.ok()) {
+      engine_->SetUserHooks(nullptr);
+      return std::move(fetched).WithContext(
+          fmt::format("step {}, micro-batch {}", m.step, micro + 1));
+    }
     clock.BeginPass();
     Result<double> loss =
         engine_->ForwardBackward(batch_.inputs.data(), batch_.targets.data(), batch_.batch_size,
@@ -419,7 +437,10 @@ Result<double> Trainer::Evaluate() {
   validation_->Reset();
   double sum = 0.0;
   int64_t batches = 0;
-  while (validation_->Next(&batch_)) {
+  while (true) {
+    Result<bool> more = validation_->Next(&batch_);
+    if (!more.ok()) return Status(more.status()).WithContext("evaluating");
+    if (!*more) break;
     Result<double> loss = engine_->ForwardLoss(batch_.inputs.data(), batch_.targets.data(),
                                                batch_.batch_size, batch_.seq_len);
     if (!loss.ok()) return Status(loss.status()).WithContext("evaluating");
@@ -512,6 +533,13 @@ Result<TrainSummary> Trainer::Run() {
     }
     if (progress.has_value()) progress->Update(m);
     steps.push_back(m);
+    if (steps_done_ < total_steps && options_.stop_on_signal) {
+      SLUICE_ASSIGN_OR_RETURN(stop_signal_, AgreedStopSignal());
+      if (stop_signal_ != 0) {
+        SLUICE_RETURN_IF_ERROR(StopEarly(m.step, save_interval > 0 && m.step % save_interval == 0));
+        break;
+      }
+    }
   }
   if (progress.has_value()) progress->Finish();
 
@@ -531,8 +559,33 @@ Result<TrainSummary> Trainer::Run() {
   return summary;
 }
 
+Result<int> Trainer::AgreedStopSignal() {
+  const uint64_t mine = static_cast<uint64_t>(StopSignal());
+  if (world_->size() == 1) return static_cast<int>(mine);
+  // Ranks may get the signal in different steps (or only one of them gets it): they stop
+  // together, after the step in which the first one saw it.
+  SLUICE_ASSIGN_OR_RETURN(std::vector<uint64_t> any, MaxAcrossRanks(*world_, std::span(&mine, 1)));
+  return static_cast<int>(any[0]);
+}
+
+Status Trainer::StopEarly(int64_t step, bool saved) {
+  std::string saved_to = "no checkpoint configured (checkpoint.save_interval, checkpoint.dir)";
+  if (config_.checkpoint.save_interval > 0 || config_.checkpoint.dir.has_value()) {
+    std::filesystem::path dir = CheckpointsDirOf(config_) / checkpoint::StepDirName(step);
+    if (!saved) {
+      SLUICE_ASSIGN_OR_RETURN(dir, SaveCheckpoint());
+    }
+    saved_to = fmt::format("checkpoint {}; continue with --resume", dir.string());
+  }
+  SLUICE_LOG(kWarn, "train", "stopped by {} after step {} of {}: {}", StopSignalName(stop_signal_),
+             step, config_.run.steps, saved_to);
+  return OkStatus();
+}
+
 TrainSummary Trainer::Summarize(const std::vector<StepMetrics>& steps) const {
   TrainSummary s;
+  s.total_steps = config_.run.steps;
+  s.stop_signal = stop_signal_;
   s.run_dir = config_.run.dir;
   s.model = DescribeModel(model_->options());
   s.parameters = model_->ParameterCount();

@@ -83,6 +83,16 @@ struct TrainerOptions {
   // Continue from a checkpoint: "latest" (the run's own checkpoints, CheckpointsDirOf) or a step,
   // checkpoints or run directory. model.init_from is then ignored.
   std::optional<std::string> resume;
+  // A resume whose trajectory-deciding settings or training data differ from the checkpoint's
+  // goes on (warning) instead of being refused (checkpointing.h, ResumeChecks).
+  bool allow_config_change = false;
+  // A run that would start a new history in a run directory holding another run's checkpoints
+  // deletes them instead of being refused (run_files.h, ClaimRunDirectory).
+  bool overwrite = false;
+  // Run() stops after the step in which any rank received SIGTERM, SIGINT or SIGUSR2
+  // (runtime/stop_signal.h; the caller installs the handlers): every rank finishes that step,
+  // a checkpoint is saved when checkpointing is configured, and the summary says why it stopped.
+  bool stop_on_signal = false;
 };
 
 // How often Run() evaluates and logs: run.eval_interval, and run.log_interval (or DeepSpeed's
@@ -148,6 +158,11 @@ class Trainer {
   Status PrepareRunFiles(std::optional<MetricsWriter>* metrics);
   Status FinishRunFiles(const TrainSummary& summary);
   void TakePeaks(std::array<uint64_t, kNumMemoryTiers>* step_peaks);
+  // The largest stop signal any rank received (0: none). Collective.
+  Result<int> AgreedStopSignal();
+  // After `step`, for stop_signal_: saves a checkpoint where checkpointing is configured
+  // (checkpoint.save_interval or checkpoint.dir) unless `saved` already, and says where.
+  Status StopEarly(int64_t step, bool saved);
   // Everything but the wall time, the initial evaluation and the memory report, which Run()
   // adds.
   TrainSummary Summarize(const std::vector<StepMetrics>& steps) const;
@@ -171,6 +186,7 @@ class Trainer {
   std::optional<data::ValidationIterator> validation_;
   data::Batch batch_;
   int64_t steps_done_ = 0;
+  int stop_signal_ = 0;  // the signal Run() stopped for, 0 when it ran every step
   std::filesystem::path resumed_from_;
   int64_t total_tokens_ = 0;
   int num_threads_ = 0;

@@ -149,7 +149,7 @@ TEST_F(CheckpointFaultTest, ManifestFieldErrorsNameTheField) {
   auto text = ReadWholeFile(path);
   ASSERT_TRUE(text.ok());
   std::string edited = *text;
-  const auto at = edited.find("\"format_version\": 1");
+  const auto at = edited.find("\"format_version\": 2");
   ASSERT_NE(at, std::string::npos);
   edited.replace(at, 19, "\"format_version\": 7");
   { std::ofstream(path) << edited; }

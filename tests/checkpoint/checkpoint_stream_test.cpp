@@ -179,8 +179,12 @@ ShardState ReadWholeState(const zero::ZeroOptimizer& optimizer) {
 }
 
 Result<fs::path> Save(const Rig& rig, const fs::path& dir, int64_t step) {
+  // Consistent, as a resume checks it: the schedule at the applied steps, no data drawn yet.
   TrainingProgress progress;
   progress.step = step;
+  progress.lr_last_batch_iteration = rig.zero.engine->optimizer().step() - 1;
+  progress.data_loader = {{"version", 1},  {"seed", 7u},           {"epoch", 0},
+                          {"position", 0}, {"train_tokens", 1000}, {"seq_len", 8}};
   return SaveTrainingCheckpoint(CheckpointConfig(dir), *rig.zero.engine, rig.zero.model->registry(),
                                 TestWorld(), progress);
 }

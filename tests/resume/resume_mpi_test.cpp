@@ -2,8 +2,9 @@
 // f32 and bf16: run A trains 6 steps straight; run B trains 4 steps saving at 3 and 4, then
 // resumes from step 3 and goes on to 6. B's metrics.jsonl must read exactly as A's (step 4 is
 // trained twice, and its first record dropped), and the final parameters and Adam step counts
-// must be identical bit for bit. A checkpoint with a bit flipped or a file truncated is refused on
-// every rank, naming the file.
+// must be identical bit for bit. A checkpoint with a bit flipped, a file truncated, a shard file of
+// another step or an edited manifest field is refused on every rank, naming the file (and the
+// field).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -177,11 +178,16 @@ INSTANTIATE_TEST_SUITE_P(Offload, ResumeTest,
                          CaseName);
 
 // Saves a 3-step stage-3 checkpoint and damages it with `damage` (rank 0, on the checkpoint
-// directory); resuming must fail on every rank, and rank 0's error must name `file`.
+// directory); resuming must fail on every rank, and rank 0's error must name `file` (and
+// `also_named`). `first_run`: more settings of the run that saves it.
 void ExpectResumeRefused(const std::function<void(const fs::path&)>& damage,
-                         const std::string& file, const std::string& what) {
+                         const std::string& file, const std::string& what,
+                         const std::string& also_named = "",
+                         const std::vector<std::string>& first_run = {}) {
   const std::string dir = FreshDir("run");
-  RunTrainer(ResumeConfig(dir, 3, {"run.steps=3"}));
+  std::vector<std::string> overrides = {"run.steps=3"};
+  overrides.insert(overrides.end(), first_run.begin(), first_run.end());
+  RunTrainer(ResumeConfig(dir, 3, overrides));
   const fs::path step_dir = fs::path(dir) / "checkpoints" / "step_3";
   if (TestWorld().rank() == 0) damage(step_dir);
   ASSERT_TRUE(TestWorld().Barrier().ok());
@@ -194,6 +200,7 @@ void ExpectResumeRefused(const std::function<void(const fs::path&)>& damage,
   if (TestWorld().rank() == 0) {
     const std::string message = trainer.status().ToString();
     EXPECT_NE(message.find((step_dir / file).string()), std::string::npos) << message;
+    EXPECT_NE(message.find(also_named), std::string::npos) << message;
     EXPECT_EQ(trainer.status().code(), StatusCode::kDataLoss) << message;
   }
 }
@@ -212,6 +219,30 @@ TEST(ResumeFaultTest, BitFlippedWeightsShardIsRefusedNamingTheFile) {
         f.write(&c, 1);
       },
       "weights.rank00000.bin", "a flipped bit");
+}
+
+// The manifest is as protected as the data: an edited field stops every rank, naming it.
+TEST(ResumeFaultTest, EditedManifestFieldIsRefusedNamingIt) {
+  ExpectResumeRefused(
+      [](const fs::path& step_dir) {
+        const fs::path path = step_dir / "manifest.json";
+        nlohmann::ordered_json manifest = nlohmann::ordered_json::parse(std::ifstream(path));
+        manifest["states"]["data_loader"]["position"] =
+            manifest["states"]["data_loader"]["position"].get<int64_t>() + 2;
+        std::ofstream(path, std::ios::trunc) << manifest.dump(2);
+      },
+      "manifest.json", "an edited data position", "field 'states.data_loader.position'");
+}
+
+// A shard file of another step of the same run (the same size) is not this checkpoint's.
+TEST(ResumeFaultTest, ShardFromAnotherStepIsRefusedNamingTheFile) {
+  ExpectResumeRefused(
+      [](const fs::path& step_dir) {
+        fs::copy_file(step_dir.parent_path() / "step_2" / "weights.rank00000.bin",
+                      step_dir / "weights.rank00000.bin", fs::copy_options::overwrite_existing);
+      },
+      "weights.rank00000.bin", "a shard file of another step", "is not the file this checkpoint",
+      {"checkpoint.save_interval=1"});
 }
 
 TEST(ResumeFaultTest, TruncatedOptimizerShardIsRefusedNamingTheFile) {

@@ -74,10 +74,35 @@ TEST(MetricsResumeTest, KeepsStepsUpToTheCheckpointAndAppends) {
 TEST(MetricsResumeTest, StartsTheFileWhenThereIsNone) {
   const std::string path = test_util::TempPath("new_metrics.jsonl");
   std::remove(path.c_str());
+  ::testing::internal::CaptureStderr();
   Result<MetricsWriter> writer = MetricsWriter::OpenForResume(path, 7);
+  const std::string log = ::testing::internal::GetCapturedStderr();
   ASSERT_TRUE(writer.ok()) << writer.status().ToString();
   ASSERT_TRUE(writer->Write({{"step", 8}}).ok());
   EXPECT_EQ(ReadAll(path), "{\"step\":8}\n");
+  // Not silently: the curve before the checkpoint is gone, and the warning says so.
+  EXPECT_EQ(writer->missing_records(), 7);
+  EXPECT_NE(log.find(path + " is missing"), std::string::npos) << log;
+  EXPECT_NE(log.find("lacks steps 1-7"), std::string::npos) << log;
+}
+
+TEST(MetricsResumeTest, NamesTheStepsAShortenedFileLacks) {
+  const std::string path = test_util::TempPath("metrics.jsonl");
+  test_util::WriteFile(path, "{\"step\":1}\n{\"step\":2}\n{\"step\":5}\n{\"step\":6}\n");
+  ::testing::internal::CaptureStderr();
+  Result<MetricsWriter> writer = MetricsWriter::OpenForResume(path, 8);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  EXPECT_EQ(writer->missing_records(), 4);
+  EXPECT_NE(log.find("has records of 4 of the 8 steps before the checkpoint"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("lacks steps 3-4, 7-8"), std::string::npos) << log;
+  // A complete file: nothing to say.
+  ::testing::internal::CaptureStderr();
+  writer = MetricsWriter::OpenForResume(path, 2);
+  EXPECT_TRUE(::testing::internal::GetCapturedStderr().empty());
+  ASSERT_TRUE(writer.ok());
+  EXPECT_EQ(writer->missing_records(), 0);
 }
 
 }  // namespace
