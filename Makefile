@@ -2,11 +2,22 @@
 #   make run    install deps, build, run the demo
 #   make test   install deps, build, run every test this machine can run (label `slow` opt-in:
 #               make test-slow)
+# Sanitizers and fuzzers (README "Fuzzing and sanitizers"):
+#   make test-asan   the cpu, mpi and nvme tests built with ASan + UBSan, in build-asan/
+#   make test-tsan   the device, stream and I/O-thread tests built with TSan, in build-tsan/
+#   make fuzz        each fuzzer for SLUICE_FUZZ_LONG_SECONDS (300 s), in build/fuzz/
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
+# The test executables TSan runs: the device contract and the CPU device (streams, events, host
+# functions, the arena), memory accounting, the ops backends on streams, the trace recorder and
+# the io_uring engine's completion threads.
+TSAN_TESTS ?= device_cpu_test memory_accounting_test ops_backend_test runtime_trace_test \
+              offload_aio_engine_test
 
-.PHONY: all deps configure build run test test-slow clean format
+.PHONY: all deps configure build run test test-slow test-asan test-tsan fuzz clean format
 
 all: build
 
@@ -37,8 +48,38 @@ test: build
 test-slow: build
 	cd $(BUILD) && ctest -L slow --output-on-failure -j $(JOBS)
 
+# The long fuzzer runs alone (they are also part of test-slow).
+fuzz: build
+	cd $(BUILD) && ctest -R '^fuzz_long\.' --output-on-failure -j $(JOBS)
+
+# Everything built with -fsanitize=address,undefined; a report fails its test. The fuzzers are
+# not rebuilt there (they carry the sanitizers already), nor the CUDA backends (nvcc takes no
+# sanitizer, and the labels run here are the CPU ones).
+test-asan: deps
+	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	  -DSLUICE_SANITIZE='address;undefined' -DSLUICE_FUZZ=OFF -DSLUICE_ENABLE_CUDA=OFF $(CMAKE_FLAGS) \
+	  > $(ASAN_BUILD).configure.log || (cat $(ASAN_BUILD).configure.log; exit 1)
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ctest -L 'cpu|mpi|nvme' -LE slow --output-on-failure -j $(JOBS) --timeout 1800
+
+# TSAN_TESTS built with -fsanitize=thread and run whole. GCC's OpenMP runtime is not
+# instrumented, so TSan cannot see its barriers and would report every parallel loop: OpenMP
+# teams are capped at one thread (OMP_THREAD_LIMIT), and TSan checks Sluice's own threads
+# (stream workers, host-function callbacks, completion threads) against each other.
+test-tsan: deps
+	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DSLUICE_SANITIZE=thread \
+	  -DSLUICE_FUZZ=OFF -DSLUICE_ENABLE_CUDA=OFF $(CMAKE_FLAGS) \
+	  > $(TSAN_BUILD).configure.log || (cat $(TSAN_BUILD).configure.log; exit 1)
+	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TESTS)
+	@for t in $(TSAN_TESTS); do \
+	  echo "== $$t (ThreadSanitizer)"; \
+	  OMP_THREAD_LIMIT=1 OMP_WAIT_POLICY=PASSIVE TSAN_OPTIONS='second_deadlock_stack=1' \
+	    $(TSAN_BUILD)/tests/$$t --gtest_brief=1 || exit 1; \
+	done
+
 format:
 	@git ls-files '*.h' '*.cpp' '*.cu' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(BUILD).configure.log
+	rm -rf $(BUILD) $(BUILD).configure.log $(ASAN_BUILD) $(ASAN_BUILD).configure.log \
+	  $(TSAN_BUILD) $(TSAN_BUILD).configure.log

@@ -230,7 +230,17 @@ Status SwapStore::LoadHeaders() {
     uint64_t got = 0;
     SLUICE_RETURN_IF_ERROR(PreadFull(fd, fixed.data(), fixed.size(), 0, &got, path));
     uint64_t slot_bytes = SwapSlotBytes(options_.max_extents);
-    if (auto peek = PeekSwapHeader({fixed.data(), got}, path); peek.ok()) {
+    struct stat st {};
+    if (fstat(fd, &st) != 0) {
+      const int err = errno;
+      return ErrnoStatus(err, "fstat of {} failed: {}", path, ErrnoText(err));
+    }
+    // The fixed part is read before any checksum: a damaged max_extents (up to 2^32 - 1, slots
+    // of 512 GiB) must not size the buffers below. A file holds both slots, so a slot size it
+    // cannot hold twice is damage: the configured size is read instead, and the decode of slot
+    // A names what is wrong.
+    if (auto peek = PeekSwapHeader({fixed.data(), got}, path);
+        peek.ok() && peek->slot_bytes <= static_cast<uint64_t>(st.st_size) / 2) {
       slot_bytes = peek->slot_bytes;
     }
     Result<SwapHeader> best = DataLossError("unset");

@@ -34,6 +34,7 @@ packages=(
   libdnnl-dev  # oneDNN: optional at configure time; bench_gemm times its dnnl_sgemm
   libopenmpi-dev openmpi-bin
   fio e2fsprogs util-linux
+  clang libclang-rt-14-dev  # the fuzzers (tests/fuzz): clang's libFuzzer, ASan and UBSan runtimes
   gnuplot-nox
 )
 

@@ -127,7 +127,9 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view json, uint64_t
     auto shape = v.find("shape");
     if (shape == v.end() || !shape->is_array()) return error(name, "shape", "missing");
     for (const auto& d : *shape) {
-      if (!d.is_number_unsigned()) {
+      // Past int64 a dimension would turn negative in `shape` (and numel()).
+      if (!d.is_number_unsigned() ||
+          d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
         return error(name, "shape", fmt::format("{} is not a dimension", d.dump()));
       }
       t.shape.push_back(d.get<int64_t>());
