@@ -2,7 +2,8 @@
 #
 # SLUICE_SANITIZE builds everything with GCC's sanitizers: "address;undefined" (make test-asan)
 # or "thread" (make test-tsan). Every report aborts the process (-fno-sanitize-recover), so a
-# test with one fails; no report is suppressed.
+# test with one fails. The ASan tests run in the environment of tests/sanitizer/asan-env.sh,
+# whose one suppression, of Open MPI's own leaks, comes with tests that prove it.
 #
 # sluice_add_config_asan_test() builds the config tests once more in a normal build, with the
 # config system (engine/config) compiled under ASan and UBSan, as the ctest test

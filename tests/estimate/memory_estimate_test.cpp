@@ -122,7 +122,8 @@ TEST(MemoryEstimateTest, PeaksAddWhatIsAliveTogether) {
   const int64_t gather = ItemBytes(e, "parameter all-gather staging");
   const int64_t reduce = ItemBytes(e, "reduce-scatter staging");
   const int64_t persistent = ItemBytes(e, "all-gather staging of the persistent parameters");
-  ASSERT_GT(scratch * gather * reduce * persistent, 0);
+  // Each one present (their product would overflow int64).
+  ASSERT_GT(std::min({scratch, gather, reduce, persistent}), 0);
   EXPECT_EQ(e.bytes(kDevice, kBuffers), std::max({scratch, gather, reduce, persistent}));
   // Gradients: the shard (held) and the unit gradient buffers (through the pass) add up.
   EXPECT_EQ(e.bytes(kDevice, kGrads),
