@@ -74,7 +74,13 @@ class DeviceBuffer {
 
   // Frees the memory on `stream` (cudaFreeAsync): it is reusable by other allocations once the
   // stream reaches this point, and by later AllocateAsync calls on the same stream at once. The
-  // caller orders uses on other streams before it (events). Leaves the buffer empty.
+  // caller orders uses on other streams before it (events). Leaves the buffer empty. On a stream
+  // that has failed by then (a sticky error) the memory is not reused at all, since the failed
+  // work may still own it (on CUDA the failed context is gone anyway).
+  //
+  // Allocation when memory is short: an allocation by a host thread that finds no room while
+  // frees are still queued on streams waits for the streams to reach them (as a CUDA caching
+  // allocator synchronizes before it reports out of memory); a stream's own task never waits.
   void FreeAsync(Stream& stream);
   // Frees now; a buffer from AllocateAsync is freed on the stream it was allocated on (if that
   // stream is gone, its work has finished and the memory is freed at once).

@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <tuple>
 #include <utility>
 
+#include "runtime/check.h"
 #include "runtime/foreign_call.h"
 #include "runtime/json_text.h"
 
@@ -278,7 +280,7 @@ TraceRecorder::TraceRecorder(bool enabled, size_t max_events_per_thread)
       enabled_(enabled) {
   std::lock_guard lock(registry_mu_);
   for (std::string_view lane : {kTraceLaneCompute, kTraceLaneH2D, kTraceLaneD2H, kTraceLaneComm,
-                                kTraceLaneNvme, kTraceLaneCpuAdam}) {
+                                kTraceLaneNvme, kTraceLaneCpuAdam, kTraceLaneHostWait}) {
     LaneIdLocked(lane);
   }
 }
@@ -401,11 +403,15 @@ int64_t TraceRecorder::BusyNs(std::string_view lane) const { return TraceBusyNs(
 
 int64_t TraceRecorder::WallSpanNs() const { return TraceWallSpanNs(Snapshot()); }
 
-Status TraceRecorder::WriteChromeTrace(const std::string& path, int rank) const {
-  std::vector<TraceEvent> events = Snapshot();
-  // Lanes only grow, so every lane of the snapshot is listed.
-  std::vector<std::string> lanes = Lanes();
-  uint64_t dropped = dropped_events();
+namespace {
+
+// Process `rank`'s Chrome-trace objects: its name and sort index, each track's name and sort
+// index, then the events (in Snapshot order, shifted by offset_ns), separated by ",\n" with none
+// before the first. after_event runs after each event, so a writer can flush a large buffer.
+Status AppendChromeTraceProcess(std::string& out, int rank, int64_t offset_ns,
+                                const std::vector<TraceEvent>& events,
+                                const std::vector<std::string>& lanes,
+                                const std::function<Status()>& after_event) {
   std::map<std::string_view, int64_t> lane_ids;
   for (size_t i = 0; i < lanes.size(); ++i) lane_ids[lanes[i]] = static_cast<int64_t>(i + 1);
 
@@ -424,16 +430,6 @@ Status TraceRecorder::WriteChromeTrace(const std::string& path, int rank) const 
     }
   }
 
-  AtomicFileWriter writer(path);
-  auto with_path = [&path](Status status) {
-    return status.ok() ? status : std::move(status).WithContext("writing Chrome trace " + path);
-  };
-  SLUICE_RETURN_IF_ERROR(with_path(writer.Open()));
-  std::string& out = writer.buffer();
-  fmt::format_to(std::back_inserter(out),
-                 "{{\"displayTimeUnit\":\"ms\",\"otherData\":{{\"rank\":{},\"events\":{},"
-                 "\"dropped_events\":{},\"clock\":\"CLOCK_MONOTONIC\"}},\"traceEvents\":[\n",
-                 rank, events.size(), dropped);
   fmt::format_to(std::back_inserter(out),
                  "{{\"ph\":\"M\",\"pid\":{0},\"tid\":0,\"name\":\"process_name\","
                  "\"args\":{{\"name\":\"rank {0}\"}}}},\n"
@@ -459,14 +455,47 @@ Status TraceRecorder::WriteChromeTrace(const std::string& path, int rank) const 
     out += ",\"cat\":";
     AppendJsonString(out, event.lane);
     out += ",\"ts\":";
-    AppendMicros(out, event.start_ns);
+    AppendMicros(out, event.start_ns + offset_ns);
     out += ",\"dur\":";
     AppendMicros(out, event.duration_ns());
     fmt::format_to(std::back_inserter(out), ",\"args\":{{\"bytes\":{}}}}}", event.bytes);
-    SLUICE_RETURN_IF_ERROR(with_path(writer.FlushIfLarge()));
+    if (after_event) SLUICE_RETURN_IF_ERROR(after_event());
   }
+  return OkStatus();
+}
+
+}  // namespace
+
+Status TraceRecorder::WriteChromeTrace(const std::string& path, int rank) const {
+  std::vector<TraceEvent> events = Snapshot();
+  // Lanes only grow, so every lane of the snapshot is listed.
+  std::vector<std::string> lanes = Lanes();
+  uint64_t dropped = dropped_events();
+
+  AtomicFileWriter writer(path);
+  auto with_path = [&path](Status status) {
+    return status.ok() ? status : std::move(status).WithContext("writing Chrome trace " + path);
+  };
+  SLUICE_RETURN_IF_ERROR(with_path(writer.Open()));
+  std::string& out = writer.buffer();
+  fmt::format_to(std::back_inserter(out),
+                 "{{\"displayTimeUnit\":\"ms\",\"otherData\":{{\"rank\":{},\"events\":{},"
+                 "\"dropped_events\":{},\"clock\":\"CLOCK_MONOTONIC\"}},\"traceEvents\":[\n",
+                 rank, events.size(), dropped);
+  SLUICE_RETURN_IF_ERROR(
+      AppendChromeTraceProcess(out, rank, /*offset_ns=*/0, events, lanes,
+                               [&writer, &with_path] { return with_path(writer.FlushIfLarge()); }));
   out += "\n]}\n";
   return with_path(writer.Commit());
+}
+
+std::string TraceRecorder::ChromeTraceEvents(int rank, int64_t clock_offset_ns) const {
+  std::vector<TraceEvent> events = Snapshot();
+  std::vector<std::string> lanes = Lanes();
+  std::string out;
+  Status status = AppendChromeTraceProcess(out, rank, clock_offset_ns, events, lanes, nullptr);
+  SLUICE_CHECK(status.ok()) << status.ToString();  // nothing fails without a writer
+  return out;
 }
 
 void ScopedTraceEvent::Start(TraceRecorder& recorder, std::string_view lane, std::string_view name,

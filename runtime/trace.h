@@ -6,6 +6,9 @@
 //   { ScopedTraceEvent event("h2d", "fetch layer 3", bytes); CopyToDevice(...); }
 //   SLUICE_RETURN_IF_ERROR(TraceRecorder::Global().WriteChromeTrace("trace.rank0.json", 0));
 //
+// A job's ranks go into one file, one Chrome-trace process per rank, through
+// GatherChromeTrace (trace_merge.h).
+//
 // Recording appends to a buffer owned by the calling thread, so threads do not contend; a
 // disabled recorder costs one relaxed atomic load per event and reads no clock.
 #pragma once
@@ -35,6 +38,9 @@ inline constexpr std::string_view kTraceLaneD2H = "d2h";
 inline constexpr std::string_view kTraceLaneComm = "comm";
 inline constexpr std::string_view kTraceLaneNvme = "nvme";
 inline constexpr std::string_view kTraceLaneCpuAdam = "cpu_adam";
+// A host thread blocked on device work (Stream/Event/Device::Synchronize called by a thread that
+// is not a stream's own worker): what the engine avoids inside a training step.
+inline constexpr std::string_view kTraceLaneHostWait = "host_wait";
 
 // Steady clock (CLOCK_MONOTONIC) in nanoseconds. All processes of a node share it, so the traces
 // of several ranks line up when opened together.
@@ -117,6 +123,11 @@ class TraceRecorder {
   // named "lane/2", "lane/3", ... since Chrome-trace slices of one thread must nest. The file is
   // written atomically (temp file, fsync, rename); failures name the path.
   Status WriteChromeTrace(const std::string& path, int rank) const;
+  // What WriteChromeTrace puts into traceEvents for process `rank`, with every time shifted by
+  // clock_offset_ns: the process and track metadata, then the events, as JSON objects separated
+  // by ",\n" (none before the first or after the last). For merging the ranks of a job into one
+  // file (trace_merge.h).
+  std::string ChromeTraceEvents(int rank, int64_t clock_offset_ns = 0) const;
 
  private:
   friend class ScopedTraceEvent;

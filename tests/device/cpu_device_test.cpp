@@ -114,20 +114,47 @@ TEST_F(CpuDeviceTest, StreamOrderedFreeReturnsMemoryWhenTheStreamReachesIt) {
   Gate gate;
   ASSERT_DEVICE_OK(device_->LaunchHostFunc(*s, gate.Closed(), "gate"));
   a.FreeAsync(*s);
-
   EXPECT_EQ(device_->MemoryInfo().used, 64 * kMiB);
-  Result<DeviceBuffer> now = device_->Allocate(32 * kMiB, MemoryCategory::kActivations);
-  ASSERT_FALSE(now.ok());
-  EXPECT_THAT(now.status().message(),
-              HasSubstr("(largest free block 0 B, 32.00 MiB waiting for stream-ordered frees)"));
-  EXPECT_FALSE(device_->AllocateAsync(32 * kMiB, MemoryCategory::kActivations, *other).ok());
 
-  gate.Open();
-  ASSERT_DEVICE_OK(s->Synchronize());
-  EXPECT_EQ(device_->MemoryInfo().used, 32 * kMiB);
+  // A stream's own task does not wait for the free: it may be queued behind that very task.
+  Status in_task;
+  ASSERT_DEVICE_OK(device_->LaunchHostFunc(*other, [&] {
+    in_task = device_->Allocate(32 * kMiB, MemoryCategory::kActivations).status();
+    return OkStatus();
+  }));
+  ASSERT_DEVICE_OK(other->Synchronize());
+  EXPECT_THAT(in_task.message(),
+              HasSubstr("(largest free block 0 B, 32.00 MiB waiting for stream-ordered frees)"));
+
+  // The host waits for the stream to reach the free, and gets the memory.
+  std::thread opener([&gate] {
+    std::this_thread::sleep_for(100ms);
+    gate.Open();
+  });
+  const auto start = std::chrono::steady_clock::now();
   ASSERT_DEVICE_OK_AND_ASSIGN(DeviceBuffer b,
                               device_->Allocate(32 * kMiB, MemoryCategory::kActivations));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 90ms);
+  opener.join();
   EXPECT_EQ(b.data(), a_data);
+  EXPECT_EQ(device_->MemoryInfo().used, 64 * kMiB);
+}
+
+TEST_F(CpuDeviceTest, MemoryFreedOnAFailedStreamIsNeverReused) {
+  auto s = NewStream();
+  ASSERT_DEVICE_OK_AND_ASSIGN(DeviceBuffer a,
+                              device_->Allocate(32 * kMiB, MemoryCategory::kBuffers));
+  ASSERT_DEVICE_OK(device_->LaunchHostFunc(
+      *s, [] { return DeadlineExceededError("a collective timed out"); }, "collective"));
+  a.FreeAsync(*s);  // the failed work may still write into it
+  EXPECT_FALSE(s->Synchronize().ok());
+  EXPECT_EQ(device_->MemoryInfo().used, 32 * kMiB);
+  EXPECT_EQ(device_->ArenaStats().abandoned, 32 * kMiB);
+  // Neither waited for nor handed out again: only the other half of the device is left.
+  EXPECT_FALSE(device_->Allocate(48 * kMiB, MemoryCategory::kBuffers).ok());
+  ASSERT_DEVICE_OK_AND_ASSIGN(DeviceBuffer b,
+                              device_->Allocate(32 * kMiB, MemoryCategory::kBuffers));
+  EXPECT_NE(b.data(), nullptr);
 }
 
 TEST_F(CpuDeviceTest, WaitCapturesTheRecordCurrentAtTheCall) {

@@ -200,7 +200,8 @@ TEST(TraceRecorderTest, ClearForgetsEventsButKeepsLanes) {
 
 TEST(TraceRecorderTest, StandardLanesComeFirst) {
   TraceRecorder recorder;
-  std::vector<std::string> expected = {"compute", "h2d", "d2h", "comm", "nvme", "cpu_adam"};
+  std::vector<std::string> expected = {"compute", "h2d",      "d2h",      "comm",
+                                       "nvme",    "cpu_adam", "host_wait"};
   EXPECT_EQ(recorder.Lanes(), expected);
 }
 

@@ -88,6 +88,22 @@ void* CpuArena::Allocate(uint64_t bytes, uint64_t stream_id) {
   if (bytes > capacity_) return nullptr;
   bytes = (bytes + alignment_ - 1) & ~(static_cast<uint64_t>(alignment_) - 1);
   std::lock_guard<std::mutex> lock(mu_);
+  return AllocateLocked(bytes, stream_id);
+}
+
+void* CpuArena::AllocateAfterPendingFrees(uint64_t bytes, uint64_t stream_id) {
+  SLUICE_CHECK(bytes > 0);
+  if (bytes > capacity_) return nullptr;
+  bytes = (bytes + alignment_ - 1) & ~(static_cast<uint64_t>(alignment_) - 1);
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    if (void* data = AllocateLocked(bytes, stream_id)) return data;
+    if (pending_bytes_ == 0) return nullptr;
+    freed_cv_.wait(lock);
+  }
+}
+
+void* CpuArena::AllocateLocked(uint64_t bytes, uint64_t stream_id) {
   auto fit = free_by_size_.lower_bound({bytes, 0});
   if (fit != free_by_size_.end()) {
     auto block = blocks_.find(fit->second);
@@ -173,6 +189,24 @@ void CpuArena::CompleteFree(uint64_t ticket) {
     pending_bytes_ -= blocks_.at(offset).size;
     MakeFree(offset);
   }
+  freed_cv_.notify_all();
+}
+
+void CpuArena::AbandonFree(uint64_t ticket) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto by_ticket = pending_by_ticket_.find(ticket);
+  if (by_ticket == pending_by_ticket_.end()) return;  // all of it was reused on its stream
+  const std::set<uint64_t> offsets = by_ticket->second;
+  for (uint64_t offset : offsets) {
+    auto block = blocks_.find(offset);
+    RemoveFromIndex(offset, block->second);
+    pending_bytes_ -= block->second.size;
+    block->second.state = BlockState::kAllocated;
+    block->second.stream_id = block->second.ticket = 0;
+    abandoned_bytes_ += block->second.size;
+  }
+  pending_by_ticket_.erase(ticket);
+  freed_cv_.notify_all();  // pending bytes went down: a waiting allocation may give up
 }
 
 CpuArena::Stats CpuArena::stats() const {
@@ -181,6 +215,7 @@ CpuArena::Stats CpuArena::stats() const {
   stats.capacity = capacity_;
   stats.used = capacity_ - free_bytes_;
   stats.pending = pending_bytes_;
+  stats.abandoned = abandoned_bytes_;
   stats.largest_free_block = free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
   stats.allocated_blocks = allocated_blocks_;
   stats.free_blocks = free_by_size_.size();

@@ -5,6 +5,7 @@
 // same stream, whose work runs after the free anyway. Thread-safe.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -22,8 +23,9 @@ class CpuArena {
  public:
   struct Stats {
     uint64_t capacity = 0;
-    uint64_t used = 0;     // allocated + pending
-    uint64_t pending = 0;  // freed on a stream that has not reached the free yet
+    uint64_t used = 0;       // allocated + pending
+    uint64_t pending = 0;    // freed on a stream that has not reached the free yet
+    uint64_t abandoned = 0;  // freed on a stream that failed first (AbandonFree), in `used`
     uint64_t largest_free_block = 0;
     size_t allocated_blocks = 0;
     size_t free_blocks = 0;
@@ -39,12 +41,20 @@ class CpuArena {
   // Reserves AlignUp(bytes) bytes (bytes > 0); nullptr when no block fits. With a non-zero
   // stream id, a block whose free is pending on that stream may be reused.
   void* Allocate(uint64_t bytes, uint64_t stream_id = 0);
+  // Allocate, and while no block fits but frees are pending on streams, waits for the streams to
+  // reach them and tries again (what a CUDA caching allocator does when memory runs out).
+  // nullptr once nothing is pending and still no block fits. Never from a stream's own worker:
+  // the free it would wait for may be queued behind it.
+  void* AllocateAfterPendingFrees(uint64_t bytes, uint64_t stream_id = 0);
   // Frees a block returned by Allocate now.
   void Free(void* data);
   // Marks the block freed on stream `stream_id`; the stream calls CompleteFree(ticket) when it
   // reaches the free.
   uint64_t FreeLater(void* data, uint64_t stream_id);
   void CompleteFree(uint64_t ticket);
+  // The stream failed before it reached the free: the memory stays reserved (allocated) for the
+  // life of the arena, since failed work may still own it.
+  void AbandonFree(uint64_t ticket);
 
   bool Contains(const void* data, uint64_t bytes) const;
   Stats stats() const;
@@ -62,6 +72,7 @@ class CpuArena {
   using SizeIndex = std::set<std::pair<uint64_t, uint64_t>>;  // (size, offset), best fit first
 
   CpuArena(char* base, uint64_t capacity, size_t alignment);
+  void* AllocateLocked(uint64_t bytes, uint64_t stream_id);  // mu_ held; bytes aligned
   uint64_t OffsetOf(const void* data) const;
   // Takes `block` out of the indexes and shrinks it to `bytes`; what is left over becomes a block
   // of the same state right after it.
@@ -75,6 +86,7 @@ class CpuArena {
   const size_t alignment_;
 
   mutable std::mutex mu_;
+  std::condition_variable freed_cv_;  // CompleteFree made pending bytes free
   std::map<uint64_t, Block> blocks_;  // offset -> block; the blocks tile [0, capacity)
   SizeIndex free_by_size_;
   std::unordered_map<uint64_t, SizeIndex> pending_by_stream_;
@@ -82,6 +94,7 @@ class CpuArena {
   uint64_t next_ticket_ = 1;
   uint64_t free_bytes_ = 0;
   uint64_t pending_bytes_ = 0;
+  uint64_t abandoned_bytes_ = 0;
   size_t allocated_blocks_ = 0;
 };
 

@@ -6,9 +6,11 @@
 
 #include "runtime/device/cpu/cpu_event.h"
 #include "runtime/device/cpu/cpu_stream.h"
+#include "runtime/device/cpu/cpu_stream_queue.h"
 #include "runtime/device/cpu/pinned_host_memory.h"
 #include "runtime/logging.h"
 #include "runtime/size_format.h"
+#include "runtime/trace.h"
 
 namespace sluice {
 
@@ -58,10 +60,11 @@ CpuDevice::~CpuDevice() {
                                    << " streams alive: destroy every Stream before its Device";
   }
   const CpuArena::Stats stats = arena_->stats();
-  SLUICE_CHECK(stats.used == 0) << "device " << name() << " destroyed with "
-                                << stats.allocated_blocks << " DeviceBuffers alive ("
-                                << FormatBytes(stats.used)
-                                << "): destroy every DeviceBuffer before its Device";
+  // Memory freed on a stream after it failed stays reserved to the end (FreeOnQueue).
+  SLUICE_CHECK(stats.used == stats.abandoned)
+      << "device " << name() << " destroyed with " << stats.allocated_blocks
+      << " DeviceBuffers alive (" << FormatBytes(stats.used)
+      << "): destroy every DeviceBuffer before its Device";
   SLUICE_CHECK(live_pinned_buffers_.load() == 0)
       << "device " << name() << " destroyed with " << live_pinned_buffers_.load()
       << " PinnedBuffers alive: destroy every PinnedBuffer before its Device";
@@ -77,6 +80,12 @@ Result<DeviceBuffer> CpuDevice::AllocateOnArena(size_t bytes, MemoryCategory cat
                                                 uint64_t stream_id) {
   if (bytes == 0) return DeviceBuffer();
   void* data = arena_->Allocate(bytes, stream_id);
+  if (data == nullptr && !OnCpuStreamWorker() && arena_->stats().pending > 0) {
+    // The host ran ahead of frees still queued on streams: wait for them, as a CUDA caching
+    // allocator synchronizes before it gives up. A host wait, but only when memory is short.
+    ScopedTraceEvent wait(kTraceLaneHostWait, "allocation waits for stream-ordered frees", bytes);
+    data = arena_->AllocateAfterPendingFrees(bytes, stream_id);
+  }
   if (data == nullptr) {
     const CpuArena::Stats stats = arena_->stats();
     std::string detail =
@@ -245,7 +254,16 @@ void CpuDevice::UnregisterStream(uint64_t id) {
 void CpuDevice::FreeOnQueue(void* data, CpuStreamQueue& queue, uint64_t stream_id) {
   const uint64_t ticket = arena_->FreeLater(data, stream_id);
   CpuArena* arena = arena_.get();
-  if (!queue.EnqueueBookkeeping([arena, ticket](const Status&) { arena->CompleteFree(ticket); })) {
+  // A stream that failed first keeps the memory: the failed work (a timed-out collective that
+  // stays posted) may still write into it.
+  const bool enqueued = queue.EnqueueBookkeeping([arena, ticket](const Status& sticky) {
+    if (sticky.ok()) {
+      arena->CompleteFree(ticket);
+    } else {
+      arena->AbandonFree(ticket);
+    }
+  });
+  if (!enqueued) {
     arena_->CompleteFree(ticket);  // the stream is shut down: its work is finished
   }
 }

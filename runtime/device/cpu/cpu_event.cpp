@@ -1,6 +1,12 @@
 #include "runtime/device/cpu/cpu_event.h"
 
+#include <fmt/format.h>
+
+#include <optional>
+
 #include "runtime/device/cpu/cpu_stream.h"
+#include "runtime/device/cpu/cpu_stream_queue.h"
+#include "runtime/trace.h"
 
 namespace sluice {
 
@@ -56,6 +62,11 @@ Status CpuEvent::Synchronize() {
         "Event::Synchronize called from a task of stream {}, on which the event is recorded "
         "later (it would wait for itself)",
         record->stream_name());
+  }
+  std::optional<ScopedTraceEvent> host_wait;
+  if (!OnCpuStreamWorker() && TraceRecorder::Global().enabled()) {
+    host_wait.emplace(kTraceLaneHostWait,
+                      fmt::format("synchronize an event of {}", record->stream_name()));
   }
   return record->Wait();
 }

@@ -1,5 +1,6 @@
 #include "runtime/device/cpu/cpu_stream_queue.h"
 
+#include <fmt/format.h>
 #include <pthread.h>
 
 #include <exception>
@@ -7,6 +8,7 @@
 #include <utility>
 
 #include "runtime/device/cpu/memory_protection.h"
+#include "runtime/trace.h"
 
 namespace sluice {
 namespace {
@@ -51,7 +53,14 @@ bool CpuStreamQueue::EnqueueBookkeeping(std::function<void(const Status& sticky)
   return Push(Task{std::string(), nullptr, std::move(fn)});
 }
 
+namespace {
+thread_local bool on_stream_worker = false;
+}  // namespace
+
+bool OnCpuStreamWorker() { return on_stream_worker; }
+
 void CpuStreamQueue::Run() {
+  on_stream_worker = true;
   // Device memory is reachable while the worker drains its queue, and by the threads its tasks
   // start (they inherit this thread's rights), so host code elsewhere faults as on a GPU. The
   // rights are dropped whenever the queue runs dry rather than after every task: between tasks
@@ -93,6 +102,10 @@ Status CpuStreamQueue::Synchronize() {
         "stream {}: Synchronize called from a task running on this stream (it would wait for "
         "itself); record an event and wait on it from another stream instead",
         name_);
+  }
+  std::optional<ScopedTraceEvent> host_wait;
+  if (!on_stream_worker && TraceRecorder::Global().enabled()) {
+    host_wait.emplace(kTraceLaneHostWait, fmt::format("synchronize {}", name_));
   }
   std::unique_lock<std::mutex> lock(mu_);
   const uint64_t target = enqueued_;

@@ -16,6 +16,9 @@
 
 namespace sluice {
 
+// True on the worker thread of any CpuStreamQueue (device-side code, not a host thread).
+bool OnCpuStreamWorker();
+
 class CpuStreamQueue {
  public:
   // `name` prefixes errors ("cpu:0/stream3"); `thread_name` (at most 15 characters) names the

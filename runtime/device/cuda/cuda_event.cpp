@@ -2,6 +2,7 @@
 
 #include "runtime/device/cuda/cuda_call.h"
 #include "runtime/logging.h"
+#include "runtime/trace.h"
 
 namespace sluice {
 
@@ -35,6 +36,7 @@ Status CudaEvent::HostError() const {
 }
 
 Status CudaEvent::Synchronize() {
+  ScopedTraceEvent host_wait(kTraceLaneHostWait, "synchronize an event");
   SLUICE_TRY_CUDA(cudaEventSynchronize(event_));
   return HostError();
 }

@@ -4,6 +4,7 @@
 #include "runtime/device/cuda/cuda_device.h"
 #include "runtime/device/cuda/cuda_event.h"
 #include "runtime/logging.h"
+#include "runtime/trace.h"
 
 namespace sluice {
 namespace {
@@ -41,6 +42,7 @@ CudaStream::~CudaStream() {
 }
 
 Status CudaStream::Synchronize() {
+  ScopedTraceEvent host_wait(kTraceLaneHostWait, "synchronize a stream");
   SLUICE_RETURN_IF_ERROR(SyncStream(stream_).WithContext(fmt::format("stream {}", name())));
   return state_->HostErrorUpTo(UINT64_MAX);
 }
