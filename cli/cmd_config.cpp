@@ -1,6 +1,7 @@
 // `sluice config check FILE... | --config FILE... [--model FILE] [--set key=value ...]
-// [--world-size N] [--json]` and `sluice config help [--markdown]`. Several files are layered in
-// order, a later file winning key by key; the listing names the file each value came from.
+// [--world-size N] [--json] [--all]` and `sluice config help [--markdown]`. Several files are
+// layered in order, a later file winning key by key; the listing names the file each value came
+// from. --all lists every key Sluice will not run instead of stopping at the first.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -19,7 +20,21 @@ struct CheckOptions {
   std::vector<std::string> set_overrides;
   int world_size = 1;
   bool json = false;
+  bool all = false;
 };
+
+// --all: every problem, one per line, then exit 1; a clean config is printed as without --all.
+Config CheckAll(const ConfigSources& sources) {
+  Result<ConfigCheckReport> report = CheckConfigAll(sources);
+  ExitOnError(report.status());
+  if (report->problems.empty()) return std::move(*report->config);
+  std::fprintf(stderr, "%zu setting%s Sluice will not run as given:\n", report->problems.size(),
+               report->problems.size() == 1 ? "" : "s");
+  for (const Status& problem : report->problems) {
+    std::fprintf(stderr, "error: %s\n", problem.ToString().c_str());
+  }
+  throw CLI::RuntimeError(1);
+}
 
 void RunCheck(const CheckOptions& options) {
   if (!options.files.empty() && !options.configs.empty()) {
@@ -36,7 +51,7 @@ void RunCheck(const CheckOptions& options) {
   sources.model_path = options.model;
   sources.set_overrides = options.set_overrides;
   sources.world_size = options.world_size;
-  Result<Config> config = LoadConfig(sources);
+  Result<Config> config = options.all ? Result<Config>(CheckAll(sources)) : LoadConfig(sources);
   ExitOnError(config.status());
   if (options.json) {
     std::printf("%s\n", ConfigRecordJson(*config).dump(2).c_str());
@@ -64,6 +79,9 @@ void AddCheckCommand(CLI::App& parent) {
                   "Data-parallel world size for the batch-size rule")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", options->json, "Print the config record as JSON");
+  cmd->add_flag("--all", options->all,
+                "List every key Sluice will not run (unknown, unsupported, invalid) at once, for "
+                "migrating a DeepSpeed config, instead of stopping at the first");
   cmd->callback([options] { RunCheck(*options); });
 }
 

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "cli/command_registry.h"
+#include "cli/rank_placement.h"
+#include "cli/train_dry_run.h"
 #include "engine/config/config.h"
 #include "engine/train/run_setup.h"
 #include "engine/train/trainer.h"
@@ -35,6 +37,8 @@ struct TrainOptions {
   std::optional<std::string> resume;  // "latest" or a checkpoint path
   bool allow_config_change = false;
   bool overwrite = false;
+  bool dry_run = false;
+  int dry_run_ranks = 0;  // --ranks: the world --dry-run plans for (0: the launcher's)
 };
 
 // Ranks other than 0 print errors only: rank 0 speaks for the run.
@@ -82,9 +86,21 @@ Result<int> RunTrain(const TrainOptions& options) {
         "--config FILE is required (a YAML or JSON config; a DeepSpeed ds_config.json works "
         "with --model FILE for the model)");
   }
+  if (options.dry_run) {
+    ConfigSources sources;
+    sources.paths = options.config;
+    sources.model_path = options.model;
+    sources.set_overrides = options.set_overrides;
+    if (!options.run_dir.empty()) sources.set_overrides.push_back("run.dir=" + options.run_dir);
+    SLUICE_RETURN_IF_ERROR(
+        DryRunTrain(sources, options.dry_run_ranks, options.resume, options.overwrite));
+    return 0;
+  }
   // Before the config: its notes and errors are then printed by rank 0 only or rank-tagged.
   InstallStopSignalHandlers();
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<Comm> world, CreateWorldComm());
+  // srun without an MPI plugin makes every task a world of one (rank_placement.h).
+  SLUICE_RETURN_IF_ERROR(CheckWorldAgainstLauncher(world->rank(), world->size()));
   SLUICE_RETURN_IF_ERROR(SetLogLevel(*world, "info"));
   // A rank that cannot continue ends the whole job, so that no rank is left waiting for it.
   if (world->size() > 1) EnableJobAbortOnCommTimeout();
@@ -138,6 +154,12 @@ void AddTrainCommand(CLI::App& parent) {
   cmd->add_flag("--overwrite", options->overwrite,
                 "Start a new run in a run directory that holds another run's checkpoints, "
                 "deleting them (without it such a run is refused; --resume continues that run)");
+  cmd->add_flag("--dry-run", options->dry_run,
+                "Resolve the config, estimate the memory, run the pre-flight checks (budgets, "
+                "model, data, run directory), print the plan and exit, writing nothing");
+  cmd->add_option("--ranks", options->dry_run_ranks,
+                  "With --dry-run: plan for N ranks (default: the launcher's world, else 1)")
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--help-config", options->help_config,
                 "List every config setting with its type, default and meaning, and exit");
   cmd->callback([options, resume, resume_option] {

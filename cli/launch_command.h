@@ -9,12 +9,23 @@
 // --bind-to core) when every rank can have one, otherwise nothing is bound. OpenMP in each rank
 // uses its k cores (OMP_NUM_THREADS, unless already set). SLUICE_* and OMP_* variables of the
 // caller's environment reach every rank (-x NAME).
+//
+// With hosts (a hostfile, hostfile.h) the ranks go to them instead, in slot order:
+//
+//   mpirun -np N --host worker-1:4,worker-2:4 --map-by slot --bind-to none
+//          --mca btl self,vader,tcp ... /path/to/sluice train ...
+//
+// Open MPI starts its daemon on every host over ssh (or what plm_rsh_agent names), so the
+// sluice binary and the data must be at the same paths there. Ranks of one host share memory
+// (vader); hosts talk over TCP. Cores are not bound, and each rank's OpenMP share assumes the
+// hosts have this machine's cores: cores / (the most slots of any host).
 #pragma once
 
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "cli/hostfile.h"
 #include "runtime/status.h"
 
 namespace sluice::cli {
@@ -34,11 +45,20 @@ struct LaunchRequest {
   int cores = 1;       // cores this process may run on
   // Names of the caller's environment variables: SLUICE_* and OMP_* ones are passed on.
   std::vector<std::string> environment_names;
+  // Empty: every rank on this node. Else the hosts and slots to run on (ranks 0 means their
+  // total).
+  std::vector<HostSlots> hosts;
+  // Passed to mpirun before the sluice binary (--launcher-args), e.g. --mca settings.
+  std::vector<std::string> launcher_args;
 };
 
-// InvalidArgument for fewer than 1 rank, an empty command, or more ranks than cores with
-// oversubscription refused.
+// InvalidArgument for fewer than 1 rank, an empty command, or more ranks than cores (or than the
+// hosts' slots) with oversubscription refused.
 Result<std::vector<std::string>> BuildMpirunCommand(const LaunchRequest& request);
+
+// For --dry-run: "2 ranks on 2 hosts: localhost (1), 127.0.0.2 (1)", "4 ranks on this node, 2
+// cores each".
+std::string DescribeMpirunPlan(const LaunchRequest& request);
 
 // The first executable `name` in the colon-separated `search_path`; NotFound naming the
 // directories searched.

@@ -1,12 +1,13 @@
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "cli/build_info.h"
 #include "cli/command_registry.h"
+#include "cli/did_you_mean.h"
 
 namespace sluice::cli {
 namespace {
@@ -24,7 +25,7 @@ CommandRegistration::CommandRegistration(const char* parent, CommandFactory fact
 
 void AddRegisteredCommands(CLI::App& app) {
   std::map<std::string, CLI::App*> groups = {{"", &app}};
-  groups["bench"] = app.add_subcommand("bench", "Benchmarks: adam, aio, step, kernels, gemm");
+  groups["bench"] = app.add_subcommand("bench", "Benchmarks: adam, aio, step, kernels, gemm, comm");
   groups["config"] = app.add_subcommand("config", "Config files: check, help");
   for (auto& [name, group] : groups) {
     if (!name.empty()) group->require_subcommand(1);
@@ -32,8 +33,7 @@ void AddRegisteredCommands(CLI::App& app) {
   for (const auto& [parent, factory] : Registry()) {
     auto it = groups.find(parent);
     if (it == groups.end()) {
-      std::fprintf(stderr, "sluice: command registered under unknown group '%s'\n",
-                   parent.c_str());
+      std::fprintf(stderr, "sluice: command registered under unknown group '%s'\n", parent.c_str());
       continue;
     }
     factory(*it->second);
@@ -51,8 +51,15 @@ void ExitOnError(const Status& status) {
 int main(int argc, char** argv) {
   CLI::App app("Sluice: ZeRO-3 training with CPU and NVMe offload, in C++", "sluice");
   app.require_subcommand(1);
-  app.set_version_flag("--version", "sluice 0.1.0");
+  app.set_version_flag("--version", sluice::cli::VersionText,
+                       "Print the version and the build's options (CUDA, NCCL, cuDNN, oneDNN, "
+                       "kernel ISA, GEMM and BLAS), and exit");
   sluice::cli::AddRegisteredCommands(app);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    // An unknown command or flag gets the nearest registered name (did_you_mean.h).
+    return sluice::cli::ReportParseError(app, error);
+  }
   return 0;
 }

@@ -35,7 +35,8 @@ packages=(
   libopenmpi-dev openmpi-bin
   fio e2fsprogs util-linux
   clang libclang-rt-14-dev  # the fuzzers (tests/fuzz): clang's libFuzzer, ASan and UBSan runtimes
-  gnuplot-nox
+  zlib1g-dev  # the PNG of the loss curve sluice train draws (engine/train/png_writer.cpp)
+  python3-venv  # `make python-env`: the venv of the transformers interop tests (tests/python)
 )
 
 missing=()

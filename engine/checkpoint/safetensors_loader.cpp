@@ -41,11 +41,18 @@ Status CheckTensor(const Found& found, const model::ParameterInfo& param) {
   }
   const std::vector<int64_t> want = HfShape(param.name, param.shape);
   if (t.shape != want) {
+    std::string hint = "the file is for another model configuration";
+    if (param.name.ends_with(".wpe.weight") && t.shape.size() == 2 && want.size() == 2 &&
+        t.shape[1] == want[1]) {
+      hint = fmt::format(
+          "set model.max_position_embeddings: {} (the rows of the file's position "
+          "table; training windows stay model.seq_len)",
+          t.shape[0]);
+    }
     return InvalidArgumentError(
-        "tensor '{}' in {} has shape {} but the model's parameter {} needs {}{}: the file is for "
-        "another model configuration",
-        found.name, found.at.file->path().string(), t.ShapeString(), param.name, ShapeString(want),
-        IsHfConv1DWeight(param.name) ? " (GPT-2 Conv1D layout [in, out])" : "");
+        "tensor '{}' in {} has shape {} but the model's parameter {} needs {}{}: {}", found.name,
+        found.at.file->path().string(), t.ShapeString(), param.name, ShapeString(want),
+        IsHfConv1DWeight(param.name) ? " (GPT-2 Conv1D layout [in, out])" : "", hint);
   }
   return OkStatus();
 }
@@ -95,13 +102,11 @@ Status ReadParameterRange(const SafetensorsSource& source, const model::Paramete
   return OkStatus();
 }
 
-Result<LoadWeightsReport> LoadSafetensorsIntoParameters(const SafetensorsSource& source,
-                                                        const model::ParameterRegistry& registry,
-                                                        void* flat_params,
-                                                        const LoadWeightsOptions& options) {
+Result<LoadWeightsReport> CheckSafetensorsMatchModel(const SafetensorsSource& source,
+                                                     const model::ParameterRegistry& registry,
+                                                     const LoadWeightsOptions& options) {
   LoadWeightsReport report;
   std::set<std::string> used;
-  // Everything is checked before anything is written.
   for (const model::ParameterInfo& p : registry.parameters()) {
     std::optional<Found> found = Locate(source, p.name);
     if (p.is_alias()) {
@@ -135,13 +140,30 @@ Result<LoadWeightsReport> LoadSafetensorsIntoParameters(const SafetensorsSource&
   }
   if (!unexpected.empty()) {
     const size_t shown = std::min<size_t>(unexpected.size(), 5);
+    const bool biases = std::any_of(unexpected.begin(), unexpected.end(),
+                                    [](const auto& name) { return name.ends_with("_proj.bias"); });
     return InvalidArgumentError(
         "{} has {} tensor(s) the model has no parameter for ({}{}): the file is for another "
-        "model (family, n_layer, tie_embeddings)",
+        "model ({})",
         source.path().string(), unexpected.size(),
         fmt::join(unexpected.begin(), unexpected.begin() + shown, ", "),
-        unexpected.size() > shown ? ", ..." : "");
+        unexpected.size() > shown ? ", ..." : "",
+        biases ? "projection biases, as Qwen's q/k/v biases, which Sluice's llama does not have"
+               : "family, n_layer, tie_embeddings");
   }
+  for (const model::ParameterInfo& p : registry.parameters()) {
+    if (!p.is_alias()) ++report.loaded;
+  }
+  return report;
+}
+
+Result<LoadWeightsReport> LoadSafetensorsIntoParameters(const SafetensorsSource& source,
+                                                        const model::ParameterRegistry& registry,
+                                                        void* flat_params,
+                                                        const LoadWeightsOptions& options) {
+  // Everything is checked before anything is written.
+  SLUICE_ASSIGN_OR_RETURN(LoadWeightsReport report,
+                          CheckSafetensorsMatchModel(source, registry, options));
 
   std::vector<float> values;
   char* flat = static_cast<char*>(flat_params);
@@ -160,7 +182,6 @@ Result<LoadWeightsReport> LoadSafetensorsIntoParameters(const SafetensorsSource&
                                                    : kernels::F32ToF16(values[i]);
       }
     }
-    ++report.loaded;
   }
   return report;
 }

@@ -33,6 +33,14 @@ struct LoadWeightsReport {
 Status ReadParameterRange(const SafetensorsSource& source, const model::ParameterInfo& param,
                           int64_t begin, int64_t end, float* dst);
 
+// Checks that `source` holds every parameter of `registry` with its shape (in Hugging Face's
+// layout) and a floating-point dtype, and no tensor the model has no parameter for (Hugging Face's
+// non-parameter buffers aside): NotFound naming a missing parameter, InvalidArgument naming the
+// tensor, the file and what differs. Reads no tensor data. The report counts the parameters.
+Result<LoadWeightsReport> CheckSafetensorsMatchModel(const SafetensorsSource& source,
+                                                     const model::ParameterRegistry& registry,
+                                                     const LoadWeightsOptions& options = {});
+
 // Fills `flat_params` (registry.total_elements() elements of registry.dtype(), parameters at
 // their offsets) with every parameter of `registry`. All parameters are checked (shape, dtype,
 // presence) before any is written, so a refused file leaves the buffer untouched.

@@ -20,10 +20,9 @@ std::vector<std::pair<std::string, std::string>> ProcessEnvironment() {
   return env;
 }
 
-}  // namespace
-
-Result<Config> LoadConfigFromLayers(const std::vector<ConfigLayer>& layers,
-                                    const ConfigSources& sources) {
+// Loads the layers; `problems` as in the Apply* stages (nullptr: stop at the first error).
+Result<Config> LoadLayers(const std::vector<ConfigLayer>& layers, const ConfigSources& sources,
+                          std::vector<Status>* problems) {
   Config config;
   for (const ConfigLayer& layer : layers) config.source_files.push_back(layer.name);
   config.source_file = JoinLayerNames(layers);
@@ -33,11 +32,16 @@ Result<Config> LoadConfigFromLayers(const std::vector<ConfigLayer>& layers,
   // file:line:col) of the last layer that gives it, and sections merge key by key.
   for (const ConfigLayer& layer : layers) {
     SLUICE_RETURN_IF_ERROR(
-        ApplyConfigDocument(layer.root, layer.name, &config.values, &config.notes));
+        ApplyConfigDocument(layer.root, layer.name, &config.values, &config.notes, problems));
   }
   SLUICE_RETURN_IF_ERROR(ApplyEnvOverrides(sources.env ? *sources.env : ProcessEnvironment(),
-                                           &config.values, &config.notes));
-  SLUICE_RETURN_IF_ERROR(ApplySetOverrides(sources.set_overrides, &config.values, &config.notes));
+                                           &config.values, &config.notes, problems));
+  SLUICE_RETURN_IF_ERROR(
+      ApplySetOverrides(sources.set_overrides, &config.values, &config.notes, problems));
+  // The cross-key rules would judge a config with keys missing: they wait for a clean one.
+  if (problems != nullptr && !problems->empty()) {
+    return FailedPreconditionError("{} settings were not applied", problems->size());
+  }
   ResolveContext context;
   context.world_size = sources.world_size;
   context.available_host_memory = sources.available_host_memory;
@@ -45,6 +49,31 @@ Result<Config> LoadConfigFromLayers(const std::vector<ConfigLayer>& layers,
   SLUICE_RETURN_IF_ERROR(ResolveConfigValues(context, &config.values, &config.notes));
   SLUICE_RETURN_IF_ERROR(BuildConfigSections(config.values, &config));
   return config;
+}
+
+}  // namespace
+
+Result<Config> LoadConfigFromLayers(const std::vector<ConfigLayer>& layers,
+                                    const ConfigSources& sources) {
+  return LoadLayers(layers, sources, nullptr);
+}
+
+ConfigCheckReport CheckConfigLayersAll(const std::vector<ConfigLayer>& layers,
+                                       const ConfigSources& sources) {
+  ConfigCheckReport report;
+  Result<Config> config = LoadLayers(layers, sources, &report.problems);
+  if (config.ok()) {
+    report.config = std::move(config).value();
+  } else if (report.problems.empty()) {
+    report.problems.push_back(config.status());
+  }
+  return report;
+}
+
+Result<ConfigCheckReport> CheckConfigAll(const ConfigSources& sources) {
+  SLUICE_ASSIGN_OR_RETURN(std::vector<ConfigLayer> layers,
+                          ReadConfigLayers(sources.paths, sources.model_path));
+  return CheckConfigLayersAll(layers, sources);
 }
 
 Result<Config> LoadConfigFromTree(const ConfigNode& root, std::string_view source_name,

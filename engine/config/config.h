@@ -46,6 +46,7 @@ struct OptimizerConfig {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;
+  bool bias_correction = true;  // off: the moments are used without dividing by 1 - beta^t
 };
 
 enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
@@ -154,6 +155,7 @@ struct CheckpointConfig {
   bool use_node_local_storage = false;
   int64_t save_interval = 0;       // optimizer steps; 0 = never
   int64_t keep_last = 0;           // 0 keeps all
+  bool save_final = true;          // also after the last step, without save_interval
   std::optional<std::string> dir;  // unset: RUN_DIR/checkpoints
 };
 
@@ -168,6 +170,10 @@ struct ModelConfig {
   int64_t d_ff = 256;
   int64_t vocab_size = 256;
   int64_t seq_len = 64;
+  // gpt2: rows of the position table, >= seq_len (resolved; 0 in a Config built in code: seq_len)
+  int64_t max_position_embeddings = 0;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
   bool tie_embeddings = true;
   DType dtype = DType::kF32;
   std::optional<std::string> init_from;
@@ -263,6 +269,20 @@ Result<Config> LoadConfigFromTree(const ConfigNode& root, std::string_view sourc
 Result<Config> LoadConfigFromText(std::string_view text, ConfigFormat format,
                                   const ConfigSources& sources,
                                   std::string_view source_name = "<config>");
+
+// `sluice config check --all`, for migrating a DeepSpeed config: every key Sluice will not run
+// at once. A key that cannot be applied (unknown, an unsupported DeepSpeed key or value, a wrong
+// type or range) does not stop the load: its error joins `problems`, in the order given, and the
+// other keys are applied. When every key applied, the rules over several keys run too; a failure
+// there is the one problem. Fails only when a file cannot be read or parsed.
+struct ConfigCheckReport {
+  std::vector<Status> problems;
+  std::optional<Config> config;  // set iff problems is empty
+};
+Result<ConfigCheckReport> CheckConfigAll(const ConfigSources& sources);
+// The same for already parsed layers (tests).
+ConfigCheckReport CheckConfigLayersAll(const std::vector<ConfigLayer>& layers,
+                                       const ConfigSources& sources);
 
 // `sluice train --help-config` / `sluice config help`: every setting with type, default, doc.
 std::string HelpConfigText();

@@ -216,9 +216,18 @@ bool SameAsSluice(const UnsupportedConfigKey& key, const ConfigNode& node) {
       if (got && *got == *want) return true;
       continue;
     }
-    if (node.text == accepted) return true;
+    // DeepSpeed lower-cases its dtype names ("FP32" is fp32).
+    if (Lower(node.text) == Lower(accepted)) return true;
   }
   return false;
+}
+
+// A top-level key that only annotates the file ("_comment", "comment"): JSON has no comments,
+// and DeepSpeed never looks at top-level keys it does not read.
+bool IsCommentKey(std::string_view path) {
+  if (path.find('.') != std::string_view::npos) return false;
+  const std::string lower = Lower(path);
+  return lower.starts_with('_') || lower == "comment" || lower == "comments";
 }
 
 std::string DescribeSameAsSluice(const UnsupportedConfigKey& key) {
@@ -232,17 +241,23 @@ std::string DescribeSameAsSluice(const UnsupportedConfigKey& key) {
 
 class Applier {
  public:
+  // `problems`: nullptr stops at the first key that cannot be applied; otherwise each such key's
+  // error is appended there and the other keys are still applied (config check --all).
   Applier(ValueSource source, std::string origin_name, SettingValues* values,
-          std::vector<std::string>* notes)
+          std::vector<std::string>* notes, std::vector<Status>* problems = nullptr)
       : source_(source),
         origin_name_(std::move(origin_name)),
         values_(values),
         notes_(notes),
+        problems_(problems),
         registry_(values->registry()) {}
 
   Status ApplyMap(const ConfigNode& map, const std::string& section) {
     for (const ConfigNode::Entry& entry : map.entries) {
-      SLUICE_RETURN_IF_ERROR(ApplyKey(Join(section, entry.key), entry.value, entry.key_pos));
+      Status status = ApplyKey(Join(section, entry.key), entry.value, entry.key_pos);
+      if (status.ok()) continue;
+      if (problems_ == nullptr) return status;
+      problems_->push_back(std::move(status));
     }
     return OkStatus();
   }
@@ -264,6 +279,7 @@ class Applier {
         return InvalidArgumentError("{}: {} is a section: expected a mapping, got {}", where,
                                     written, node.Describe());
       }
+      if (path == "optimizer") NoteRefusedOptimizer(node);
       return ApplyMap(node, path);
     }
     if (const SettingSpec* spec = registry_.Find(path)) {
@@ -281,16 +297,44 @@ class Applier {
       }
       return OkStatus();
     }
+    if (const IgnoredConfigKey* key = FindIgnoredConfigKey(path)) {
+      const bool quiet = std::any_of(
+          key->quiet_values.begin(), key->quiet_values.end(), [&](std::string_view value) {
+            return SameAsSluice(UnsupportedConfigKey{path, false, {value}, {}}, node);
+          });
+      Note(quiet ? LogLevel::kInfo : LogLevel::kWarn,
+           fmt::format("{}: {} is ignored, as DeepSpeed ignores it: {}", where, path, key->why));
+      return OkStatus();
+    }
     if (const UnsupportedConfigKey* key = FindUnsupportedConfigKey(path)) {
       if (SameAsSluice(*key, node)) {
-        Note(LogLevel::kInfo,
-             fmt::format("{}: DeepSpeed key {} is accepted: its value is what Sluice always does",
-                         where, path));
+        if (key->accepted_why.empty()) {
+          Note(LogLevel::kInfo,
+               fmt::format("{}: DeepSpeed key {} is accepted: its value is what Sluice always does",
+                           where, path));
+        } else {
+          Note(LogLevel::kInfo,
+               fmt::format("{}: DeepSpeed key {} {} is accepted: {}", where, path,
+                           node.kind == ConfigNode::Kind::kNull ? "null" : node.text,
+                           key->accepted_why));
+        }
         return OkStatus();
       }
       return UnimplementedError(
           "{}: known DeepSpeed key {} is not supported by Sluice yet ({}{}{})", where, path,
           DescribeSameAsSluice(*key), key->note.empty() ? "" : "; ", key->note);
+    }
+    if (!refused_optimizer_.empty() && path.starts_with("optimizer.params.")) {
+      // The parameters of a DeepSpeed optimizer Sluice refuses (Lamb's max_coeff, ...): the
+      // refusal of optimizer.type says it; they are not typos.
+      return OkStatus();
+    }
+    if (IsCommentKey(path)) {
+      Note(LogLevel::kInfo,
+           fmt::format("{}: {} is read as a comment and ignored (DeepSpeed ignores top-level keys "
+                       "it does not know)",
+                       where, path));
+      return OkStatus();
     }
     return UnknownKey(path, where);
   }
@@ -299,6 +343,17 @@ class Applier {
   void Note(LogLevel level, std::string text) {
     if (level >= LogLevel::kInfo) notes_->push_back(text);
     if (LogEnabled(level, "config")) LogMessage(level, "config", text);
+  }
+
+  // Remembers an optimizer.type that names a DeepSpeed optimizer Sluice does not have, before
+  // its parameters are read (they may come first in the file).
+  void NoteRefusedOptimizer(const ConfigNode& optimizer) {
+    for (const ConfigNode::Entry& e : optimizer.entries) {
+      if (e.key == "type" && IsScalar(e.value) &&
+          UnsupportedConfigValue("optimizer.type", e.value.text) != nullptr) {
+        refused_optimizer_ = e.value.text;
+      }
+    }
   }
 
   // Refuses a key written twice within one source (e.g. thread_count and intra_op_parallelism).
@@ -406,6 +461,8 @@ class Applier {
   std::string origin_name_;
   SettingValues* values_;
   std::vector<std::string>* notes_;
+  std::vector<Status>* problems_;
+  std::string refused_optimizer_;  // see NoteRefusedOptimizer
   const SettingsRegistry& registry_;
   std::map<std::string, std::pair<std::string, std::string>> claimed_;
 };
@@ -431,7 +488,7 @@ ConfigNode NestOverride(std::string_view path, ConfigNode value) {
 
 Status ApplyOverride(const std::string& path, std::string_view text, ValueSource source,
                      const std::string& origin, SettingValues* values,
-                     std::vector<std::string>* notes) {
+                     std::vector<std::string>* notes, std::vector<Status>* problems) {
   // A path deeper than any document may nest is no key either (and is not built as a tree).
   if (path.empty() || path.front() == '.' || path.back() == '.' ||
       path.find("..") != std::string::npos ||
@@ -449,8 +506,15 @@ Status ApplyOverride(const std::string& path, std::string_view text, ValueSource
   } else {
     SLUICE_ASSIGN_OR_RETURN(value, ParseConfigValueText(text, origin));
   }
-  Applier applier(source, origin, values, notes);
+  Applier applier(source, origin, values, notes, problems);
   return applier.ApplyMap(NestOverride(path, std::move(value)), "");
+}
+
+// Stops at the first failure, or (a `problems` sink) lists it and goes on.
+Status Keep(Status status, std::vector<Status>* problems) {
+  if (status.ok() || problems == nullptr) return status;
+  problems->push_back(std::move(status));
+  return OkStatus();
 }
 
 }  // namespace
@@ -471,41 +535,48 @@ size_t ConfigKeyDistance(std::string_view a, std::string_view b) {
 }
 
 Status ApplyConfigDocument(const ConfigNode& root, std::string_view source_name,
-                           SettingValues* values, std::vector<std::string>* notes) {
+                           SettingValues* values, std::vector<std::string>* notes,
+                           std::vector<Status>* problems) {
   if (root.kind == ConfigNode::Kind::kNull) return OkStatus();  // an empty file
   if (root.kind != ConfigNode::Kind::kMap) {
     return InvalidArgumentError("{}: a config is a mapping of keys, got {}",
                                 FormatSourcePos(source_name, root.pos), root.Describe());
   }
-  Applier applier(ValueSource::kFile, std::string(source_name), values, notes);
+  Applier applier(ValueSource::kFile, std::string(source_name), values, notes, problems);
   return applier.ApplyMap(root, "");
 }
 
 Status ApplyEnvOverrides(const std::vector<std::pair<std::string, std::string>>& env,
-                         SettingValues* values, std::vector<std::string>* notes) {
+                         SettingValues* values, std::vector<std::string>* notes,
+                         std::vector<Status>* problems) {
   std::vector<std::pair<std::string, std::string>> sorted = env;
   std::sort(sorted.begin(), sorted.end());
   for (const auto& [name, text] : sorted) {
     std::optional<std::string> path = values->registry().PathFromEnvVar(name);
     if (!path) continue;
     std::string origin = fmt::format("environment variable {}={}", name, text);
-    SLUICE_RETURN_IF_ERROR(ApplyOverride(*path, text, ValueSource::kEnv, origin, values, notes));
+    SLUICE_RETURN_IF_ERROR(Keep(
+        ApplyOverride(*path, text, ValueSource::kEnv, origin, values, notes, problems), problems));
   }
   return OkStatus();
 }
 
 Status ApplySetOverrides(const std::vector<std::string>& overrides, SettingValues* values,
-                         std::vector<std::string>* notes) {
+                         std::vector<std::string>* notes, std::vector<Status>* problems) {
   for (const std::string& item : overrides) {
     size_t eq = item.find('=');
     if (eq == std::string::npos) {
-      return InvalidArgumentError("--set {}: expected key=value, e.g. zero_optimization.stage=3",
-                                  item);
+      SLUICE_RETURN_IF_ERROR(
+          Keep(InvalidArgumentError("--set {}: expected key=value, e.g. zero_optimization.stage=3",
+                                    item),
+               problems));
+      continue;
     }
     std::string path = item.substr(0, eq);
     std::string origin = fmt::format("--set {}", item);
-    SLUICE_RETURN_IF_ERROR(ApplyOverride(path, std::string_view(item).substr(eq + 1),
-                                         ValueSource::kSet, origin, values, notes));
+    SLUICE_RETURN_IF_ERROR(Keep(ApplyOverride(path, std::string_view(item).substr(eq + 1),
+                                              ValueSource::kSet, origin, values, notes, problems),
+                                problems));
   }
   return OkStatus();
 }

@@ -50,6 +50,7 @@ void BuildOptimizer(const SettingValues& v, Config* c) {
   o.beta2 = betas[1];
   o.eps = v.GetFloat("optimizer.params.eps");
   o.weight_decay = v.GetFloat("optimizer.params.weight_decay");
+  o.bias_correction = v.GetBool("optimizer.params.bias_correction");
 }
 
 void BuildScheduler(const SettingValues& v, Config* c) {
@@ -148,6 +149,7 @@ void BuildCheckpointing(const SettingValues& v, Config* c) {
   c->checkpoint.use_node_local_storage = v.GetBool("checkpoint.use_node_local_storage");
   c->checkpoint.save_interval = v.GetInt("checkpoint.save_interval");
   c->checkpoint.keep_last = v.GetInt("checkpoint.keep_last");
+  c->checkpoint.save_final = v.GetBool("checkpoint.save_final");
   c->checkpoint.dir = v.FindString("checkpoint.dir");
 }
 
@@ -171,6 +173,9 @@ void BuildModel(const SettingValues& v, Config* c) {
   m.d_ff = v.GetInt("model.d_ff");
   m.vocab_size = v.GetInt("model.vocab_size");
   m.seq_len = v.GetInt("model.seq_len");
+  m.max_position_embeddings = v.GetInt("model.max_position_embeddings");
+  m.rope_theta = v.GetFloat("model.rope_theta");
+  m.norm_eps = v.GetFloat("model.norm_eps");
   m.tie_embeddings = v.GetBool("model.tie_embeddings");
   const std::string& dtype = v.GetString("model.dtype");
   m.dtype = dtype == "bf16" ? DType::kBF16 : dtype == "f16" ? DType::kF16 : DType::kF32;

@@ -6,12 +6,17 @@
 #include <fstream>
 #include <sstream>
 
+#include "engine/checkpoint/hf_config.h"
 #include "engine/config/config_schema.h"
 #include "engine/config/config_stages.h"
 #include "runtime/logging.h"
 
 namespace sluice {
 namespace {
+
+// The Hugging Face Trainer's TrainingArguments defaults, which it writes over "auto".
+constexpr int64_t kHfPerDeviceTrainBatchSize = 8;
+constexpr double kHfLearningRate = 5e-5;
 
 class Resolver {
  public:
@@ -111,6 +116,8 @@ class Resolver {
   }
 
   Status Model() {
+    // The config.json beside model.init_from's weights decides what the user left unset.
+    SLUICE_RETURN_IF_ERROR(checkpoint::ApplyHfModelConfig(context_.source_name, &v_, notes_));
     const std::string& family = v_.GetString("model.family");
     int64_t n_head = v_.GetInt("model.n_head");
     int64_t d_model = v_.GetInt("model.d_model");
@@ -124,6 +131,7 @@ class Resolver {
       Fill("model.d_ff", rounded, "llama: 8/3 * d_model rounded up to a multiple of 256");
       Fill("model.tie_embeddings", false, "llama does not tie its embeddings");
     }
+    SLUICE_RETURN_IF_ERROR(Positions(family));
     int64_t n_kv_head = v_.GetInt("model.n_kv_head");
     if (d_model % n_head != 0) {
       return Error("model.d_model {} is not divisible by model.n_head {}", d_model, n_head);
@@ -143,6 +151,31 @@ class Resolver {
           "{} = {}",
           d_model, n_head, d_model / n_head);
     }
+    return OkStatus();
+  }
+
+  // model.max_position_embeddings: GPT-2's position table may be longer than the training
+  // windows (a 1024-position model fine-tuned at 128), never shorter.
+  Status Positions(const std::string& family) {
+    const int64_t seq_len = v_.GetInt("model.seq_len");
+    Fill("model.max_position_embeddings", seq_len, "model.seq_len");
+    const int64_t positions = v_.GetInt("model.max_position_embeddings");
+    if (positions >= seq_len) return OkStatus();
+    const std::string where = At("model.max_position_embeddings");
+    const std::string note = v_.entry("model.max_position_embeddings").note;
+    const std::string from =
+        where.empty() && !note.empty() ? fmt::format(" (from {})", note) : where;
+    if (family == "gpt2") {
+      return Error(
+          "model.seq_len {}{} is longer than model.max_position_embeddings {}{}: gpt2 has a "
+          "learned "
+          "position for each token of a window; train with seq_len at most {}",
+          seq_len, At("model.seq_len"), positions, from, positions);
+    }
+    Note(LogLevel::kWarn,
+         fmt::format("model.seq_len {} is longer than model.max_position_embeddings {}{}: the "
+                     "rotary embedding goes on, but the model never saw such positions",
+                     seq_len, positions, from));
     return OkStatus();
   }
 
@@ -177,6 +210,20 @@ class Resolver {
 
   Status Zero() {
     int64_t stage = v_.GetInt("zero_optimization.stage");
+    constexpr const char* kSubGroup = "zero_optimization.sub_group_size";
+    if (v_.HasValue(kSubGroup) && v_.GetInt(kSubGroup) == 0) {
+      // DeepSpeed then steps each parameter as a sub-group of its own. Sluice's sub-groups are
+      // tiles of the flat shard that do not follow parameters; Adam is elementwise, so the size
+      // changes how the work is cut, never the results.
+      Note(LogLevel::kWarn,
+           fmt::format("{} 0{} (DeepSpeed: one sub-group per parameter) is read as the default "
+                       "1e9: Sluice's sub-groups are tiles of the shard, whatever the parameters; "
+                       "the results are the same",
+                       kSubGroup, At(kSubGroup)));
+      const SettingEntry& e = v_.entry(kSubGroup);
+      v_.Set(kSubGroup, v_.registry().Get(kSubGroup).default_value, ValueSource::kDerived, e.origin,
+             "0 (one sub-group per parameter in DeepSpeed) read as the default");
+    }
     Fill("zero_optimization.overlap_comm", stage == 3,
          fmt::format("true iff stage is 3 (stage is {})", stage));
     int64_t d = v_.GetInt("model.d_model");
@@ -209,10 +256,16 @@ class Resolver {
       }
       if (device == "none") continue;
       if (std::string_view(section) == "offload_param" && stage != 3) {
-        return Error(
-            "{}.device {}{} needs zero_optimization.stage 3 (parameter offload "
-            "partitions parameters; stage is {})",
-            base, device, At(base + ".device"), stage);
+        // DeepSpeed hands offload_param to the stage-3 optimizer only: below it, it is ignored.
+        Note(
+            LogLevel::kWarn,
+            fmt::format("{}.device {}{} is ignored, as DeepSpeed ignores it: parameters are "
+                        "partitioned and offloaded at zero_optimization.stage 3 only (stage is {})",
+                        base, device, At(base + ".device"), stage));
+        const SettingEntry& e = v_.entry(base + ".device");
+        v_.Set(base + ".device", std::string("none"), ValueSource::kDerived, e.origin,
+               fmt::format("{} ignored below stage 3, as in DeepSpeed", device));
+        continue;
       }
       if (stage == 0) {
         return Error("{}.device {}{} needs zero_optimization.stage 1, 2 or 3 (stage is 0)", base,
@@ -290,12 +343,14 @@ class Resolver {
       v_.Resolve(kTbs, tbs, fmt::format("micro batch * {}", world));
     } else if (v_.IsAuto(kTbs) || v_.IsAuto(kMbs)) {
       // HF-style configs leave every batch key "auto": nothing defines them, so the micro batch
-      // falls back to 1 and the rest follows.
-      mbs = 1;
-      v_.Resolve(kMbs, mbs, "nothing in the config defines the micro batch");
+      // is what the Hugging Face Trainer fills in by default, and the rest follows.
+      mbs = kHfPerDeviceTrainBatchSize;
+      v_.Resolve(kMbs, mbs,
+                 "the Hugging Face Trainer's per_device_train_batch_size default (nothing in the "
+                 "config defines the micro batch)");
       if (!has_gas) {
         gas = 1;
-        v_.Resolve(kGas, gas, "nothing in the config defines the accumulation");
+        v_.Resolve(kGas, gas, "the Trainer's gradient_accumulation_steps default");
       }
       tbs = product(mbs, gas);
       v_.Resolve(kTbs, tbs, fmt::format("micro batch * accumulation * {}", world));
@@ -345,9 +400,23 @@ class Resolver {
                        "decouples weight decay (as in DeepSpeed)",
                        At("optimizer.params.adam_w_mode")));
     }
-    for (const char* key : {"lr", "betas", "eps", "weight_decay"}) {
-      std::string path = fmt::format("optimizer.params.{}", key);
-      if (v_.IsAuto(path)) v_.Resolve(path, v_.registry().Get(path).default_value, "default");
+    // "auto": what the Hugging Face Trainer fills in from its TrainingArguments
+    // (trainer_config_process), at their defaults: Sluice has no Trainer arguments.
+    struct TrainerDefault {
+      const char* path;
+      SettingValue value;
+      const char* argument;
+    };
+    const TrainerDefault defaults[] = {
+        {"optimizer.params.lr", kHfLearningRate, "learning_rate"},
+        {"optimizer.params.betas", std::vector<double>{0.9, 0.999}, "adam_beta1, adam_beta2"},
+        {"optimizer.params.eps", 1e-8, "adam_epsilon"},
+        {"optimizer.params.weight_decay", 0.0, "weight_decay"},
+        {"gradient_clipping", 1.0, "max_grad_norm"},
+    };
+    for (const TrainerDefault& d : defaults) {
+      if (!v_.IsAuto(d.path)) continue;
+      v_.Resolve(d.path, d.value, fmt::format("the Hugging Face Trainer's {} default", d.argument));
     }
     return OkStatus();
   }
@@ -386,11 +455,13 @@ class Resolver {
         Fill(kMax, 0.001, "WarmupDecayLR's default");
       }
       if (v_.IsAuto("scheduler.params.warmup_min_lr")) {
-        v_.Resolve("scheduler.params.warmup_min_lr", 0.0, "default");
+        v_.Resolve("scheduler.params.warmup_min_lr", 0.0,
+                   "0, as the Hugging Face Trainer writes it (no Trainer argument)");
       }
     }
     if (v_.IsAuto("scheduler.params.warmup_num_steps")) {
-      v_.Resolve("scheduler.params.warmup_num_steps", int64_t{1000}, "DeepSpeed's default");
+      v_.Resolve("scheduler.params.warmup_num_steps", int64_t{0},
+                 "the Hugging Face Trainer's warmup_steps and warmup_ratio defaults");
     }
     if (*type != "WarmupLR") {
       constexpr const char* kTotal = "scheduler.params.total_num_steps";
@@ -403,7 +474,29 @@ class Resolver {
             *type);
       }
     }
+    WarnAboutWarmUp(*type);
     return OkStatus();
+  }
+
+  // DeepSpeed's warning (lr_schedules.py), and one for a warm-up that outlasts the run.
+  void WarnAboutWarmUp(const std::string& type) {
+    constexpr const char* kWarmup = "scheduler.params.warmup_num_steps";
+    constexpr const char* kTotal = "scheduler.params.total_num_steps";
+    const int64_t warmup = v_.GetInt(kWarmup);
+    if (type != "WarmupLR" && v_.GetInt(kTotal) < warmup) {
+      Note(LogLevel::kWarn,
+           fmt::format("total_num_steps {} is less than warmup_num_steps {} ({}{} and {}{}; "
+                       "DeepSpeed's warning)",
+                       v_.GetInt(kTotal), warmup, kTotal, At(kTotal), kWarmup, At(kWarmup)));
+    }
+    const int64_t steps = v_.GetInt("run.steps");
+    if (warmup > steps) {
+      const std::string steps_at = v_.IsGiven("run.steps") ? At("run.steps") : " (the default)";
+      Note(LogLevel::kWarn,
+           fmt::format("{} {}{} is longer than the run (run.steps {}{}): the learning rate never "
+                       "reaches its peak",
+                       kWarmup, warmup, At(kWarmup), steps, steps_at));
+    }
   }
 
   Result<int64_t> AvailableHostMemory() {

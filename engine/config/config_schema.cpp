@@ -24,7 +24,9 @@ void AddBatchAndTopLevel(SettingsRegistry& r) {
   r.Add("train_micro_batch_size_per_gpu", T::kInt, "Batch each rank processes per forward/backward")
       .Derived("from the other two batch keys and the world size (DeepSpeed's rule)")
       .Min(1)
-      .Auto("derived from the other batch keys; 1 when nothing defines it");
+      .Auto(
+          "derived from the other batch keys; 8 (the Hugging Face Trainer's "
+          "per_device_train_batch_size default) when nothing defines it");
   r.Add("gradient_accumulation_steps", T::kInt, "Micro-batches accumulated per optimizer step")
       .Derived("from the other two batch keys; 1 when only one batch key is given")
       .Min(1)
@@ -32,7 +34,7 @@ void AddBatchAndTopLevel(SettingsRegistry& r) {
   r.Add("gradient_clipping", T::kFloat, "Clip the global gradient norm to this value; 0 disables")
       .Default(1.0)
       .Min(0)
-      .Auto("1.0");
+      .Auto("1.0 (the Hugging Face Trainer's max_grad_norm default)");
   r.Add("steps_per_print", T::kInt, "Log training progress every N optimizer steps")
       .Unset("never (DeepSpeed's code default is None)")
       .Min(1);
@@ -51,23 +53,27 @@ void AddOptimizer(SettingsRegistry& r) {
   r.Add("optimizer.params.lr", T::kFloat, "Learning rate (peak rate when a scheduler warms up)")
       .Default(1e-3)
       .Min(0)
-      .Auto("1e-3 (DeepSpeed's FusedAdam default)");
+      .Auto("5e-5 (the Hugging Face Trainer's learning_rate default)");
   r.Add("optimizer.params.betas", T::kFloatList, "Adam coefficients for the moment averages")
       .Default(std::vector<double>{0.9, 0.999})
       .ListSize(2)
       .Min(0)
       .Max(1, /*exclusive=*/true)
-      .Auto("[0.9, 0.999]");
+      .Auto("[0.9, 0.999] (the Trainer's adam_beta1, adam_beta2 defaults)");
   r.Add("optimizer.params.eps", T::kFloat, "Term added to the denominator for stability")
       .Default(1e-8)
       .Min(0, /*exclusive=*/true)
-      .Auto("1e-8");
+      .Auto("1e-8 (the Trainer's adam_epsilon default)");
   r.Add("optimizer.params.weight_decay", T::kFloat, "Weight decay coefficient")
       .Default(0.0)
       .Min(0)
-      .Auto("0.0");
+      .Auto("0.0 (the Trainer's weight_decay default)");
   r.Add("optimizer.params.adam_w_mode", T::kBool,
         "Decoupled weight decay (AdamW); type AdamW forces it on, as in DeepSpeed")
+      .Default(true);
+  r.Add("optimizer.params.bias_correction", T::kBool,
+        "Divide the moments by 1 - beta^t (Adam's bias correction); false uses them as they are, "
+        "as DeepSpeed's FusedAdam and CPU Adam do")
       .Default(true);
 }
 
@@ -89,7 +95,9 @@ void AddScheduler(SettingsRegistry& r) {
   r.Add("scheduler.params.warmup_num_steps", T::kInt, "Optimizer steps of warm-up")
       .Default(int64_t{1000})
       .Min(0)
-      .Auto("1000 (DeepSpeed's default)");
+      .Auto(
+          "0 (the Trainer's warmup_steps and warmup_ratio defaults; the schedules warm up for "
+          "at least 2 steps, as DeepSpeed's do)");
   r.Add("scheduler.params.warmup_type", T::kEnum, "Warm-up curve: log or linear")
       .Default(std::string("log"))
       .Allowed({"log", "linear"});
@@ -136,6 +144,10 @@ void AddPrecision(SettingsRegistry& r) {
   r.Add("bf16.enabled", T::kBool, "Train in bf16 with fp32 master weights")
       .Default(false)
       .Auto("true when model.dtype is bf16, else false");
+  // No settings of its own: DeepSpeed's data_types keys are matched against what Sluice does
+  // (UnsupportedKeys below).
+  r.AddSection("data_types",
+               "DeepSpeed's gradient accumulation dtype; Sluice accumulates gradients in fp32");
 }
 
 void AddZero(SettingsRegistry& r) {
@@ -160,9 +172,10 @@ void AddZero(SettingsRegistry& r) {
       .Min(0)
       .Auto("5e8");
   r.Add("zero_optimization.sub_group_size", T::kInt,
-        "Elements per optimizer sub-group: the unit of CPU Adam calls and NVMe swaps")
+        "Elements per optimizer sub-group: the unit of CPU Adam calls and NVMe swaps; 0 "
+        "(DeepSpeed: one sub-group per parameter) reads as the default")
       .Default(I(1e9))
-      .Min(1)
+      .Min(0)
       .Auto("1e9");
   r.Add("zero_optimization.stage3_prefetch_bucket_size", T::kInt,
         "Elements of parameters fetched ahead of use (stage 3)")
@@ -186,7 +199,8 @@ void AddZero(SettingsRegistry& r) {
       .Auto("1e9");
   r.Add("zero_optimization.stage3_gather_16bit_weights_on_model_save", T::kBool,
         "Also write consolidated 16-bit weights when saving (stage 3)")
-      .Default(false);
+      .Default(false)
+      .Auto("false (accelerate's zero3_save_16bit_model default)");
 
   r.AddSection("zero_optimization.offload_optimizer",
                "Optimizer state offload (ZeRO-Offload / ZeRO-Infinity); Adam runs on the CPU");
@@ -302,6 +316,10 @@ void AddCheckpointing(SettingsRegistry& r) {
   r.Add("checkpoint.keep_last", T::kInt, "Committed checkpoints kept (the newest N); 0 keeps all")
       .Default(int64_t{0})
       .Min(0);
+  r.Add("checkpoint.save_final", T::kBool,
+        "Save a checkpoint after the last step (for sluice convert RUN_DIR), also without "
+        "save_interval")
+      .Default(true);
   r.Add("checkpoint.dir", T::kString, "Folder of the step_N checkpoints and the latest pointer")
       .Unset("RUN_DIR/checkpoints");
 }
@@ -341,6 +359,18 @@ void AddModel(SettingsRegistry& r) {
       .Default(int64_t{64})
       .Min(1)
       .Max(kMaxWidth);
+  r.Add("model.max_position_embeddings", T::kInt,
+        "Positions the model has (gpt2: rows of its position table, at least seq_len; llama: "
+        "recorded for sluice convert); Hugging Face's name")
+      .Derived("model.seq_len, or config.json's n_positions / max_position_embeddings")
+      .Min(1)
+      .Max(kMaxWidth);
+  r.Add("model.rope_theta", T::kFloat, "Base of the rotary embedding's frequencies (llama)")
+      .Default(10000.0)
+      .Min(0, /*exclusive=*/true);
+  r.Add("model.norm_eps", T::kFloat, "Epsilon of LayerNorm (gpt2) and RMSNorm (llama)")
+      .Default(1e-5)
+      .Min(0, /*exclusive=*/true);
   r.Add("model.tie_embeddings", T::kBool, "Share the input embedding with the output projection")
       .Derived("gpt2: true; llama: false")
       .Auto("the family's rule");
@@ -349,8 +379,8 @@ void AddModel(SettingsRegistry& r) {
       .Allowed({"bf16", "f16", "f32"})
       .Auto("from the bf16/fp16 sections");
   r.Add("model.init_from", T::kString,
-        "Initial weights: a safetensors file, index or folder, or a Sluice checkpoint (weights "
-        "only, fresh optimizer)")
+        "Initial weights: a safetensors file, index or folder (its config.json fills the model "
+        "settings left unset), or a Sluice checkpoint (weights only, fresh optimizer)")
       .Unset("random initialization");
   r.Add("model.init_std", T::kFloat, "Standard deviation of the random initialization")
       .Default(0.02)
@@ -488,21 +518,37 @@ const std::vector<UnsupportedConfigKey>& UnsupportedKeys() {
       {"zero_force_ds_cpu_optimizer", false, {"true", "false"}, "Sluice has no client optimizers"},
       {"memory_breakdown", false, {"false"}, ""},
       {"dump_state", false, {"false"}, ""},
-      {"communication_data_type", false, {}, "gradients are reduced in the model dtype"},
-      {"seq_parallel_communication_data_type", false, {}, ""},
-      {"prescale_gradients", false, {"false"}, ""},
-      {"gradient_predivide_factor", false, {"1"}, ""},
+      {"communication_data_type",
+       false,
+       {"fp32"},
+       "Sluice reduces gradients in fp32 only",
+       "Sluice reduces gradients in fp32"},
+      {"prescale_gradients",
+       false,
+       {"false"},
+       "Sluice averages the fp32 gradients inside the reduction and has no separate division "
+       "before it; at ZeRO stages 2 and 3 DeepSpeed refuses true too (reduce_scatter)"},
+      {"gradient_predivide_factor",
+       false,
+       {"1"},
+       "Sluice averages the fp32 gradients inside the reduction and has no division by a factor "
+       "before it; at ZeRO stages 2 and 3 DeepSpeed refuses a factor other than 1 too "
+       "(reduce_scatter)"},
       {"gradient_allreduce_op", false, {"mean"}, ""},
       {"sparse_gradients", false, {"false"}, ""},
-      {"fp32_allreduce", false, {"false"}, ""},
-      {"disable_allgather", false, {"false"}, ""},
       {"allgather_size", false, {}, "use zero_optimization.allgather_bucket_size"},
       {"dataloader_drop_last", false, {"false"}, ""},
       {"vocabulary_size", false, {}, "use model.vocab_size"},
       {"sequence_parallel_size", false, {"1"}, ""},
       {"use_data_before_expert_parallelism", false, {"false"}, ""},
       {"graph_harvesting", false, {"false"}, ""},
-      {"data_types", true, {}, "gradients accumulate in the model dtype"},
+      {"data_types.grad_accum_dtype",
+       false,
+       {"fp32"},
+       "Sluice accumulates gradients in fp32 only",
+       "Sluice accumulates gradients in fp32"},
+      {"data_types.param_dtype", false, {}, "the parameter dtype follows fp16/bf16 (model.dtype)"},
+      {"data_types.buffer_dtype", false, {}, ""},
       {"tensor_parallel", true, {}, ""},
       {"pipeline", true, {}, ""},
       {"compile", true, {}, ""},
@@ -529,9 +575,13 @@ const std::vector<UnsupportedConfigKey>& UnsupportedKeys() {
       {"torch_autocast", true, {"enabled=false"}, ""},
       {"optimizer.legacy_fusion", false, {"false"}, ""},
       // optimizer.params
-      {"optimizer.params.torch_adam", false, {"false"}, "Sluice always uses its own Adam"},
+      {"optimizer.params.torch_adam",
+       false,
+       {"false", "true"},
+       "",
+       "Sluice runs its own Adam kernel, the update of torch.optim.Adam/AdamW (the type and "
+       "adam_w_mode choose which)"},
       {"optimizer.params.fp32_optimizer_states", false, {"true"}, "Adam moments are fp32"},
-      {"optimizer.params.bias_correction", false, {"true"}, ""},
       {"optimizer.params.amsgrad", false, {"false"}, ""},
       {"optimizer.params.set_grad_none", false, {"true", "false"}, "no effect in Sluice"},
       // fp16 / bf16
@@ -564,7 +614,12 @@ const std::vector<UnsupportedConfigKey>& UnsupportedKeys() {
       {"zero_optimization.partition_stream_chunk_size", false, {"0"}, ""},
       {"zero_optimization.ignore_unused_parameters", false, {"true"}, ""},
       {"zero_optimization.legacy_stage1", false, {"false"}, ""},
-      {"zero_optimization.round_robin_gradients", false, {"false"}, ""},
+      {"zero_optimization.round_robin_gradients",
+       false,
+       {"false", "true"},
+       "",
+       "it orders DeepSpeed's gradient copies to the host (ZeRO-Offload, stages 1 and 2) and does "
+       "not change results; Sluice schedules its own copies"},
       {"zero_optimization.zero_hpz_partition_size", false, {"1"}, ""},
       {"zero_optimization.zero_quantized_weights", false, {"false"}, ""},
       {"zero_optimization.zero_quantized_nontrainable_weights", false, {"false"}, ""},
@@ -596,9 +651,38 @@ const std::vector<UnsupportedConfigKey>& UnsupportedKeys() {
   return keys;
 }
 
+const std::vector<IgnoredConfigKey>& IgnoredKeys() {
+  // Each checked in DeepSpeed's source (deepspeed/runtime/config.py, engine.py, zero/).
+  static const std::vector<IgnoredConfigKey> keys = {
+      {"cuda_visible_devices",
+       "DeepSpeed never reads it: the launcher's --include or CUDA_VISIBLE_DEVICES choose the "
+       "GPUs (Sluice: device.index)"},
+      {"disable_allgather", "DeepSpeed reads it but never uses it"},
+      {"fp32_allreduce",
+       "DeepSpeed has no such key and never reads it; Sluice reduces gradients in fp32 whatever "
+       "it says",
+       {"true"}},
+      {"seq_parallel_communication_data_type",
+       "it applies to sequence parallelism only (sequence_parallel_size > 1), which Sluice does "
+       "not have"},
+      {"monitor_config",
+       "not a DeepSpeed key: DeepSpeed reads its monitors from the top-level tensorboard, wandb, "
+       "csv_monitor and comet sections"},
+      {"comms_config", "not a DeepSpeed key: DeepSpeed's communication logging is comms_logger"},
+  };
+  return keys;
+}
+
 }  // namespace
 
 const SettingsRegistry& ConfigRegistry() { return BuildRegistry(); }
+
+const IgnoredConfigKey* FindIgnoredConfigKey(std::string_view path) {
+  for (const IgnoredConfigKey& key : IgnoredKeys()) {
+    if (key.path == path) return &key;
+  }
+  return nullptr;
+}
 
 const ConfigKeyAlias* FindConfigAlias(std::string_view path) {
   for (const ConfigKeyAlias& alias : Aliases()) {
@@ -638,6 +722,7 @@ std::vector<std::string> KnownConfigChildNames(std::string_view section) {
   };
   for (const ConfigKeyAlias& alias : Aliases()) add(alias.path);
   for (const UnsupportedConfigKey& key : UnsupportedKeys()) add(key.path);
+  for (const IgnoredConfigKey& key : IgnoredKeys()) add(key.path);
   return names;
 }
 
@@ -650,6 +735,9 @@ std::vector<std::string> KnownConfigPathsNamed(std::string_view name) {
     if (SettingLeafName(alias.path) == name) paths.emplace_back(alias.path);
   }
   for (const UnsupportedConfigKey& key : UnsupportedKeys()) {
+    if (SettingLeafName(key.path) == name) paths.emplace_back(key.path);
+  }
+  for (const IgnoredConfigKey& key : IgnoredKeys()) {
     if (SettingLeafName(key.path) == name) paths.emplace_back(key.path);
   }
   return paths;

@@ -34,8 +34,22 @@ struct UnsupportedConfigKey {
   bool is_section;
   std::vector<std::string_view> same_as_sluice;
   std::string_view note;  // extra advice; may be empty
+  // Why a value of same_as_sluice describes Sluice, for the info line ("Sluice reduces gradients
+  // in fp32"); empty: the value is DeepSpeed's default, which Sluice always does.
+  std::string_view accepted_why = {};
 };
 const UnsupportedConfigKey* FindUnsupportedConfigKey(std::string_view path);
+
+// A DeepSpeed key that DeepSpeed itself ignores (it never reads it, or reads it and never uses
+// it, or it has no effect with the rest of the config): accepted with a warning that says so, as
+// DeepSpeed runs such a config. A value in `quiet_values` (one that describes what Sluice does)
+// is reported at info level instead.
+struct IgnoredConfigKey {
+  std::string_view path;  // a key or a whole section
+  std::string_view why;
+  std::vector<std::string_view> quiet_values = {};
+};
+const IgnoredConfigKey* FindIgnoredConfigKey(std::string_view path);
 
 // A DeepSpeed value of an enum setting that Sluice does not support (optimizer "Lamb", ...):
 // returns a note such as "a DeepSpeed optimizer", or nullptr.

@@ -18,14 +18,18 @@ namespace sluice {
 struct Config;
 
 // Applies a parsed document. `source_name` (the file) prefixes messages with file:line:col.
+// Each Apply* stops at the first key it cannot apply, or, given `problems`, appends that key's
+// error there and applies the rest (config check --all).
 Status ApplyConfigDocument(const ConfigNode& root, std::string_view source_name,
-                           SettingValues* values, std::vector<std::string>* notes);
+                           SettingValues* values, std::vector<std::string>* notes,
+                           std::vector<Status>* problems = nullptr);
 // Applies SLUICE_CFG_* variables from NAME=VALUE pairs (others are ignored), in sorted order.
 Status ApplyEnvOverrides(const std::vector<std::pair<std::string, std::string>>& env,
-                         SettingValues* values, std::vector<std::string>* notes);
+                         SettingValues* values, std::vector<std::string>* notes,
+                         std::vector<Status>* problems = nullptr);
 // Applies "key=value" overrides in order.
 Status ApplySetOverrides(const std::vector<std::string>& overrides, SettingValues* values,
-                         std::vector<std::string>* notes);
+                         std::vector<std::string>* notes, std::vector<Status>* problems = nullptr);
 
 struct ResolveContext {
   int world_size = 1;

@@ -516,11 +516,11 @@ Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
   // fp32 parameters the engine binds: no bf16 widening.
   model::ModelOptions pass = c.model;
   pass.param_dtype = DType::kF32;
-  const ActivationEstimate act = EstimateActivations(pass, e.micro_batch, c.model.seq_len);
+  const ActivationEstimate act = EstimateActivations(pass, e.micro_batch, e.seq_len);
   auto build = [&](std::vector<std::string>& notes) {
     ItemList items;
     AddZeroEngine(c, items, notes);
-    items.Add(fmt::format("activations (micro-batch {} x seq {}{})", e.micro_batch, c.model.seq_len,
+    items.Add(fmt::format("activations (micro-batch {} x seq {}{})", e.micro_batch, e.seq_len,
                           options.activation_checkpointing ? ", checkpointed blocks" : ""),
               MemoryTier::kDevice, MemoryCategory::kActivations, act.peak_bytes, act.peak_formula,
               Lifetime::kPass);

@@ -1,6 +1,7 @@
 #include "engine/train/checkpointing.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -383,7 +384,7 @@ Result<TrainingProgress> LoadTrainingCheckpoint(const fs::path& step_dir, zero::
 }
 
 Status LoadInitialWeights(const fs::path& path, zero::ZeroEngine& engine,
-                          const model::ParameterRegistry& registry) {
+                          const model::ParameterRegistry& registry, std::string* loaded) {
   zero::ZeroStateReaders readers;
   std::unique_ptr<checkpoint::CheckpointReader> reader;
   std::unique_ptr<checkpoint::SafetensorsSource> source;
@@ -393,9 +394,26 @@ Status LoadInitialWeights(const fs::path& path, zero::ZeroEngine& engine,
     SLUICE_RETURN_IF_ERROR(CheckTensorsMatch(*reader, registry, /*with_moments=*/false));
     readers.master = FiniteOnly(CheckpointRangeReader(*reader, registry, StateKind::kMasterWeights),
                                 registry, step_dir);
+    if (loaded != nullptr) {
+      *loaded = fmt::format("the master weights of step {} of the Sluice checkpoint {}",
+                            reader->manifest().step, step_dir.string());
+    }
   } else {
     SLUICE_ASSIGN_OR_RETURN(source, checkpoint::SafetensorsSource::Open(path));
     const checkpoint::SafetensorsSource* src = source.get();
+    // Every parameter present with its shape, and no tensor the model would leave out, before a
+    // rank reads its range.
+    SLUICE_ASSIGN_OR_RETURN(checkpoint::LoadWeightsReport report,
+                            checkpoint::CheckSafetensorsMatchModel(*src, registry));
+    if (loaded != nullptr) {
+      std::string skipped;
+      if (!report.ignored.empty()) {
+        skipped = fmt::format(" ({} non-parameter tensor(s) skipped: {})", report.ignored.size(),
+                              fmt::join(report.ignored, ", "));
+      }
+      *loaded =
+          fmt::format("{} parameters from {}{}", report.loaded, src->path().string(), skipped);
+    }
     readers.master = FiniteOnly(
         [src, &registry](int param, int64_t begin, int64_t end, float* dst) {
           return checkpoint::ReadParameterRange(*src, registry.parameter(param), begin, end, dst);

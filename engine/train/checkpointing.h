@@ -88,8 +88,10 @@ Result<TrainingProgress> LoadTrainingCheckpoint(const std::filesystem::path& ste
 // folder holding either (Hugging Face names, safetensors_loader.h), or a Sluice checkpoint (a
 // step, checkpoints or run directory): its master weights only. The optimizer starts fresh. Then
 // ZeroEngine::PublishParameters, as for LoadTrainingCheckpoint. A NaN or infinite weight is
-// refused naming the tensor and the element (as each rank reads its range).
+// refused naming the tensor and the element (as each rank reads its range); so is a safetensors
+// file with a tensor the model has no parameter for. `loaded`, when given, says what was loaded
+// from where, for the log.
 Status LoadInitialWeights(const std::filesystem::path& path, zero::ZeroEngine& engine,
-                          const model::ParameterRegistry& registry);
+                          const model::ParameterRegistry& registry, std::string* loaded = nullptr);
 
 }  // namespace sluice::train

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace sluice::train {
 
 Status CheckTrainable(const Config& config) {
@@ -36,7 +38,13 @@ Result<model::ModelOptions> ModelOptionsFromConfig(const Config& config, Precisi
   options.d_model = m.d_model;
   options.d_ff = m.d_ff;
   options.vocab_size = m.vocab_size;
-  options.seq_len = m.seq_len;
+  // The model's longest sequence: for gpt2 the rows of its position table, which may exceed the
+  // training windows (data use model.seq_len).
+  options.seq_len = options.family == model::Family::kGpt2
+                        ? std::max(m.seq_len, m.max_position_embeddings)
+                        : m.seq_len;
+  options.rope_theta = m.rope_theta;
+  options.norm_eps = static_cast<float>(m.norm_eps);
   options.tie_embeddings = m.tie_embeddings;
   options.init_std = m.init_std;
   options.param_dtype = ModelParamDType(precision);
@@ -74,7 +82,9 @@ std::string DescribeModel(const model::ModelOptions& o) {
   std::string text =
       fmt::format("{}, n_layer {}, n_head {}", model::FamilyName(o.family), o.n_layer, o.n_head);
   if (o.n_kv_head != o.n_head) text += fmt::format(", n_kv_head {}", o.n_kv_head);
-  text += fmt::format(", d_model {}, d_ff {}, seq_len {}", o.d_model, o.d_ff, o.seq_len);
+  // gpt2's longest sequence is its position table, which may be longer than the windows.
+  text += fmt::format(", d_model {}, d_ff {}, {} {}", o.d_model, o.d_ff,
+                      o.family == model::Family::kGpt2 ? "positions" : "seq_len", o.seq_len);
   return text;
 }
 

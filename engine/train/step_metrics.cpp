@@ -24,6 +24,8 @@ nlohmann::ordered_json StepMetricsToJson(const StepMetrics& m) {
   json["total_tokens"] = m.total_tokens;
   json["step_time_s"] = Number(m.step_time_s);
   json["tokens_per_s"] = Number(m.tokens_per_s);
+  json["tflops"] = Number(m.tflops);
+  json["mfu"] = m.mfu.has_value() ? Number(*m.mfu) : nullptr;
   json["forward_s"] = Number(m.forward_s);
   json["backward_s"] = Number(m.backward_s);
   json["optimizer_s"] = Number(m.optimizer_s);
@@ -37,6 +39,14 @@ nlohmann::ordered_json StepMetricsToJson(const StepMetrics& m) {
     json["eval_s"] = Number(m.eval_s);
   }
   return json;
+}
+
+void SetStepThroughput(double peak_flops_per_s, StepMetrics* m) {
+  if (!(m->step_time_s > 0)) return;
+  m->tokens_per_s = static_cast<double>(m->tokens) / m->step_time_s;
+  const double flops_per_s = m->model_flops / m->step_time_s;
+  m->tflops = flops_per_s * 1e-12;
+  if (peak_flops_per_s > 0) m->mfu = flops_per_s / peak_flops_per_s;
 }
 
 }  // namespace sluice::train

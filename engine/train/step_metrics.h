@@ -23,6 +23,10 @@ struct StepMetrics {
   int64_t total_tokens = 0;   // since the start of the run
   double step_time_s = 0.0;   // wall time of the step (data, forward, backward, optimizer)
   double tokens_per_s = 0.0;  // tokens / step_time_s
+  double model_flops = 0.0;   // model FLOPs of the step's tokens, all ranks (flops.h)
+  double tflops = 0.0;        // model_flops / step_time_s, in TFLOP/s
+  std::optional<double> mfu;  // model_flops / step_time_s / the run's peak (device_peak.h);
+                              // unset when the device's peak is unknown
   double forward_s = 0.0;
   double backward_s = 0.0;
   double optimizer_s = 0.0;        // unscale, norm, clip, Adam, parameter write-back
@@ -33,9 +37,14 @@ struct StepMetrics {
 };
 
 // One metrics.jsonl object, keys in a fixed order: step, loss, lr, grad_norm, loss_scale,
-// skipped, tokens, total_tokens, step_time_s, tokens_per_s, forward_s, backward_s, optimizer_s,
-// peak_bytes {device, host_pinned, host, nvme}, then val_loss and eval_s on evaluation steps.
-// Non-finite numbers are written as null (JSON has no inf).
+// skipped, tokens, total_tokens, step_time_s, tokens_per_s, tflops, mfu, forward_s, backward_s,
+// optimizer_s, peak_bytes {device, host_pinned, host, nvme}, then val_loss and eval_s on
+// evaluation steps. Non-finite numbers, and an unknown mfu, are written as null (JSON has no
+// inf).
 nlohmann::ordered_json StepMetricsToJson(const StepMetrics& metrics);
+
+// Sets tokens_per_s, tflops and mfu from tokens, model_flops and step_time_s, against
+// `peak_flops_per_s` (the whole run's; 0 when unknown: mfu stays unset).
+void SetStepThroughput(double peak_flops_per_s, StepMetrics* metrics);
 
 }  // namespace sluice::train

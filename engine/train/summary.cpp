@@ -5,8 +5,9 @@
 #include <cmath>
 #include <vector>
 
-#include "runtime/json_text.h"
+#include "engine/train/flops.h"
 #include "engine/train/progress.h"
+#include "runtime/json_text.h"
 #include "runtime/size_format.h"
 #include "runtime/stop_signal.h"
 
@@ -27,6 +28,24 @@ std::string Row(std::string_view name, std::string_view value) {
   return fmt::format("  {:<18} {}\n", name, value);
 }
 
+// "0.01433 TFLOP/s (model FLOPs, 8.11M a token), MFU 49.5% of 0.02894 TFLOP/s (measured peak,
+// cpu (GemmFixed avx512, all cores))"
+std::string ComputeRow(const TrainSummary& s) {
+  const FlopsSummary& f = s.flops;
+  std::string text = fmt::format("{:.4g} TFLOP/s (model FLOPs, {} a token)", f.tflops,
+                                 FormatCount(static_cast<double>(f.per_token)));
+  if (!f.mfu.has_value()) {
+    return text + fmt::format(", MFU unknown: no peak for {}", f.peak.device);
+  }
+  // "measured" or "table": how the peak was found (summary.json has the whole source).
+  const std::string how = f.peak.source.substr(0, f.peak.source.find(':'));
+  return text +
+         fmt::format(", MFU {:.1f}% of {:.4g} TFLOP/s{} ({} peak, {})", 100.0 * *f.mfu,
+                     f.total_peak_flops_per_s * 1e-12,
+                     s.world_size > 1 ? fmt::format(" on {} ranks", s.world_size) : std::string(),
+                     how, f.peak.device);
+}
+
 }  // namespace
 
 std::string FormatSummaryTable(const TrainSummary& s) {
@@ -44,6 +63,7 @@ std::string FormatSummaryTable(const TrainSummary& s) {
   out += Row("throughput",
              fmt::format("{} tokens/s (training {}, wall {})", FormatCount(s.tokens_per_s),
                          FormatDuration(s.train_s), FormatDuration(s.wall_s)));
+  if (s.flops.per_token > 0 && s.train_s > 0) out += Row("compute", ComputeRow(s));
   const std::pair<const char*, double> phases[] = {{"forward", s.phases.forward_s},
                                                    {"backward", s.phases.backward_s},
                                                    {"optimizer", s.phases.optimizer_s},
@@ -99,6 +119,20 @@ nlohmann::ordered_json SummaryToJson(const TrainSummary& s) {
   json["wall_s"] = Number(s.wall_s);
   json["train_s"] = Number(s.train_s);
   json["tokens_per_s"] = Number(s.tokens_per_s);
+  const FlopsSummary& f = s.flops;
+  json["flops"] = {
+      {"formula", kModelFlopsFormula},
+      {"per_token", f.per_token},
+      {"matmul_parameters", f.matmul_parameters},
+      {"model_flops", Number(f.model_flops)},
+      {"tflops", Number(f.tflops)},
+      {"mfu", Optional(f.mfu)},
+      {"peak",
+       {{"tflops_per_rank", f.peak.known() ? Number(f.peak.flops_per_s * 1e-12) : nullptr},
+        {"tflops_total", f.peak.known() ? Number(f.total_peak_flops_per_s * 1e-12) : nullptr},
+        {"dtype", f.peak.dtype},
+        {"device", f.peak.device},
+        {"source", f.peak.source}}}};
   json["phases_s"] = {{"forward", Number(s.phases.forward_s)},
                       {"backward", Number(s.phases.backward_s)},
                       {"optimizer", Number(s.phases.optimizer_s)},

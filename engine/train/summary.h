@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "engine/train/device_peak.h"
 #include "engine/train/memory_report.h"
 #include "runtime/memory_kinds.h"
 
@@ -34,11 +35,22 @@ struct ComputeKernels {
   std::string kernel_isa;       // "avx512", "avx2", "scalar"
 };
 
+// Model FLOPs (flops.h) against the device's peak (device_peak.h).
+struct FlopsSummary {
+  int64_t per_token = 0;          // 6N + 12 L d_attn T at the training window
+  int64_t matmul_parameters = 0;  // N
+  double model_flops = 0.0;       // over the steps of this invocation, all ranks
+  double tflops = 0.0;            // model_flops / train_s, in TFLOP/s
+  std::optional<double> mfu;      // against total_peak_flops_per_s; unset when the peak is unknown
+  PeakFlops peak;                 // one rank's (rank 0's)
+  double total_peak_flops_per_s = 0.0;  // summed over the ranks
+};
+
 struct TrainSummary {
   std::string run_dir;
   std::string model;  // "gpt2, 4 layers, d_model 256"
   int64_t parameters = 0;
-  std::string precision;  // "bf16"
+  std::string precision;    // "bf16"
   int64_t steps = 0;        // run by this invocation
   int64_t total_steps = 0;  // run.steps
   // The signal the run stopped early for (Trainer's stop_on_signal), 0 when it ran to the end.
@@ -59,6 +71,7 @@ struct TrainSummary {
   std::optional<double> final_val_loss;    // after the last step
   double final_loss_scale = 1.0;
   ComputeKernels kernels;
+  FlopsSummary flops;
 };
 
 inline constexpr int64_t kFinalLossWindow = 10;

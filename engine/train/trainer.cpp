@@ -14,6 +14,9 @@
 #include "engine/estimate/budget_guard.h"
 #include "engine/estimate/memory_estimate.h"
 #include "engine/train/checkpointing.h"
+#include "engine/train/device_peak.h"
+#include "engine/train/flops.h"
+#include "engine/train/loss_plot.h"
 #include "engine/train/memory_report.h"
 #include "engine/train/metrics_writer.h"
 #include "engine/train/progress.h"
@@ -31,6 +34,7 @@
 #include "runtime/size_format.h"
 #include "runtime/stop_signal.h"
 #include "runtime/trace.h"
+#include "runtime/trace_merge.h"
 
 namespace sluice::train {
 namespace {
@@ -41,41 +45,76 @@ double NowSeconds() {
 }
 
 // Splits each ForwardBackward into its forward part (up to the end of the last unit's forward)
-// and the rest (the loss and the backward), and records both in the trace when it is enabled.
+// and the rest (the loss and the backward), as the compute stream ran them (the hooks run while
+// the host enqueues the pass, ahead of the stream), and records both in the trace when it is
+// enabled.
 class PhaseClock final : public model::UnitHooks {
  public:
-  explicit PhaseClock(int last_unit) : last_unit_(last_unit) {}
+  PhaseClock(Device& device, Stream& stream, int last_unit)
+      : device_(&device), stream_(&stream), last_unit_(last_unit) {}
 
-  void BeginPass() {
-    start_ns_ = TraceClockNs();
-    forward_end_ns_ = -1;
+  Status BeginPass() {
+    if (start_ == nullptr) {
+      SLUICE_ASSIGN_OR_RETURN(start_, device_->CreateEvent());
+      SLUICE_ASSIGN_OR_RETURN(split_, device_->CreateEvent());
+      SLUICE_ASSIGN_OR_RETURN(end_, device_->CreateEvent());
+    }
+    split_recorded_ = false;
+    return start_->Record(*stream_);
   }
-  void EndPass(int64_t step, int64_t micro) {
-    const int64_t end = TraceClockNs();
-    const int64_t split = forward_end_ns_ >= 0 ? forward_end_ns_ : end;
-    forward_s += 1e-9 * static_cast<double>(split - start_ns_);
-    backward_s += 1e-9 * static_cast<double>(end - split);
+  // After the pass returned (the stream has finished it).
+  Status EndPass(int64_t step, int64_t micro) {
+    SLUICE_RETURN_IF_ERROR(end_->Record(*stream_));
+    SLUICE_RETURN_IF_ERROR(end_->Synchronize());
+    const int64_t end_ns = TraceClockNs();
+    SLUICE_ASSIGN_OR_RETURN(const float total_ms, ElapsedMs(*start_, *end_));
+    float backward_ms = 0.0f;
+    if (split_recorded_) {
+      SLUICE_ASSIGN_OR_RETURN(backward_ms, ElapsedMs(*split_, *end_));
+    }
+    forward_s += 1e-3 * static_cast<double>(total_ms - backward_ms);
+    backward_s += 1e-3 * static_cast<double>(backward_ms);
     TraceRecorder& trace = TraceRecorder::Global();
     if (trace.enabled()) {
+      const int64_t start_ns = end_ns - static_cast<int64_t>(1e6 * total_ms);
+      const int64_t split_ns = end_ns - static_cast<int64_t>(1e6 * backward_ms);
       trace.Record(kTraceLaneCompute, fmt::format("forward step {} micro {}", step, micro),
-                   start_ns_, split);
-      trace.Record(kTraceLaneCompute, fmt::format("backward step {} micro {}", step, micro), split,
-                   end);
+                   start_ns, split_ns);
+      trace.Record(kTraceLaneCompute, fmt::format("backward step {} micro {}", step, micro),
+                   split_ns, end_ns);
     }
+    return OkStatus();
   }
   Status AfterForward(int unit) override {
-    if (unit == last_unit_) forward_end_ns_ = TraceClockNs();
-    return OkStatus();
+    if (unit != last_unit_) return OkStatus();
+    split_recorded_ = true;
+    return split_->Record(*stream_);
   }
 
   double forward_s = 0.0;
   double backward_s = 0.0;
 
  private:
+  Device* device_;
+  Stream* stream_;
   int last_unit_;
-  int64_t start_ns_ = 0;
-  int64_t forward_end_ns_ = -1;
+  std::unique_ptr<Event> start_;
+  std::unique_ptr<Event> split_;
+  std::unique_ptr<Event> end_;
+  bool split_recorded_ = false;
 };
+
+// One micro-batch's ForwardBackward, timed by `clock`.
+Result<double> TimedForwardBackward(PhaseClock& clock, zero::ZeroEngine& engine,
+                                    const data::Batch& batch, double loss_grad, int64_t step,
+                                    int64_t micro) {
+  SLUICE_RETURN_IF_ERROR(clock.BeginPass());
+  SLUICE_ASSIGN_OR_RETURN(const double loss,
+                          engine.ForwardBackward(batch.inputs.data(), batch.targets.data(),
+                                                 batch.batch_size, batch.seq_len, loss_grad));
+  SLUICE_RETURN_IF_ERROR(clock.EndPass(step, micro));
+  return loss;
+}
 
 Status DeviceTypeSupported(const Config& config) {
   if (config.device.type == DeviceType::kCpu) return OkStatus();
@@ -170,6 +209,9 @@ Status Trainer::Build() {
   } else {
     world_ = options_.world;
   }
+  // checkpoint.save_final is for runs that write their run directory (not a library caller's
+  // with write_files off); decided before ranks > 0 stop writing files, as the save is collective.
+  if (!options_.write_files) config_.checkpoint.save_final = false;
   if (world_->rank() != 0) {
     options_.progress = ProgressMode::kOff;
     options_.write_files = false;
@@ -197,6 +239,8 @@ Status Trainer::Build() {
       "checking the run directory"));
   SLUICE_RETURN_IF_ERROR(
       AgreeAcrossRanks(*world_, BuildModel(), "setting up the device and the model"));
+  // What MFU is measured against: the GEMM this run computes with, on its threads.
+  SLUICE_ASSIGN_OR_RETURN(peak_, MeasureRunPeak(*world_, num_threads_));
   SLUICE_RETURN_IF_ERROR(AgreeAcrossRanks(*world_, BuildEngine(), "creating the ZeRO engine"));
   SLUICE_RETURN_IF_ERROR(AgreeAcrossRanks(*world_, OpenData(), "opening the data"));
   SLUICE_RETURN_IF_ERROR(LoadStartingState());
@@ -272,9 +316,12 @@ Status Trainer::LoadStartingState() {
     loaded = ResumeFromCheckpoint();
   } else if (config_.model.init_from.has_value()) {
     what = "loading model.init_from";
-    loaded = LoadInitialWeights(*config_.model.init_from, *engine_, model_->registry());
+    std::string source;
+    loaded = LoadInitialWeights(*config_.model.init_from, *engine_, model_->registry(), &source);
     if (!loaded.ok()) {
       loaded.WithContext(fmt::format("model.init_from = {}", *config_.model.init_from));
+    } else if (world_->rank() == 0) {
+      SLUICE_LOG(kInfo, "train", "model.init_from: loaded {}", source);
     }
   } else {
     Status initialized = engine_->InitializeParameters(static_cast<uint64_t>(config_.run.seed));
@@ -368,7 +415,7 @@ Result<StepMetrics> Trainer::TrainStep() {
   m.loss_scale = loss_scale;
   m.lr = schedule_.current_lr();
 
-  PhaseClock clock(static_cast<int>(model_->units().size()) - 1);
+  PhaseClock clock(*device_, model_->stream(), static_cast<int>(model_->units().size()) - 1);
   engine_->SetUserHooks(&clock);
   double loss_sum = 0.0;
   int64_t tokens = 0;
@@ -379,18 +426,18 @@ Result<StepMetrics> Trainer::TrainStep() {
       return std::move(fetched).WithContext(
           fmt::format("step {}, micro-batch {}", m.step, micro + 1));
     }
-    clock.BeginPass();
-    Result<double> loss =
-        engine_->ForwardBackward(batch_.inputs.data(), batch_.targets.data(), batch_.batch_size,
-                                 batch_.seq_len, loss_scale / static_cast<double>(accumulation));
+    Result<double> loss = TimedForwardBackward(
+        clock, *engine_, batch_, loss_scale / static_cast<double>(accumulation), m.step, micro + 1);
     if (!loss.ok()) {
       engine_->SetUserHooks(nullptr);
       return Status(loss.status())
           .WithContext(fmt::format("step {}, micro-batch {}", m.step, micro + 1));
     }
-    clock.EndPass(m.step, micro + 1);
     loss_sum += *loss;
     tokens += batch_.batch_size * batch_.seq_len;
+    m.model_flops +=
+        static_cast<double>(batch_.batch_size * batch_.seq_len) *
+        static_cast<double>(CountModelFlops(model_->options(), batch_.seq_len).per_token);
   }
   engine_->SetUserHooks(nullptr);
   m.forward_s = clock.forward_s;
@@ -419,8 +466,9 @@ Result<StepMetrics> Trainer::TrainStep() {
   SLUICE_ASSIGN_OR_RETURN(m.loss,
                           engine_->MeanAcrossRanks(loss_sum / static_cast<double>(accumulation)));
   m.tokens = tokens * world_->size();
+  m.model_flops *= world_->size();
   m.step_time_s = NowSeconds() - start;
-  m.tokens_per_s = m.step_time_s > 0 ? static_cast<double>(m.tokens) / m.step_time_s : 0.0;
+  SetStepThroughput(peak_.total_flops_per_s, &m);
   total_tokens_ += m.tokens;
   m.total_tokens = total_tokens_;
   ++steps_done_;
@@ -458,8 +506,8 @@ Status Trainer::PrepareRunFiles(std::optional<MetricsWriter>* metrics) {
   SLUICE_RETURN_IF_ERROR(CreateRunDirectory(run_dir));
   const std::filesystem::path dir(run_dir);
   const bool resumed = options_.resume.has_value();
-  for (const char* name :
-       {"summary.json", "config.resolved.json", "metrics.jsonl", "trace.rank0.json"}) {
+  for (const char* name : {"summary.json", "config.resolved.json", "metrics.jsonl", "trace.json",
+                           "trace.rank0.json", "loss.png"}) {
     // A resumed run continues the curve so far.
     if (resumed && std::string_view(name) == "metrics.jsonl") continue;
     SLUICE_RETURN_IF_ERROR(RemoveStaleFile((dir / name).string()));
@@ -480,10 +528,25 @@ Status Trainer::FinishRunFiles(const TrainSummary& summary) {
   SLUICE_RETURN_IF_ERROR(WriteFileAtomically((dir / "summary.json").string(),
                                              SummaryToJson(summary).dump(2) + "\n",
                                              Durability::kUnsynced));
-  if (config_.run.trace) {
-    const std::string trace = (dir / "trace.rank0.json").string();
-    SLUICE_RETURN_IF_ERROR(TraceRecorder::Global().WriteChromeTrace(trace, /*rank=*/0));
-    SLUICE_LOG(kInfo, "train", "trace written to {} (open it in Perfetto)", trace);
+  // The whole curve, resumed parts included: metrics.jsonl has every step so far.
+  std::optional<LossPoint> validation_before;
+  if (summary.initial_val_loss.has_value()) {
+    validation_before = LossPoint{steps_done_ - summary.steps, *summary.initial_val_loss};
+  }
+  SLUICE_RETURN_IF_ERROR(
+      WriteLossPlot((dir / "metrics.jsonl").string(), (dir / "loss.png").string(),
+                    fmt::format("{}: {}", config_.run.dir, summary.model), validation_before));
+  return OkStatus();
+}
+
+// Every rank's events in one file, one Perfetto process per rank. Collective.
+Status Trainer::WriteTrace() {
+  const std::string path =
+      options_.write_files ? (std::filesystem::path(config_.run.dir) / "trace.json").string() : "";
+  SLUICE_RETURN_IF_ERROR(GatherChromeTrace(*world_, TraceRecorder::Global(), path));
+  if (!path.empty()) {
+    SLUICE_LOG(kInfo, "train", "trace of {} rank(s) written to {} (open it in Perfetto)",
+               world_->size(), path);
   }
   return OkStatus();
 }
@@ -494,7 +557,7 @@ Result<TrainSummary> Trainer::Run() {
   SLUICE_RETURN_IF_ERROR(
       AgreeAcrossRanks(*world_, options_.write_files ? PrepareRunFiles(&metrics) : OkStatus(),
                        "preparing the run directory"));
-  if (config_.run.trace && world_->rank() == 0) TraceRecorder::Global().Enable();
+  if (config_.run.trace) TraceRecorder::Global().Enable();
   const TrainIntervals intervals = IntervalsFromConfig(config_);
   const bool evaluate = validation_.has_value() && intervals.eval_interval > 0;
   const int64_t total_steps = config_.run.steps;
@@ -528,7 +591,9 @@ Result<TrainSummary> Trainer::Run() {
     }
     if (metrics.has_value()) SLUICE_RETURN_IF_ERROR(metrics->Write(StepMetricsToJson(m)));
     const int64_t save_interval = config_.checkpoint.save_interval;
-    if (save_interval > 0 && (m.step % save_interval == 0 || m.step == total_steps)) {
+    const bool last = m.step == total_steps;
+    if ((save_interval > 0 && (m.step % save_interval == 0 || last)) ||
+        (config_.checkpoint.save_final && last)) {
       SLUICE_RETURN_IF_ERROR(SaveCheckpoint().status());
     }
     if (progress.has_value()) progress->Update(m);
@@ -551,6 +616,7 @@ Result<TrainSummary> Trainer::Run() {
   const PhaseTimes& p = summary.phases;
   summary.phases.other_s =
       std::max(0.0, summary.wall_s - p.forward_s - p.backward_s - p.optimizer_s - p.eval_s);
+  if (config_.run.trace) SLUICE_RETURN_IF_ERROR(WriteTrace());
   if (options_.write_files) SLUICE_RETURN_IF_ERROR(FinishRunFiles(summary));
   if (options_.summary_stream != nullptr) {
     std::fprintf(options_.summary_stream, "%s", FormatSummaryTable(summary).c_str());
@@ -569,8 +635,10 @@ Result<int> Trainer::AgreedStopSignal() {
 }
 
 Status Trainer::StopEarly(int64_t step, bool saved) {
-  std::string saved_to = "no checkpoint configured (checkpoint.save_interval, checkpoint.dir)";
-  if (config_.checkpoint.save_interval > 0 || config_.checkpoint.dir.has_value()) {
+  std::string saved_to =
+      "no checkpoint configured (checkpoint.save_interval, checkpoint.save_final, checkpoint.dir)";
+  if (config_.checkpoint.save_interval > 0 || config_.checkpoint.save_final ||
+      config_.checkpoint.dir.has_value()) {
     std::filesystem::path dir = CheckpointsDirOf(config_) / checkpoint::StepDirName(step);
     if (!saved) {
       SLUICE_ASSIGN_OR_RETURN(dir, SaveCheckpoint());
@@ -592,6 +660,11 @@ TrainSummary Trainer::Summarize(const std::vector<StepMetrics>& steps) const {
   s.precision = std::string(PrecisionName(precision_));
   s.world_size = world_->size();
   s.kernels = DescribeComputeKernels(config_.device.cpu_gemm);
+  const ModelFlops flops = CountModelFlops(model_->options(), config_.model.seq_len);
+  s.flops.per_token = flops.per_token;
+  s.flops.matmul_parameters = flops.matmul_parameters;
+  s.flops.peak = peak_.rank;
+  s.flops.total_peak_flops_per_s = peak_.total_flops_per_s;
   s.steps = static_cast<int64_t>(steps.size());
   for (const StepMetrics& m : steps) {
     if (m.skipped) ++s.skipped_steps;
@@ -601,9 +674,16 @@ TrainSummary Trainer::Summarize(const std::vector<StepMetrics>& steps) const {
     s.phases.backward_s += m.backward_s;
     s.phases.optimizer_s += m.optimizer_s;
     s.phases.eval_s += m.eval_s;
+    s.flops.model_flops += m.model_flops;
     if (m.val_loss.has_value()) s.final_val_loss = m.val_loss;
   }
   s.tokens_per_s = s.train_s > 0 ? static_cast<double>(s.tokens) / s.train_s : 0.0;
+  if (s.train_s > 0) {
+    s.flops.tflops = s.flops.model_flops / s.train_s * 1e-12;
+    if (peak_.total_flops_per_s > 0) {
+      s.flops.mfu = s.flops.model_flops / s.train_s / peak_.total_flops_per_s;
+    }
+  }
   for (MemoryTier tier : kAllMemoryTiers) {
     s.peak_bytes[static_cast<int>(tier)] = run_peaks_.tier(tier).peak;
   }

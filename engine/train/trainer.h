@@ -23,10 +23,12 @@
 // Run() also evaluates every run.eval_interval steps (and, unless that is 0, before the first and
 // after the last step) over the same data.eval_batches validation micro-batches per rank (the
 // mean over the ranks). Rank 0 alone writes run.dir/config.resolved.json at the start, one
-// metrics.jsonl line per step (its own memory peaks), summary.json at the end (and with
-// run.trace, trace.rank0.json: its units, optimizer steps and evaluations on the compute lane,
-// its collectives on the comm lane), shows progress (progress.h) and prints the summary, which
+// metrics.jsonl line per step (its own memory peaks; model TFLOP/s and MFU, flops.h), summary.json
+// and loss.png (loss_plot.h) at the end, shows progress (progress.h) and prints the summary, which
 // sets each tier's and category's peak against the estimator's prediction (memory_report.h).
+// With run.trace every rank records its units, optimizer steps and evaluations on the compute
+// lane and its collectives on the comm lane, and rank 0 writes them all into trace.json, one
+// Perfetto process per rank (runtime/trace_merge.h).
 //
 // Checkpoints (checkpointing.h): with checkpoint.save_interval > 0, Run() saves every that many
 // steps and after the last one: every rank's ZeRO state plus the step, the data loader's
@@ -50,6 +52,7 @@
 #include "engine/data/data_loader.h"
 #include "engine/model/buffer.h"
 #include "engine/model/model.h"
+#include "engine/train/device_peak.h"
 #include "engine/train/loss_scaler.h"
 #include "engine/train/lr_schedule.h"
 #include "engine/train/metrics_writer.h"
@@ -157,6 +160,8 @@ class Trainer {
   // Rank 0: the run directory, config.resolved.json and metrics.jsonl.
   Status PrepareRunFiles(std::optional<MetricsWriter>* metrics);
   Status FinishRunFiles(const TrainSummary& summary);
+  // run.trace: every rank's events into run.dir/trace.json (rank 0 writes). Collective.
+  Status WriteTrace();
   void TakePeaks(std::array<uint64_t, kNumMemoryTiers>* step_peaks);
   // The largest stop signal any rank received (0: none). Collective.
   Result<int> AgreedStopSignal();
@@ -190,6 +195,7 @@ class Trainer {
   std::filesystem::path resumed_from_;
   int64_t total_tokens_ = 0;
   int num_threads_ = 0;
+  RunPeak peak_;  // what MFU is measured against (device_peak.h)
   // This rank's peaks of every tier and category since the trainer was created (set-up
   // included).
   MemorySnapshot run_peaks_;

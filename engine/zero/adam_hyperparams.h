@@ -21,7 +21,7 @@ inline kernels::AdamHyperparams AdamHyperparamsFor(const OptimizerConfig& config
   hyper.eps = static_cast<float>(config.eps);
   hyper.weight_decay = static_cast<float>(config.weight_decay);
   hyper.adamw_mode = config.adam_w_mode;
-  hyper.bias_correction = true;
+  hyper.bias_correction = config.bias_correction;
   hyper.step = step;
   return hyper;
 }

@@ -147,6 +147,7 @@ std::vector<AgreedValue> AgreedValuesOf(const ZeroOptions& o) {
       {"gradient_accumulation_steps", o.gradient_accumulation_steps},
       {"model.dtype (parameter precision)", static_cast<int64_t>(o.param_dtype)},
       {"optimizer.type (adam_w_mode)", o.optimizer.adam_w_mode ? 1 : 0},
+      {"optimizer.params.bias_correction", o.optimizer.bias_correction ? 1 : 0},
       {"optimizer.params.betas[0] (bits)", bits(o.optimizer.beta1)},
       {"optimizer.params.betas[1] (bits)", bits(o.optimizer.beta2)},
       {"optimizer.params.eps (bits)", bits(o.optimizer.eps)},

@@ -32,10 +32,16 @@ TEST(ConvertCliTest, ConvertsLatestCheckpointOfARunDirectory) {
             (std::vector<int64_t>{8, 24}));
   EXPECT_EQ((*file)->Find("transformer.wte.weight")->dtype, SafetensorsDType::kF32);
 
-  r = RunSluice(fmt::format("convert {} --out {}", (tmp.path() / "run").string(), out.string()));
+  r = RunSluice(
+      fmt::format("convert {} --out {} --dtype bf16", (tmp.path() / "run").string(), out.string()));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ((*SafetensorsFile::Open(out))->Find("transformer.wte.weight")->dtype,
             SafetensorsDType::kBF16);
+  // Without --dtype: the master weights' own precision.
+  r = RunSluice(fmt::format("convert {} --out {}", (tmp.path() / "run").string(), out.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ((*SafetensorsFile::Open(out))->Find("transformer.wte.weight")->dtype,
+            SafetensorsDType::kF32);
 }
 
 TEST(ConvertCliTest, ErrorsExitOneWithTheReason) {
@@ -44,6 +50,10 @@ TEST(ConvertCliTest, ErrorsExitOneWithTheReason) {
                                           (tmp.path() / "x.safetensors").string()));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("does not exist"), std::string::npos) << r.output;
+  // Without --out only a run directory has a default (RUN_DIR/hf).
+  r = RunSluice(fmt::format("convert {}", tmp.path().string()));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--out"), std::string::npos) << r.output;
   r = RunSluice(fmt::format("convert {} --out {} --dtype fp16", tmp.path().string(),
                             (tmp.path() / "x.safetensors").string()));
   EXPECT_NE(r.exit_code, 0);

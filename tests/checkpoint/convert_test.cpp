@@ -8,9 +8,11 @@
 
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "engine/checkpoint/checkpoint_reader.h"
+#include "engine/checkpoint/hf_config.h"
 #include "engine/checkpoint/hf_layout.h"
 #include "engine/checkpoint/safetensors_loader.h"
 #include "engine/checkpoint/safetensors_writer.h"
@@ -66,7 +68,8 @@ const float* ParamPtr(const model::Model<float>& net, const model::ParameterInfo
 // Saves the model's parameters as master weights (plus moments) split over `world` ranks the way
 // ZeRO splits them: every parameter on its own, ShardRange per rank; aliases own no storage.
 void SaveModelCheckpoint(const model::Model<float>& net, const std::filesystem::path& dir,
-                         int world) {
+                         int world,
+                         const nlohmann::ordered_json& config = nlohmann::ordered_json::object()) {
   testing::ThreadAgreement agreement(world);
   std::vector<std::thread> threads;
   std::vector<Status> statuses(world);
@@ -94,6 +97,7 @@ void SaveModelCheckpoint(const model::Model<float>& net, const std::filesystem::
       request.rank = rank;
       request.world = world;
       request.attempt_tag = "convert";
+      request.config = config;
       statuses[rank] = SaveCheckpoint(request, tensors, agree).status();
     });
   }
@@ -195,6 +199,97 @@ TEST(ConvertTest, Bf16OutputIsRoundToNearestEvenAndLoadsIntoBf16Models) {
   auto f32_net = MakeModel(Gpt2Options(), host, 0);
   ASSERT_TRUE(LoadSafetensorsIntoModel(out, *f32_net).ok());
   EXPECT_EQ(ParamPtr(*f32_net, ln)[3], kernels::Bf16ToF32(bits[3]));
+}
+
+// The model section of a resolved config record, as a training run's manifest holds it.
+nlohmann::ordered_json ConfigRecord(const model::ModelOptions& o, double rope_theta) {
+  nlohmann::ordered_json settings;
+  auto set = [&](const char* key, nlohmann::ordered_json value) {
+    settings[key] = {{"value", std::move(value)}, {"source", "file"}};
+  };
+  set("model.family", std::string(model::FamilyName(o.family)));
+  set("model.n_layer", o.n_layer);
+  set("model.n_head", o.n_head);
+  set("model.n_kv_head", o.n_kv_head);
+  set("model.d_model", o.d_model);
+  set("model.d_ff", o.d_ff);
+  set("model.vocab_size", o.vocab_size);
+  set("model.seq_len", o.seq_len);
+  set("model.max_position_embeddings", o.seq_len);
+  set("model.tie_embeddings", o.tie_embeddings);
+  set("model.rope_theta", rope_theta);
+  set("model.norm_eps", 1e-6);
+  return {{"settings", settings}};
+}
+
+TEST(ConvertTest, HfFolderHasConfigJsonAndLoadsBackBitForBit) {
+  TempDir tmp;
+  model::HostAllocator host;
+  const model::ModelOptions options = LlamaOptions();
+  auto net = MakeModel(options, host, 5);
+  SaveModelCheckpoint(*net, tmp.path() / "checkpoints", 2, ConfigRecord(options, 500000.0));
+  const auto out = tmp.path() / "deep" / "hf";  // created, parents too
+  auto summary = ConvertCheckpointToHfFolder(tmp.path(), out);
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_EQ(summary->dtype, DType::kF32) << "the master weights' precision by default";
+  ASSERT_TRUE(std::filesystem::exists(out / "model.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(out / "model.safetensors.index.json"));
+
+  auto hf = ReadHfModelConfig(out / "config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status().ToString();
+  std::map<std::string, SettingValue> read;
+  for (const HfModelSetting& s : hf->settings) read[s.key] = s.value;
+  EXPECT_EQ(std::get<std::string>(read["model.family"]), "llama");
+  EXPECT_EQ(std::get<int64_t>(read["model.n_kv_head"]), 2);
+  EXPECT_EQ(std::get<int64_t>(read["model.d_ff"]), 40);
+  EXPECT_EQ(std::get<double>(read["model.rope_theta"]), 500000.0);
+  EXPECT_EQ(std::get<double>(read["model.norm_eps"]), 1e-6);
+  EXPECT_FALSE(std::get<bool>(read["model.tie_embeddings"]));
+
+  auto fresh = MakeModel(options, host, 0);
+  auto report = LoadSafetensorsIntoModel(out, *fresh);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(0, std::memcmp(fresh->params_data(), net->params_data(),
+                           net->ParameterCount() * sizeof(float)));
+
+  // Past the shard size: shards and an index, which replace the single file (a stale one would
+  // shadow the index in from_pretrained), in bf16 when asked.
+  auto sharded = ConvertCheckpointToHfFolder(tmp.path(), out,
+                                             {.dtype = DType::kBF16, .max_shard_bytes = 4096});
+  ASSERT_TRUE(sharded.ok()) << sharded.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(out / "model.safetensors"));
+  ASSERT_TRUE(std::filesystem::exists(out / "model.safetensors.index.json"));
+  const size_t shards = sharded->files.size() - 2;  // less the index and config.json
+  EXPECT_GT(shards, 2u);
+  EXPECT_TRUE(std::filesystem::exists(
+      out / fmt::format("model-{:05d}-of-{:05d}.safetensors", shards, shards)));
+  std::ifstream index_file(out / "model.safetensors.index.json");
+  const auto index = nlohmann::json::parse(index_file);
+  EXPECT_EQ(index["metadata"]["total_size"].get<int64_t>(), net->ParameterCount() * 2);
+  EXPECT_EQ(index["weight_map"]["model.embed_tokens.weight"],
+            "model-00001-of-" + fmt::format("{:05d}", shards) + ".safetensors");
+  std::ifstream config_file(out / "config.json");
+  EXPECT_EQ(nlohmann::json::parse(config_file)["torch_dtype"], "bfloat16");
+  auto bf16 = MakeModel(options, host, 0);
+  ASSERT_TRUE(LoadSafetensorsIntoModel(out, *bf16).ok());
+  const model::ParameterInfo& q =
+      net->registry().parameter(*net->registry().Find("model.layers.1.self_attn.q_proj.weight"));
+  for (int64_t i = 0; i < q.numel; ++i) {
+    ASSERT_EQ(ParamPtr(*bf16, q)[i], kernels::Bf16ToF32(kernels::F32ToBf16(ParamPtr(*net, q)[i])));
+  }
+}
+
+TEST(ConvertTest, HfFolderNeedsTheRecordedModel) {
+  TempDir tmp;
+  model::HostAllocator host;
+  auto net = MakeModel(Gpt2Options(), host, 5);
+  SaveModelCheckpoint(*net, tmp.path() / "checkpoints", 1);  // no config record
+  auto summary = ConvertCheckpointToHfFolder(tmp.path(), tmp.path() / "hf");
+  ASSERT_FALSE(summary.ok());
+  EXPECT_NE(summary.status().message().find("no resolved config"), std::string::npos)
+      << summary.status().ToString();
+  // One safetensors file needs no config.
+  EXPECT_TRUE(ConvertCheckpointToSafetensors(tmp.path(), tmp.path() / "m.safetensors", {}).ok());
 }
 
 // Writes the model's parameters as a Hugging Face file, with `edit` changing the tensor list.

@@ -24,16 +24,17 @@ TEST(ConfigAutoTest, BatchAutoFollowsTheGivenKeys) {
   EXPECT_EQ(tbs.note, "auto -> 8: micro batch * world size 4");
 }
 
-TEST(ConfigAutoTest, AllBatchKeysAutoFallBackToMicroBatchOne) {
+// Nothing defines the micro batch: the Hugging Face Trainer's per_device_train_batch_size default.
+TEST(ConfigAutoTest, AllBatchKeysAutoFallBackToTheTrainersMicroBatch) {
   ConfigSources sources = IsolatedSources();
   sources.world_size = 2;
   Config c = MustLoadYaml(
       "train_batch_size: auto\ntrain_micro_batch_size_per_gpu: auto\n"
       "gradient_accumulation_steps: 4\n",
       sources);
-  EXPECT_EQ(c.batch.micro_batch_per_gpu, 1);
+  EXPECT_EQ(c.batch.micro_batch_per_gpu, 8);
   EXPECT_EQ(c.batch.gradient_accumulation_steps, 4);
-  EXPECT_EQ(c.batch.train_batch_size, 8);
+  EXPECT_EQ(c.batch.train_batch_size, 64);
 }
 
 TEST(ConfigAutoTest, OptimizerAndSchedulerAuto) {
@@ -48,12 +49,13 @@ TEST(ConfigAutoTest, OptimizerAndSchedulerAuto) {
   EXPECT_EQ(c.optimizer.eps, 1e-8);
   EXPECT_EQ(c.optimizer.weight_decay, 0.0);
   EXPECT_EQ(c.scheduler.warmup_min_lr, 0.0);
-  EXPECT_EQ(c.scheduler.warmup_max_lr, 2e-4);  // the optimizer's lr, as the HF integration does
-  EXPECT_EQ(c.scheduler.warmup_num_steps, 1000);
+  EXPECT_EQ(c.scheduler.warmup_max_lr, 2e-4);   // the optimizer's lr, as the HF integration does
+  EXPECT_EQ(c.scheduler.warmup_num_steps, 0);   // the Trainer's warmup_steps and warmup_ratio
   EXPECT_EQ(c.scheduler.total_num_steps, 321);  // run.steps
   EXPECT_EQ(c.gradient_clipping, 1.0);
   EXPECT_EQ(c.values.entry("scheduler.params.total_num_steps").note, "auto -> 321: run.steps");
-  EXPECT_EQ(c.values.entry("optimizer.params.betas").note, "auto -> [0.9, 0.999]: default");
+  EXPECT_EQ(c.values.entry("optimizer.params.betas").note,
+            "auto -> [0.9, 0.999]: the Hugging Face Trainer's adam_beta1, adam_beta2 default");
 }
 
 TEST(ConfigAutoTest, ZeroBucketsFollowTheModelHiddenSize) {

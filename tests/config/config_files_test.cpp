@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
+#include <string>
 
 #include "config_test_util.h"
 
@@ -17,14 +19,27 @@ Result<Config> LoadShipped(const std::string& name, int world_size = 1) {
   return LoadConfig(sources);
 }
 
+// The --model layers of configs/: each is read over the DeepSpeed file the README pairs it with.
+const std::map<std::string, std::string, std::less<>> kModelLayers = {
+    {"ds_model_demo.yaml", "ds_config_zero3.json"},
+};
+
 TEST(ShippedConfigsTest, EveryFileInConfigsIsAccepted) {
   int checked = 0;
   for (const fs::directory_entry& entry :
        fs::directory_iterator(fs::path(SLUICE_SOURCE_DIR) / "configs")) {
     std::string ext = entry.path().extension().string();
     if (ext != ".yaml" && ext != ".yml" && ext != ".json") continue;
+    const std::string name = entry.path().filename().string();
     for (int world_size : {1, 2}) {
-      Result<Config> c = LoadShipped(entry.path().filename().string(), world_size);
+      Result<Config> c = LoadShipped(name, world_size);
+      if (auto layer = kModelLayers.find(name); layer != kModelLayers.end()) {
+        ConfigSources sources = testing::IsolatedSources();
+        sources.paths = {std::string(SLUICE_SOURCE_DIR) + "/configs/" + layer->second};
+        sources.model_path = entry.path().string();
+        sources.world_size = world_size;
+        c = LoadConfig(sources);
+      }
       EXPECT_TRUE(c.ok()) << entry.path() << " world size " << world_size << ": "
                           << c.status().ToString();
     }
@@ -62,7 +77,8 @@ TEST(ShippedConfigsTest, DeepSpeedZero3ConfigIsReadAsIs) {
   EXPECT_EQ(c->zero.offload_param.device, OffloadDevice::kCpu);
   EXPECT_TRUE(c->zero.stage3_gather_16bit_weights_on_model_save);
   EXPECT_EQ(c->zero.stage3_prefetch_bucket_size, 50000000);  // auto without a model
-  EXPECT_EQ(c->batch.train_batch_size, 8);                   // all auto: micro batch 1 x 8 ranks
+  // All auto: the Hugging Face Trainer's micro batch 8 x 8 ranks.
+  EXPECT_EQ(c->batch.train_batch_size, 64);
   EXPECT_EQ(c->aio.intra_op_parallelism, 1);
   EXPECT_EQ(c->steps_per_print, 2000);
   EXPECT_FALSE(c->fp16.enabled);
@@ -81,7 +97,7 @@ TEST(ShippedConfigsTest, NvmeExampleSwapsBothStates) {
   Result<Config> c = LoadShipped("zero3_offload_nvme.yaml");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->zero.offload_optimizer.device, OffloadDevice::kNvme);
-  EXPECT_EQ(c->zero.offload_optimizer.nvme_path, "/local_nvme/sluice");
+  EXPECT_EQ(c->zero.offload_optimizer.nvme_path, "runs/zero3_offload_nvme/swap");
   EXPECT_TRUE(c->zero.offload_optimizer.pipeline_read);
   EXPECT_EQ(c->zero.offload_param.device, OffloadDevice::kNvme);
   EXPECT_EQ(c->aio.queue_depth, 32);

@@ -62,7 +62,8 @@ TEST(ConfigOutputTest, RecordHasEverySettingWithValueAndSource) {
   EXPECT_EQ(s["train_batch_size"]["value"], 8);
   EXPECT_EQ(s["train_batch_size"]["source"], "derived");
   EXPECT_EQ(s["train_micro_batch_size_per_gpu"]["source"], "file");
-  EXPECT_EQ(s["gradient_clipping"]["note"], "auto -> 1.0: default");
+  EXPECT_EQ(s["gradient_clipping"]["note"],
+            "auto -> 1.0: the Hugging Face Trainer's max_grad_norm default");
   EXPECT_EQ(s["run.steps"]["source"], "--set");
   EXPECT_EQ(s["aio.intra_op_parallelism"]["value"], 3);
   EXPECT_EQ(s["zero_optimization.stage"]["source"], "default");

@@ -40,9 +40,10 @@ TEST(StepMetricsTest, JsonHasEveryFieldInOrder) {
   StepMetrics m = Step(3, 2.5);
   m.peak_bytes[0] = 4096;
   nlohmann::ordered_json j = StepMetricsToJson(m);
-  const char* keys[] = {"step",      "loss",       "lr",           "grad_norm",   "loss_scale",
-                        "skipped",   "tokens",     "total_tokens", "step_time_s", "tokens_per_s",
-                        "forward_s", "backward_s", "optimizer_s",  "peak_bytes"};
+  const char* keys[] = {"step",        "loss",         "lr",          "grad_norm",
+                        "loss_scale",  "skipped",      "tokens",      "total_tokens",
+                        "step_time_s", "tokens_per_s", "tflops",      "mfu",
+                        "forward_s",   "backward_s",   "optimizer_s", "peak_bytes"};
   auto it = j.begin();
   for (const char* key : keys) {
     ASSERT_NE(it, j.end());

@@ -87,6 +87,7 @@ TEST(TrainCliMpiTest, MpirunTwoRanksWritesOneRunWithTheMemoryTable) {
   Result<std::string> mpirun = cli::FindMpirun();
   if (!mpirun.ok()) GTEST_SKIP() << mpirun.status().ToString();
   const std::string run_dir = TempPath("run");
+  std::filesystem::remove_all(run_dir);  // an earlier run's final checkpoint claims the dir
   const std::string root = ::geteuid() == 0 ? " --allow-run-as-root" : "";
   const CommandResult r = RunCommand(*mpirun + root + " --oversubscribe -np 2 " + SLUICE_BINARY +
                                      " " + TrainArgs(/*stage=*/2, run_dir));
@@ -96,6 +97,7 @@ TEST(TrainCliMpiTest, MpirunTwoRanksWritesOneRunWithTheMemoryTable) {
 TEST(TrainCliMpiTest, SluiceLaunchTwoRanksStage3) {
   if (!cli::FindMpirun().ok()) GTEST_SKIP() << cli::FindMpirun().status().ToString();
   const std::string run_dir = TempPath("run");
+  std::filesystem::remove_all(run_dir);  // an earlier run's final checkpoint claims the dir
   const CommandResult r =
       RunCommand(std::string(SLUICE_BINARY) + " launch -n 2 -- " + TrainArgs(/*stage=*/3, run_dir));
   ExpectOneRunOfTwoRanks(r, run_dir);

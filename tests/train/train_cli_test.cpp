@@ -60,6 +60,7 @@ TEST(EnvCliTest, NamesTheBlasCoreAndTheGemmSetting) {
 
 TEST(TrainCliTest, TrainsATinyConfigAndWritesItsFiles) {
   const std::string run_dir = TempPath("run");
+  std::filesystem::remove_all(run_dir);  // an earlier run's final checkpoint claims the dir
   const std::string config =
       WriteFile(TempPath("tiny.yaml"), test_util::TinyGptYaml(Corpus(), "runs/unused"));
   CommandResult r = RunSluice("train --config " + config + " --run-dir " + run_dir +
@@ -83,6 +84,7 @@ TEST(TrainCliTest, TrainsATinyConfigAndWritesItsFiles) {
 // memory table and summary.json show every tier, predicted against measured.
 TEST(TrainCliTest, OffloadedRunReportsEveryTier) {
   const std::string run_dir = TempPath("run");
+  std::filesystem::remove_all(run_dir);  // an earlier run's final checkpoint claims the dir
   const std::string swap = TempPath("swap");
   std::filesystem::create_directories(swap);
   const std::string config =
@@ -129,6 +131,7 @@ TEST(TrainCliTest, PlainDeepSpeedConfigWithAModelFile) {
   const std::string model =
       WriteFile(TempPath("model.yaml"),
                 "family: llama\nn_layer: 1\nn_head: 2\nd_model: 32\nd_ff: 64\nseq_len: 16\n");
+  std::filesystem::remove_all(TempPath("run"));  // an earlier run's final checkpoint
   CommandResult r = RunSluice("train --config " + ds_config + " --model " + model +
                               " --set data.train_path=" + Corpus() +
                               " --set device.type=cpu --set device.memory_limit=32MiB"

@@ -191,6 +191,7 @@ std::vector<nlohmann::json> ReadJsonLines(const std::string& path) {
 
 TEST(TrainerTest, RunWritesMetricsConfigAndSummary) {
   Config config = TinyGptConfig({"run.steps=6", "run.eval_interval=3"});
+  std::filesystem::remove_all(config.run.dir);  // an earlier run's final checkpoint claims it
   TrainerOptions options;
   options.progress = ProgressMode::kOff;
   options.summary_stream = nullptr;
@@ -336,7 +337,8 @@ TEST(TrainerTest, OffloadAtTheWrongStageIsRefusedNamingTheKey) {
        "offload_optimizer"},
       {"zero_optimization.stage=0",
        "zero_optimization.offload_optimizer={device: nvme, nvme_path: /tmp}", "offload_optimizer"},
-      {"zero_optimization.stage=2", "zero_optimization.offload_param.device=cpu", "offload_param"},
+      // offload_param below stage 3 is ignored with a warning, as DeepSpeed ignores it
+      // (tests/config/deepspeed_keys_test.cpp).
   };
   for (const auto& c : cases) {
     Result<Config> config = [&]() -> Result<Config> {
