@@ -887,6 +887,13 @@ nlohmann::json AioBenchJson(const AioBenchReport& report) {
 }
 
 Result<AioTuneResult> TuneAio(const std::string& dir, uint64_t file_bytes) {
+  // The sweep's scratch folder, as `nvme_path` is for training: made if missing.
+  std::error_code made;
+  std::filesystem::create_directories(dir, made);
+  if (made) {
+    return InvalidArgumentError("bench aio --tune {}: cannot create the folder: {}", dir,
+                                made.message());
+  }
   const uint64_t transfer = std::min<uint64_t>(file_bytes, 256ull << 20);
   SLUICE_ASSIGN_OR_RETURN(AlignedBuffer buffer, AlignedBuffer::Allocate(transfer));
   std::memset(buffer.data(), 0x5a, buffer.size());
