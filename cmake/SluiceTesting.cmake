@@ -10,6 +10,9 @@ function(sluice_add_test name)
     set(T_TIMEOUT 300)
   endif()
   add_executable(${name} ${T_SOURCES})
+  # Test code is mostly gtest's templates and calls into the libraries (built -O3); -Og compiles
+  # it in 40% of -O3's time, which is most of a fresh build on a 2-core CI machine.
+  target_compile_options(${name} PRIVATE $<$<NOT:$<CONFIG:Debug>>:-Og>)
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   if(T_RANKS)
