@@ -61,6 +61,27 @@ TEST(CpuArena, BestFitPicksTheSmallestHoleThatFits) {
   EXPECT_EQ(arena->stats().largest_free_block, 16u * 1024);
 }
 
+TEST(CpuArena, SmallBlocksComeFromTheTopAndLeaveTheHolesOfLargeOnesWhole) {
+  // 64 KiB: blocks of up to 1 KiB are small.
+  auto arena = MakeArena(64 * 1024);
+  ASSERT_NE(arena, nullptr);
+  void* a = arena->Allocate(16 * 1024);
+  void* b = arena->Allocate(16 * 1024);
+  EXPECT_EQ(a, arena->base());
+  EXPECT_EQ(b, arena->base() + 16 * 1024);
+  arena->Free(a);  // holes: [0, 16 KiB) and [32 KiB, 64 KiB)
+  // Best fit alone would put a small block in the smaller hole, where the next 16 KiB block no
+  // longer fits; from the top it leaves both holes usable.
+  void* small = arena->Allocate(256);
+  EXPECT_EQ(small, arena->base() + 64 * 1024 - 256);
+  EXPECT_EQ(arena->Allocate(16 * 1024), a);
+  void* rest = arena->Allocate(32 * 1024 - 256);
+  EXPECT_EQ(rest, arena->base() + 32 * 1024);
+  EXPECT_EQ(arena->stats().largest_free_block, 0u);
+  for (void* p : {a, b, small, rest}) arena->Free(p);
+  EXPECT_EQ(arena->stats().largest_free_block, 64u * 1024);
+}
+
 TEST(CpuArena, CoalescesFreedNeighboursIntoOneBlock) {
   auto arena = MakeArena(8 * 1024);
   ASSERT_NE(arena, nullptr);

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <iterator>
 
 #include "runtime/foreign_call.h"
@@ -30,9 +31,14 @@ Result<std::unique_ptr<CpuArena>> CpuArena::Create(uint64_t capacity, size_t ali
 }
 
 CpuArena::CpuArena(char* base, uint64_t capacity, size_t alignment)
-    : base_(base), capacity_(capacity), alignment_(alignment), free_bytes_(capacity) {
+    : base_(base),
+      capacity_(capacity),
+      alignment_(alignment),
+      small_block_(std::min<uint64_t>(uint64_t{1} << 20, capacity / 64)),
+      free_bytes_(capacity) {
   blocks_.emplace(0, Block{capacity, BlockState::kFree, 0, 0});
   free_by_size_.emplace(capacity, 0);
+  free_by_offset_.insert(0);
 }
 
 CpuArena::~CpuArena() { munmap(base_, capacity_); }
@@ -51,6 +57,7 @@ bool CpuArena::Contains(const void* data, uint64_t bytes) const {
 void CpuArena::AddToIndex(uint64_t offset, const Block& block) {
   if (block.state == BlockState::kFree) {
     free_by_size_.emplace(block.size, offset);
+    free_by_offset_.insert(offset);
   } else if (block.state == BlockState::kPending) {
     pending_by_stream_[block.stream_id].emplace(block.size, offset);
     pending_by_ticket_[block.ticket].insert(offset);
@@ -60,6 +67,7 @@ void CpuArena::AddToIndex(uint64_t offset, const Block& block) {
 void CpuArena::RemoveFromIndex(uint64_t offset, const Block& block) {
   if (block.state == BlockState::kFree) {
     free_by_size_.erase({block.size, offset});
+    free_by_offset_.erase(offset);
   } else if (block.state == BlockState::kPending) {
     auto by_stream = pending_by_stream_.find(block.stream_id);
     by_stream->second.erase({block.size, offset});
@@ -83,6 +91,19 @@ void CpuArena::TakeFront(std::map<uint64_t, Block>::iterator block, uint64_t byt
   }
 }
 
+std::map<uint64_t, CpuArena::Block>::iterator CpuArena::TakeBack(
+    std::map<uint64_t, Block>::iterator block, uint64_t bytes) {
+  const uint64_t offset = block->first;
+  Block& front = block->second;
+  RemoveFromIndex(offset, front);
+  if (front.size == bytes) return block;
+  Block back = front;
+  back.size = bytes;
+  front.size -= bytes;
+  AddToIndex(offset, front);
+  return blocks_.emplace_hint(std::next(block), offset + front.size, back);
+}
+
 void* CpuArena::Allocate(uint64_t bytes, uint64_t stream_id) {
   SLUICE_CHECK(bytes > 0);
   if (bytes > capacity_) return nullptr;
@@ -104,6 +125,18 @@ void* CpuArena::AllocateAfterPendingFrees(uint64_t bytes, uint64_t stream_id) {
 }
 
 void* CpuArena::AllocateLocked(uint64_t bytes, uint64_t stream_id) {
+  if (bytes <= small_block_) {
+    // The highest free block that fits: small blocks pack against the top of the region.
+    for (auto it = free_by_offset_.rbegin(); it != free_by_offset_.rend(); ++it) {
+      auto block = blocks_.find(*it);
+      if (block->second.size < bytes) continue;
+      block = TakeBack(block, bytes);
+      block->second.state = BlockState::kAllocated;
+      free_bytes_ -= bytes;
+      ++allocated_blocks_;
+      return base_ + block->first;
+    }
+  }
   auto fit = free_by_size_.lower_bound({bytes, 0});
   if (fit != free_by_size_.end()) {
     auto block = blocks_.find(fit->second);

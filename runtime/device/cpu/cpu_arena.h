@@ -1,8 +1,11 @@
 // The CPU device's memory: one region of exactly `capacity` bytes reserved with mmap, carved by a
 // best-fit allocator with free-block coalescing, so capacity limits and fragmentation behave as
-// on a GPU. Supports stream-ordered frees (cudaFreeAsync): a block freed on a stream stays
-// reserved until the stream reaches the free, but may be handed at once to an allocation on that
-// same stream, whose work runs after the free anyway. Thread-safe.
+// on a GPU. Small blocks (activations, scratch) are carved from the top of the region and large
+// ones (parameters, gradients, staging) best-fit from the bottom, as a caching allocator keeps
+// small and large pools apart: a small block does not split the hole a freed large one leaves
+// while there is room above it. Supports stream-ordered frees (cudaFreeAsync): a block freed on a
+// stream stays reserved until the stream reaches the free, but may be handed at once to an
+// allocation on that same stream, whose work runs after the free anyway. Thread-safe.
 #pragma once
 
 #include <condition_variable>
@@ -77,6 +80,9 @@ class CpuArena {
   // Takes `block` out of the indexes and shrinks it to `bytes`; what is left over becomes a block
   // of the same state right after it.
   void TakeFront(std::map<uint64_t, Block>::iterator block, uint64_t bytes);
+  // The same for the last `bytes` of a free block; returns the iterator of the taken block.
+  std::map<uint64_t, Block>::iterator TakeBack(std::map<uint64_t, Block>::iterator block,
+                                               uint64_t bytes);
   void MakeFree(uint64_t offset);
   void AddToIndex(uint64_t offset, const Block& block);
   void RemoveFromIndex(uint64_t offset, const Block& block);
@@ -84,11 +90,15 @@ class CpuArena {
   char* const base_;
   const uint64_t capacity_;
   const size_t alignment_;
+  // Blocks up to this size are small: 1 MiB (where PyTorch's caching allocator draws the line),
+  // or 1/64 of a smaller region.
+  const uint64_t small_block_;
 
   mutable std::mutex mu_;
   std::condition_variable freed_cv_;  // CompleteFree made pending bytes free
   std::map<uint64_t, Block> blocks_;  // offset -> block; the blocks tile [0, capacity)
   SizeIndex free_by_size_;
+  std::set<uint64_t> free_by_offset_;
   std::unordered_map<uint64_t, SizeIndex> pending_by_stream_;
   std::unordered_map<uint64_t, std::set<uint64_t>> pending_by_ticket_;  // ticket -> offsets
   uint64_t next_ticket_ = 1;
