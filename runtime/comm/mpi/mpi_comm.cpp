@@ -7,6 +7,7 @@
 #include "runtime/comm/mpi/mpi_call.h"
 #include "runtime/comm/mpi/mpi_operation.h"
 #include "runtime/comm/mpi/mpi_runtime.h"
+#include "runtime/device_access.h"
 #include "runtime/job_abort.h"
 #include "runtime/logging.h"
 
@@ -14,7 +15,10 @@
 // finished handle with the error if posting failed.
 #define SLUICE_RETURN_POSTED(operation, call)                                               \
   do {                                                                                      \
-    const int sluice_post_rc_ = (call);                                                     \
+    const int sluice_post_rc_ = [&] {                                                       \
+      ScopedDeviceAccess sluice_access_; /* MPI may progress other device buffers */        \
+      return (call);                                                                        \
+    }();                                                                                    \
     if (sluice_post_rc_ != MPI_SUCCESS) {                                                   \
       return CommHandle::Finished(                                                          \
           ::sluice::internal::ForeignCallError("MPI", #call, MpiErrorText(sluice_post_rc_), \

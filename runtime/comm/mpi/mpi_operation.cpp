@@ -8,6 +8,7 @@
 #include "runtime/comm/mpi/mpi_call.h"
 #include "runtime/comm/mpi/mpi_comm.h"
 #include "runtime/comm/mpi/mpi_runtime.h"
+#include "runtime/device_access.h"
 
 namespace sluice::mpi {
 
@@ -74,6 +75,9 @@ Status MpiOperation::Completed(const MPI_Status& mpi_status) {
 bool MpiOperation::Poll(Status* status) {
   int done = 0;
   MPI_Status mpi_status;
+  // MPI_Test progresses every pending request, whose buffers may be device memory
+  // (runtime/device_access.h); so may Completed's unpacking.
+  ScopedDeviceAccess access;
   const int rc = MPI_Test(&request_, &done, &mpi_status);
   if (rc != MPI_SUCCESS) {
     *status = internal::ForeignCallError("MPI", "MPI_Test", MpiErrorText(rc), __FILE__, __LINE__)
@@ -86,6 +90,7 @@ bool MpiOperation::Poll(Status* status) {
 }
 
 Status MpiOperation::Expire(double waited_seconds) {
+  ScopedDeviceAccess access;  // as in Poll
   const std::string what = Describe();
   if (info_.kind == CommOpKind::kRecv) {
     // An unmatched receive can be cancelled; the communicator stays usable.

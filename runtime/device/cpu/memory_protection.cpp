@@ -292,17 +292,6 @@ std::string DescribeDeviceMemoryProtection(DeviceMemoryProtection configured) {
 #endif
 }
 
-ScopedDeviceAccess::ScopedDeviceAccess(int pkey) : pkey_(pkey) {
-  if (pkey_ < 0) return;
-  saved_rights_ = pkey_get(pkey_);
-  pkey_set(pkey_, 0);
-}
-
-ScopedDeviceAccess::~ScopedDeviceAccess() {
-  if (pkey_ < 0) return;
-  pkey_set(pkey_, static_cast<unsigned>(saved_rights_ < 0 ? PKEY_DISABLE_ACCESS : saved_rights_));
-}
-
 bool ThreadMayAccessDeviceMemory(int pkey) {
   if (pkey < 0) return true;
   const int rights = pkey_get(pkey);
@@ -320,6 +309,7 @@ Result<std::unique_ptr<DeviceMemoryGuard>> DeviceMemoryGuard::Create(int device_
   }
   std::unique_ptr<DeviceMemoryGuard> guard(
       new DeviceMemoryGuard(device_index, pkey, reinterpret_cast<uintptr_t>(base), length));
+  SetDeviceProtectionKey(pkey);
   for (int i = 0; i < kMaxRegions; ++i) {
     const DeviceMemoryGuard* expected = nullptr;
     if (g_regions[i].compare_exchange_strong(expected, guard.get(), std::memory_order_release)) {

@@ -35,6 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/device_access.h"  // ScopedDeviceAccess
 #include "runtime/memory_kinds.h"
 #include "runtime/status.h"
 
@@ -80,22 +81,6 @@ std::string DescribeDeviceMemoryProtection(
 // why there is none. Allocating it disables access in the calling thread; other threads start
 // without access (Linux's initial PKRU denies every key but 0).
 Result<int> ProcessProtectionKey();
-
-// Grants the calling thread read/write access to protected device memory for its scope and
-// restores the previous rights after; nests. pkey < 0 does nothing. The CPU backend's stream
-// workers hold one around each task; engine code must not use it to reach device memory from the
-// host (enqueue the work on a stream instead).
-class ScopedDeviceAccess {
- public:
-  explicit ScopedDeviceAccess(int pkey);
-  ~ScopedDeviceAccess();
-  ScopedDeviceAccess(const ScopedDeviceAccess&) = delete;
-  ScopedDeviceAccess& operator=(const ScopedDeviceAccess&) = delete;
-
- private:
-  int pkey_;
-  int saved_rights_ = 0;
-};
 
 // True when the calling thread may access memory protected with `pkey` (true for pkey < 0).
 bool ThreadMayAccessDeviceMemory(int pkey);
