@@ -319,20 +319,23 @@ void AddZeroEngine(const Context& c, ItemList& items, std::vector<std::string>& 
   }
   AddOptimizer(c, stage == 0 ? c.all : c.sharded, !f32, items);
 
+  // The comm queue's one staging buffer, held from the engine's start: every collective stages
+  // through it in turn (they run one at a time on the comm stream), so it is the largest one's.
+  struct Staging {
+    int64_t bytes = 0;
+    std::string formula;
+  };
+  Staging staging;
+  auto consider = [&staging](int64_t bytes, std::string formula) {
+    if (bytes > staging.bytes) staging = {bytes, std::move(formula)};
+  };
   if (stage == 1 || stage == 2) {
-    // With overlap_comm every bucket is issued before the first is waited for.
     const AllGatherBuckets buckets = PublishBuckets(c.units, c.n, z.allgather_bucket_size);
-    const int64_t staging = z.overlap_comm ? buckets.total_elements : buckets.largest_elements;
-    const std::string which = z.overlap_comm
-                                  ? std::string("all buckets at once (overlap_comm): N x shard")
-                                  : fmt::format(
-                                        "the largest bucket, N x partitions within "
-                                        "allgather_bucket_size {}",
-                                        FormatCount(z.allgather_bucket_size));
-    items.Add("all-gather staging of updated parameters", MemoryTier::kDevice,
-              MemoryCategory::kBuffers, c.p * staging,
-              fmt::format("{} x {} = {} x {}", c.p_text, which, c.p, FormatCount(staging)),
-              Lifetime::kOptimizerStep);
+    consider(c.p * buckets.largest_elements,
+             fmt::format("{} x the largest all-gather of updated parameters (N x partitions within "
+                         "allgather_bucket_size {}) = {} x {}",
+                         c.p_text, FormatCount(z.allgather_bucket_size), c.p,
+                         FormatCount(buckets.largest_elements)));
   }
   if (stage >= 2) {
     const ReducerPeaks reducer = SimulateReduceScatter(c.units, c.n, z.reduce_bucket_size);
@@ -343,19 +346,14 @@ void AddZeroEngine(const Context& c, ItemList& items, std::vector<std::string>& 
                     "reduce_bucket_size {} = 4 x {}",
                     FormatCount(z.reduce_bucket_size), FormatCount(reducer.unit_gradient_elements)),
         Lifetime::kPass);
-    // With overlap_comm two buckets may be in flight during the backward's compute.
-    const int64_t in_flight = z.overlap_comm ? 2 : 1;
-    items.Add("reduce-scatter staging (fp32)", MemoryTier::kDevice, MemoryCategory::kBuffers,
-              kF32 * in_flight * reducer.staging_elements,
-              fmt::format("4 B x {}N x partitions of the largest bucket = 4 x {}",
-                          z.overlap_comm ? "2 in flight x " : "",
-                          FormatCount(in_flight * reducer.staging_elements)),
-              z.overlap_comm ? Lifetime::kCompute : Lifetime::kReduce);
+    consider(kF32 * reducer.staging_elements,
+             fmt::format("4 B x the largest reduce-scatter bucket (N x its partitions) = 4 x {}",
+                         FormatCount(reducer.staging_elements)));
     if (z.overlap_comm) {
       notes.push_back(
           "overlap_comm: the gradient buckets are assumed to complete as fast as the backward "
-          "issues them; when the collectives fall behind, up to two more buckets (their unit "
-          "gradients and staging) stay alive");
+          "issues them; when the collectives fall behind, up to two more buckets' unit "
+          "gradients stay alive");
     }
   }
   if (stage == 3) {
@@ -386,17 +384,9 @@ void AddZeroEngine(const Context& c, ItemList& items, std::vector<std::string>& 
           "stage3_max_reuse_distance and stage3_max_live_parameters allows them all; lower "
           "either to hold only part of the model");
     }
-    // With overlap_comm the gathers not yet waited for (prefetches) are in flight together.
-    const int64_t staging =
-        z.overlap_comm ? coordinator.largest_pending_staging : coordinator.largest_gather_staging;
-    items.Add("parameter all-gather staging", MemoryTier::kDevice, MemoryCategory::kBuffers,
-              c.p * staging,
-              fmt::format("{} x N x (partitions + 1) of {} = {} x {}", c.p_text,
-                          z.overlap_comm ? "the gathers not yet waited for, in flight during "
-                                           "the compute (overlap_comm)"
-                                         : "the largest unit",
-                          c.p, FormatCount(staging)),
-              z.overlap_comm ? Lifetime::kCompute : Lifetime::kGather);
+    consider(c.p * coordinator.largest_gather_staging,
+             fmt::format("{} x the largest unit's all-gather (N x (partitions + 1)) = {} x {}",
+                         c.p_text, c.p, FormatCount(coordinator.largest_gather_staging)));
     // After each step the persistent parameters are all-gathered again, in one collective.
     int64_t persistent_partitions = 0;
     for (const ZeroUnit& unit : c.units) {
@@ -408,12 +398,15 @@ void AddZeroEngine(const Context& c, ItemList& items, std::vector<std::string>& 
     }
     if (persistent_partitions > 0) {
       const int64_t elements = c.n * (persistent_partitions + 1);
-      items.Add("all-gather staging of the persistent parameters", MemoryTier::kDevice,
-                MemoryCategory::kBuffers, c.p * elements,
-                fmt::format("{} x N x (their partitions + 1) = {} x {}", c.p_text, c.p,
-                            FormatCount(elements)),
-                Lifetime::kOptimizerStep);
+      consider(c.p * elements,
+               fmt::format("{} x the persistent parameters' all-gather (N x (their partitions + "
+                           "1)) = {} x {}",
+                           c.p_text, c.p, FormatCount(elements)));
     }
+  }
+  if (staging.bytes > 0) {
+    items.Add("collective staging (one buffer, the largest collective's)", MemoryTier::kDevice,
+              MemoryCategory::kBuffers, staging.bytes, staging.formula);
   }
 }
 
@@ -421,18 +414,14 @@ void AddZeroEngine(const Context& c, ItemList& items, std::vector<std::string>& 
 
 namespace {
 
-// held + max(pass + max(compute, gather, reduce), optimizer step) over the items `in` selects.
+// held + pass + compute over the items `in` selects.
 template <typename Selector>
 int64_t PeakOf(const std::vector<LineItem>& items, Selector in) {
-  std::array<int64_t, static_cast<size_t>(Lifetime::kOptimizerStep) + 1> by{};
+  int64_t bytes = 0;
   for (const LineItem& item : items) {
-    if (in(item)) by[static_cast<size_t>(item.lifetime)] += item.bytes;
+    if (in(item)) bytes += item.bytes;
   }
-  const auto at = [&by](Lifetime lifetime) { return by[static_cast<size_t>(lifetime)]; };
-  const int64_t pass =
-      at(Lifetime::kPass) +
-      std::max({at(Lifetime::kCompute), at(Lifetime::kGather), at(Lifetime::kReduce)});
-  return at(Lifetime::kHeld) + std::max(pass, at(Lifetime::kOptimizerStep));
+  return bytes;
 }
 
 }  // namespace

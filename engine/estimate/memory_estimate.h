@@ -28,18 +28,13 @@
 
 namespace sluice::estimate {
 
-// When an item's bytes are held, for adding up peaks: a step is the pass (forward and backward
-// of each micro-batch) and then the optimizer step. During the pass, items of kPass are alive
-// throughout, the others of the pass alternate (a unit's compute, an all-gather around a fetch,
-// a reduce-scatter after a unit's backward). A peak (of a category or of a tier) is
-//   held + max(pass + max(compute, gather, reduce), optimizer step).
+// When an item's bytes are held, for adding up peaks: for the whole run, through the
+// forward/backward of each micro-batch, or inside one unit's compute. A peak (of a category or of
+// a tier) is held + pass + compute: the collectives stage through one held buffer.
 enum class Lifetime : uint8_t {
   kHeld = 0,
-  kPass,           // alive through the forward/backward (activations, unit gradients)
-  kCompute,        // inside a unit's forward or backward (scratch)
-  kGather,         // around a stage-3 parameter all-gather
-  kReduce,         // around a gradient reduce-scatter
-  kOptimizerStep,  // around the optimizer step (the all-gathers of updated parameters)
+  kPass,     // alive through the forward/backward (activations, unit gradients)
+  kCompute,  // inside a unit's forward or backward (scratch)
 };
 
 struct LineItem {

@@ -25,7 +25,6 @@ class CoordinatorReplay {
       : units_(units), limits_(limits), trace_(TrainingTrace(units.size())) {
     resident_.assign(units.size(), false);
     in_use_.assign(units.size(), false);
-    pending_staging_.assign(units.size(), 0);
     live_ = limits.persistent;
   }
 
@@ -44,8 +43,6 @@ class CoordinatorReplay {
       }
       Prefetch();
       if (group >= 0) {
-        pending_ -= pending_staging_[group];  // the fetch waits for its own gather
-        pending_staging_[group] = 0;
         in_use_[group] = false;
         if (!KeepForReuse(group)) Release(group);
       }
@@ -71,16 +68,11 @@ class CoordinatorReplay {
     }
     const int64_t staging = limits_.world * (partitions + 1);
     peaks_.largest_gather_staging = std::max(peaks_.largest_gather_staging, staging);
-    pending_staging_[group] = staging;
-    pending_ += staging;
-    peaks_.largest_pending_staging = std::max(peaks_.largest_pending_staging, pending_);
   }
   void Release(int group) {
     if (!resident_[group]) return;
     resident_[group] = false;
     live_ -= units_[group].gathered;
-    pending_ -= pending_staging_[group];  // a release waits for the gather too
-    pending_staging_[group] = 0;
   }
   size_t NextUse(int group) const {
     for (size_t j = position_; j < trace_.size(); ++j) {
@@ -140,8 +132,6 @@ class CoordinatorReplay {
   size_t position_ = 0;
   int64_t live_ = 0;
   int64_t peak_ = 0;
-  std::vector<int64_t> pending_staging_;  // of gathers not yet waited for
-  int64_t pending_ = 0;
   CoordinatorPeaks peaks_;
 };
 

@@ -46,10 +46,8 @@ struct CoordinatorPeaks {
   // The most non-persistent parameter elements held gathered at once (fp32).
   int64_t gathered_elements = 0;
   // All-gather staging, in parameter elements: a unit's gather needs world x (its partitions + a
-  // tag). The largest single gather, and the most staging of gathers issued but not yet waited
-  // for (a fetch waits for its own; prefetched ones are in flight meanwhile with overlap_comm).
+  // tag). The largest single gather (every gather stages through one buffer in turn).
   int64_t largest_gather_staging = 0;
-  int64_t largest_pending_staging = 0;
 };
 
 CoordinatorPeaks SimulateCoordinator(const std::vector<ZeroUnit>& units,

@@ -126,6 +126,7 @@ class Model<T>::Impl final : public ParameterBinding<T> {
     if (logits_out != nullptr) {
       SLUICE_RETURN_IF_ERROR(model_.ops_->device().CopyAsync(
           logits_out, h.data, static_cast<size_t>(h.numel()) * sizeof(T), CopyKind::kD2H, stream));
+      if (model_.hooks_ != nullptr) SLUICE_RETURN_IF_ERROR(model_.hooks_->BeforePassEnd());
       SLUICE_RETURN_IF_ERROR(stream.Synchronize());
       return 0.0;
     }
@@ -148,6 +149,7 @@ class Model<T>::Impl final : public ParameterBinding<T> {
       }
       model_.last_peak_activation_bytes_ = ctx.peak_bytes();
     }
+    if (model_.hooks_ != nullptr) SLUICE_RETURN_IF_ERROR(model_.hooks_->BeforePassEnd());
     SLUICE_RETURN_IF_ERROR(stream.Synchronize());
     return static_cast<double>(loss_value_);
   }
@@ -165,13 +167,10 @@ class Model<T>::Impl final : public ParameterBinding<T> {
     return buffer;
   }
 
-  // The hooks read and write device memory from the host (ZeRO's gathers, reductions and
-  // releases), so the stream must have finished everything enqueued before each of them.
+  // At enqueue time: the hooks order their own work against the stream with events.
   Status CallHook(Status (UnitHooks::*hook)(int), int unit) {
     UnitHooks* hooks = model_.hooks_;
-    if (hooks == nullptr) return OkStatus();
-    SLUICE_RETURN_IF_ERROR(model_.stream_->Synchronize());
-    return (hooks->*hook)(unit);
+    return hooks == nullptr ? OkStatus() : (hooks->*hook)(unit);
   }
 
   bool widen() const {

@@ -12,8 +12,9 @@
 // Execution. Every op of a pass is enqueued on the model's compute stream through the ops
 // backend (runtime/ops/ops_backend.h); activations are stream-ordered device memory. The host
 // uploads the token ids and targets, and reads back only the loss (or the logits) with a copy,
-// synchronizing at the end of the pass, and before each UnitHooks call: the hooks (ZeRO's
-// gathers and reductions) still work on completed device memory from the host.
+// synchronizing once, at the end of the pass. The UnitHooks run on the host as the pass is
+// enqueued, not as it executes: they enqueue work of their own (ZeRO's gathers and reductions,
+// ordered against the compute stream by events) and never touch device memory.
 //
 // Precision. Model<float> computes in fp32 (activations, gradients, the optimizer-facing gradient
 // buffer) and stores parameters in options.param_dtype: kF32 (the flat parameter buffer is what
@@ -60,6 +61,9 @@ class UnitHooks {
   virtual Status AfterForward(int unit) { return OkStatus(); }
   virtual Status BeforeBackward(int unit) { return OkStatus(); }
   virtual Status AfterBackward(int unit) { return OkStatus(); }
+  // Everything of the pass is enqueued; the model synchronizes the stream next (the read-back of
+  // the loss), so work the hooks enqueue here is finished when the pass returns.
+  virtual Status BeforePassEnd() { return OkStatus(); }
 };
 
 enum class ModelStorage : uint8_t {

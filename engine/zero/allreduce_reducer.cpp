@@ -7,8 +7,12 @@
 namespace sluice::zero {
 
 AllReduceReducer::AllReduceReducer(const model::ParameterRegistry& registry, CommQueue& queue,
-                                   float* full_grads, int64_t bucket_size)
-    : registry_(&registry), queue_(&queue), full_grads_(full_grads), bucket_size_(bucket_size) {}
+                                   Stream& compute, float* full_grads, int64_t bucket_size)
+    : registry_(&registry),
+      queue_(&queue),
+      compute_(&compute),
+      full_grads_(full_grads),
+      bucket_size_(bucket_size) {}
 
 Status AllReduceReducer::BeginPass(bool boundary) {
   SLUICE_CHECK_EQ(pending_count_, 0);
@@ -33,10 +37,8 @@ Status AllReduceReducer::AfterBackward(int unit) {
 
 Status AllReduceReducer::Flush() {
   if (pending_count_ == 0) return OkStatus();
-  if (static_cast<int>(in_flight_.size()) >= kMaxBucketsInFlight) {
-    SLUICE_RETURN_IF_ERROR(queue_->Wait(in_flight_.front()));
-    in_flight_.pop_front();
-  }
+  // The bucket's gradients are written by the backward enqueued so far.
+  SLUICE_RETURN_IF_ERROR(queue_->OrderAfter(*compute_));
   float* data = full_grads_ + pending_offset_;
   const size_t count = static_cast<size_t>(pending_count_);
   SLUICE_ASSIGN_OR_RETURN(CommTicket ticket,
@@ -54,13 +56,11 @@ Status AllReduceReducer::Flush() {
 }
 
 Status AllReduceReducer::EndPass() {
-  Status status = boundary_ ? Flush() : OkStatus();
-  while (!in_flight_.empty()) {
-    Status waited = queue_->Wait(in_flight_.front());
-    if (status.ok()) status = std::move(waited);
-    in_flight_.pop_front();
+  if (boundary_) SLUICE_RETURN_IF_ERROR(Flush());
+  for (; !in_flight_.empty(); in_flight_.pop_front()) {
+    SLUICE_RETURN_IF_ERROR(queue_->Join(*compute_, in_flight_.front()));
   }
-  return status;
+  return OkStatus();
 }
 
 }  // namespace sluice::zero

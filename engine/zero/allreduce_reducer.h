@@ -2,6 +2,8 @@
 // accumulate into it locally; during the boundary micro-batch's backward, contiguous runs of
 // finished units (reduce_bucket_size elements at most, a bigger unit alone) are all-reduced
 // (averaged) in place on the comm stream, overlapping the backward of the units below (DDP).
+// In place, they hold no memory: nothing bounds the buckets in flight, and the compute stream
+// waits for them all at the end of the pass.
 // A unit's range is final after its own backward, since units only ever read earlier units'
 // storage (a tied LM head writes the embeddings' gradient before the embeddings' backward).
 #pragma once
@@ -18,20 +20,24 @@ namespace sluice::zero {
 class AllReduceReducer final : public GradientReducer {
  public:
   // `full_grads` (registry.total_elements() floats) must outlive the reducer.
-  AllReduceReducer(const model::ParameterRegistry& registry, CommQueue& queue, float* full_grads,
-                   int64_t bucket_size);
+  // `compute` is the stream the backward writes the gradients on.
+  AllReduceReducer(const model::ParameterRegistry& registry, CommQueue& queue, Stream& compute,
+                   float* full_grads, int64_t bucket_size);
 
   Status BeginPass(bool boundary) override;
   Status BeforeBackward(int unit) override { return OkStatus(); }
   Status AfterBackward(int unit) override;
   Status EndPass() override;
   const ReducerStats& stats() const override { return stats_; }
+  // All-reduces run in place.
+  size_t LargestStagingBytes() const override { return 0; }
 
  private:
   Status Flush();
 
   const model::ParameterRegistry* registry_;
   CommQueue* queue_;
+  Stream* compute_;
   float* full_grads_;
   int64_t bucket_size_;
   bool boundary_ = false;

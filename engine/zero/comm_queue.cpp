@@ -20,14 +20,21 @@ Result<std::unique_ptr<CommQueue>> CommQueue::Create(Device& device, std::unique
 
 CommQueue::~CommQueue() {
   if (stream_ != nullptr) (void)stream_->Synchronize();
+  if (stream_ != nullptr) staging_.FreeAsync(*stream_);
   stream_.reset();
   comm_.reset();
-  kept_.clear();
 }
 
-void CommQueue::KeepWhileCommLives(DeviceBuffer buffer) {
-  std::lock_guard lock(kept_mu_);
-  kept_.push_back(std::move(buffer));
+Result<void*> CommQueue::Staging(size_t bytes, std::string_view what) {
+  if (staging_.size() < bytes) {
+    staging_.FreeAsync(*stream_);
+    Result<DeviceBuffer> buffer = device_->AllocateAsync(bytes, MemoryCategory::kBuffers, *stream_);
+    if (!buffer.ok()) {
+      return Status(buffer.status()).WithContext(fmt::format("allocating {}", what));
+    }
+    staging_ = std::move(buffer).value();
+  }
+  return staging_.data();
 }
 
 Result<CommTicket> CommQueue::Enqueue(std::string name, uint64_t bytes,
@@ -46,6 +53,19 @@ Result<CommTicket> CommQueue::Enqueue(std::string name, uint64_t bytes,
   return ticket;
 }
 
+Status CommQueue::OrderAfter(Stream& producer) {
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<Event> event, device_->CreateEvent());
+  SLUICE_RETURN_IF_ERROR(event->Record(producer));
+  return stream_->WaitEvent(*event);
+}
+
+Status CommQueue::Join(Stream& consumer, CommTicket& ticket) {
+  if (ticket.event_ == nullptr) return OkStatus();
+  SLUICE_RETURN_IF_ERROR(consumer.WaitEvent(*ticket.event_));
+  ticket.event_.reset();
+  return OkStatus();
+}
+
 Status CommQueue::Wait(CommTicket& ticket) {
   if (ticket.event_ == nullptr) return OkStatus();
   Status status = ticket.event_->Synchronize();
@@ -56,21 +76,6 @@ Status CommQueue::Wait(CommTicket& ticket) {
 Status CommQueue::Run(std::string name, std::function<Status(Comm&)> op) {
   SLUICE_ASSIGN_OR_RETURN(CommTicket ticket, Enqueue(std::move(name), 0, std::move(op)));
   return Wait(ticket);
-}
-
-Result<DeviceBuffer> AllocateStaging(CommQueue& queue, size_t bytes, std::string_view what) {
-  Result<DeviceBuffer> buffer = queue.device().Allocate(bytes, MemoryCategory::kBuffers);
-  if (!buffer.ok()) return Status(buffer.status()).WithContext(fmt::format("allocating {}", what));
-  return buffer;
-}
-
-Status ReleaseStaging(CommQueue& queue, DeviceBuffer& staging, Status status) {
-  if (status.ok()) {
-    staging.Reset();
-  } else {
-    queue.KeepWhileCommLives(std::move(staging));
-  }
-  return status;
 }
 
 }  // namespace sluice::zero

@@ -1,8 +1,15 @@
 // The comm stream: the engine's collectives run, in the order they were enqueued, on a device
-// stream of their own (a worker thread on the CPU backend), so a parameter all-gather or a
-// gradient reduce-scatter overlaps the compute of the calling thread. Each operation completes a
-// ticket (an event) that the compute side waits on before touching its buffers; nothing else
-// orders the two sides. Every operation is recorded in the trace lane "comm".
+// stream of their own (a worker thread on the CPU backend, the progress worker of MPI), so a
+// parameter all-gather or a gradient reduce-scatter overlaps the compute stream. The two streams
+// are ordered by events only, as CUDA streams are, and the host thread that enqueues blocks on
+// neither:
+//   - OrderAfter(compute): the operations enqueued next start once the compute stream has
+//     finished the work enqueued on it so far (the gradients they reduce are written, the memory
+//     they gather into is no longer read);
+//   - Join(compute, ticket): work enqueued on the compute stream next starts once the ticket's
+//     operation has finished (a failed operation's error becomes the compute stream's error).
+// Wait() blocks the host instead: for the step boundary, teardown and the control collectives.
+// Every operation is recorded in the trace lane "comm".
 //
 // One stream issues every collective of the engine's communicator, so all ranks issue them in
 // the same order as long as they enqueue the same operations in the same order (runtime/comm.h).
@@ -15,10 +22,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "runtime/comm.h"
 #include "runtime/device.h"
@@ -52,6 +57,11 @@ class CommQueue {
 
   // Enqueues op(comm()) on the comm stream, traced as `name` with `bytes`.
   Result<CommTicket> Enqueue(std::string name, uint64_t bytes, std::function<Status(Comm&)> op);
+  // The operations enqueued from now on run after the work enqueued on `producer` so far.
+  Status OrderAfter(Stream& producer);
+  // The work enqueued on `consumer` from now on runs after the ticket's operation; the ticket is
+  // complete afterwards (for this side: later Waits return at once).
+  Status Join(Stream& consumer, CommTicket& ticket);
   // Blocks until the ticket's operation finished; its error (or an earlier one) if it failed.
   // The ticket is complete afterwards.
   Status Wait(CommTicket& ticket);
@@ -60,10 +70,13 @@ class CommQueue {
   // Waits for everything enqueued so far.
   Status Synchronize() { return stream_->Synchronize(); }
 
-  // A buffer of a collective that failed: the communicator may still write into it (a timed-out
-  // operation stays posted, runtime/comm.h), so it is freed only after the communicator is
-  // gone. Thread-safe (called from operations on the stream).
-  void KeepWhileCommLives(DeviceBuffer buffer);
+  // The staging memory (at least `bytes`, category buffers; `what` names it in errors) of the
+  // operation enqueued next: one buffer of the queue, reused by every operation, since they run
+  // one at a time on the comm stream. The engine sizes it for its largest collective when it is
+  // created; an operation that needs more grows it (a stream-ordered reallocation). After a
+  // failed collective later operations are skipped, and its memory is never reused (a timed-out
+  // collective may still write into it; runtime/device.h).
+  Result<void*> Staging(size_t bytes, std::string_view what);
 
  private:
   CommQueue() = default;
@@ -71,19 +84,10 @@ class CommQueue {
   Device* device_ = nullptr;
   bool overlap_ = false;
   // Destroyed in this order by ~CommQueue: the stream (its pending work uses the communicator),
-  // the communicator, then the buffers it may still have owned.
+  // then the communicator.
   std::unique_ptr<Comm> comm_;
   std::unique_ptr<Stream> stream_;
-  std::mutex kept_mu_;
-  std::vector<DeviceBuffer> kept_;
+  DeviceBuffer staging_;  // allocated on stream_
 };
-
-// The staging buffer of one operation's collective, allocated by the operation when it runs
-// (category buffers) and released when it ends. Operations run one at a time, so the staging
-// held at any moment is that of a single collective. `what` names it in errors.
-Result<DeviceBuffer> AllocateStaging(CommQueue& queue, size_t bytes, std::string_view what);
-// The end of an operation's use of `staging`: freed, or kept by the queue when the collective
-// failed (`status`), since a timed-out collective may still write into it.
-Status ReleaseStaging(CommQueue& queue, DeviceBuffer& staging, Status status);
 
 }  // namespace sluice::zero

@@ -5,11 +5,14 @@
 //     during the last micro-batch's backward the buckets are all-reduced in place.
 //   ReduceScatterReducer (stages 2, 3): each micro-batch's gradients are reduce-scattered, and
 //     each rank adds its piece into its fp32 gradient shard (accumulation over micro-batches).
-// At most kMaxBucketsInFlight buckets are outstanding (DeepSpeed's max_param_reduce_events): the
-// backward waits for the oldest before it issues another, which bounds the memory of pending
-// buckets when the network is slower than the compute.
+// Streams: a bucket's collective starts on the comm stream once the compute stream has finished
+// the backward that wrote its gradients (CommQueue::OrderAfter), and the host never waits for it.
+// At most kMaxBucketsInFlight buckets are outstanding (DeepSpeed's max_param_reduce_events):
+// before another goes out, the compute stream waits for the oldest (CommQueue::Join), which
+// bounds the memory of pending buckets when the network is slower than the compute.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "runtime/status.h"
@@ -33,10 +36,13 @@ class GradientReducer {
   virtual Status BeforeBackward(int unit) = 0;
   // `unit`'s backward is done: its own gradients are final.
   virtual Status AfterBackward(int unit) = 0;
-  // After the backward: issues the last bucket and waits for every reduction of the pass.
+  // After the backward was enqueued: issues the last bucket; the work enqueued on the compute
+  // stream next runs after every reduction of the pass.
   virtual Status EndPass() = 0;
 
   virtual const ReducerStats& stats() const = 0;
+  // The comm queue's staging memory (bytes) the largest bucket of a pass needs.
+  virtual size_t LargestStagingBytes() const = 0;
 };
 
 }  // namespace sluice::zero

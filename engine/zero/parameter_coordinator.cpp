@@ -42,21 +42,23 @@ uint32_t ReadTag(const void* at, DType dtype) {
 ParameterCoordinator::ParameterCoordinator(const CoordinatorOptions& options,
                                            const model::ParameterRegistry& registry,
                                            const ShardLayout& layout, CommQueue& queue,
-                                           ZeroBinding& binding, const void* param_shard)
+                                           Stream& compute, ZeroBinding& binding,
+                                           const void* param_shard)
     : options_(options),
       registry_(&registry),
       layout_(&layout),
       queue_(&queue),
+      compute_(&compute),
       binding_(&binding),
       param_shard_(param_shard),
       dense_offset_(registry.parameters().size(), 0) {}
 
 Result<std::unique_ptr<ParameterCoordinator>> ParameterCoordinator::Create(
     const CoordinatorOptions& options, const model::ParameterRegistry& registry,
-    const ShardLayout& layout, CommQueue& queue, ZeroBinding& binding, const void* param_shard,
-    NvmeParamStore* nvme) {
+    const ShardLayout& layout, CommQueue& queue, Stream& compute, ZeroBinding& binding,
+    const void* param_shard, NvmeParamStore* nvme) {
   std::unique_ptr<ParameterCoordinator> c(
-      new ParameterCoordinator(options, registry, layout, queue, binding, param_shard));
+      new ParameterCoordinator(options, registry, layout, queue, compute, binding, param_shard));
   c->nvme_ = nvme;
   const size_t num_units = registry.units().size();
   SLUICE_CHECK_LT(num_units, static_cast<size_t>(kFailedReadTag)) << "too many units to tag";
@@ -156,15 +158,26 @@ const ModuleTrace* ParameterCoordinator::trace(PassKind kind) const {
   return trace.has_value() ? &*trace : nullptr;
 }
 
+size_t ParameterCoordinator::LargestStagingBytes() const {
+  int64_t piece = layout_->persistent().empty() ? 0 : layout_->persistent_elements() + 1;
+  for (const UnitShards& unit : layout_->units()) {
+    if (!unit.gathered.empty()) piece = std::max(piece, unit.gather_elements + 1);
+  }
+  return static_cast<size_t>(piece) * static_cast<size_t>(layout_->world()) *
+         DTypeSize(options_.param_dtype);
+}
+
 Status ParameterCoordinator::GatherPersistent() {
   SLUICE_CHECK(!in_pass_) << "persistent parameters are gathered between passes";
   if (layout_->persistent().empty()) return OkStatus();
+  // After the optimizer's update of the shard and the last pass's reads of the buffer.
+  SLUICE_RETURN_IF_ERROR(queue_->OrderAfter(*compute_));
   SLUICE_ASSIGN_OR_RETURN(
       CommTicket ticket,
       EnqueueGather(kPersistentTag, layout_->persistent(), layout_->persistent_offset(),
                     layout_->persistent_elements(), persistent_.data_as<float>(),
                     static_cast<int>(groups_.size())));
-  return queue_->Wait(ticket);
+  return queue_->Join(*compute_, ticket);
 }
 
 std::string ParameterCoordinator::TagName(uint32_t tag) const {
@@ -188,7 +201,6 @@ Result<CommTicket> ParameterCoordinator::EnqueueGather(uint32_t tag, const std::
       static_cast<const uint8_t*>(param_shard_) + static_cast<size_t>(shard_offset) * size;
   const int64_t* offsets = dense_offset_.data();
   const std::vector<int>* partitions = &run;
-  CommQueue* queue = queue_;
   // NVMe: the read starts now (when the gather is issued or prefetched) and the operation waits
   // for it; the slot is freed when the operation is done with it, or dropped unrun.
   std::shared_ptr<NvmeParamRead> read;
@@ -200,8 +212,12 @@ Result<CommTicket> ParameterCoordinator::EnqueueGather(uint32_t tag, const std::
                                             delete r;
                                           });
   }
-  auto op = [this, queue, layout, partitions, dtype, size, rank, world, piece, total, tag, shard,
-             dense, offsets, read](Comm& comm) -> Status {
+  SLUICE_ASSIGN_OR_RETURN(
+      void* staging,
+      queue_->Staging(total * size, fmt::format("the all-gather buffer of {}", TagName(tag))));
+  auto* gathered = static_cast<uint8_t*>(staging);
+  auto op = [this, layout, partitions, dtype, size, rank, world, piece, total, tag, shard, dense,
+             offsets, read, gathered](Comm& comm) -> Status {
     const void* source = shard;
     Status read_status;
     if (read != nullptr) {
@@ -212,11 +228,6 @@ Result<CommTicket> ParameterCoordinator::EnqueueGather(uint32_t tag, const std::
         read_status = values.status();
       }
     }
-    SLUICE_ASSIGN_OR_RETURN(
-        DeviceBuffer staging,
-        AllocateStaging(*queue, total * size,
-                        fmt::format("the all-gather buffer of {}", TagName(tag))));
-    auto* gathered = staging.data_as<uint8_t>();
     uint8_t* mine = gathered + static_cast<size_t>(rank) * piece * size;
     // A failed read still takes part in the collective, tagged as failed, so that the other
     // ranks fail at once (naming this rank) instead of waiting for run.comm_timeout.
@@ -224,8 +235,8 @@ Result<CommTicket> ParameterCoordinator::EnqueueGather(uint32_t tag, const std::
     if (read_status.ok()) std::memcpy(mine + size, source, (piece - 1) * size);
     if (read != nullptr) nvme_->EndRead(*read);  // copied out: the slot may take the next read
     Status status = comm.AllGather(mine, gathered, total, dtype);
-    if (!read_status.ok()) return ReleaseStaging(*queue, staging, std::move(read_status));
-    if (!status.ok()) return ReleaseStaging(*queue, staging, std::move(status));
+    if (!read_status.ok()) return read_status;
+    SLUICE_RETURN_IF_ERROR(status);
     for (int r = 0; r < world && status.ok(); ++r) {
       const uint32_t theirs = ReadTag(gathered + static_cast<size_t>(r) * piece * size, dtype);
       if (theirs != tag) {
@@ -241,8 +252,6 @@ Result<CommTicket> ParameterCoordinator::EnqueueGather(uint32_t tag, const std::
           [dense, offsets](const PartitionInfo& p) { return dense + offsets[p.param]; },
           /*header=*/1);
     }
-    // The collective completed: nothing else writes into the staging any more.
-    (void)ReleaseStaging(*queue, staging, OkStatus());
     return status;
   };
   return queue_->Enqueue(
@@ -256,13 +265,16 @@ Status ParameterCoordinator::Issue(int group) {
   SLUICE_CHECK_LE(stats_.live + g.numel, options_.max_live_parameters) << "budget overrun";
   const model::UnitInfo& unit = registry_->units()[static_cast<size_t>(g.unit)];
   const UnitShards& shards = layout_->units()[static_cast<size_t>(g.unit)];
-  Result<DeviceBuffer> buffer = queue_->device().Allocate(
-      static_cast<size_t>(g.numel) * sizeof(float), MemoryCategory::kParams);
+  // In the compute stream's order: it may reuse the buffer of a group released on it, so the
+  // gather into it starts once the compute stream is past that group's kernels.
+  Result<DeviceBuffer> buffer = queue_->device().AllocateAsync(
+      static_cast<size_t>(g.numel) * sizeof(float), MemoryCategory::kParams, *compute_);
   if (!buffer.ok()) {
     return Status(buffer.status())
         .WithContext(fmt::format("allocating the gathered parameters of {}", unit.name));
   }
   g.buffer = std::move(buffer).value();
+  SLUICE_RETURN_IF_ERROR(queue_->OrderAfter(*compute_));
   float* dense = g.buffer.data_as<float>();
   SLUICE_ASSIGN_OR_RETURN(
       g.ticket, EnqueueGather(static_cast<uint32_t>(g.unit) + 1, shards.gathered,
@@ -282,7 +294,7 @@ Status ParameterCoordinator::Issue(int group) {
 Status ParameterCoordinator::WaitFor(int group) {
   Group& g = groups_[static_cast<size_t>(group)];
   if (g.state != State::kInflight) return OkStatus();
-  SLUICE_RETURN_IF_ERROR(queue_->Wait(g.ticket));
+  SLUICE_RETURN_IF_ERROR(queue_->Join(*compute_, g.ticket));
   g.state = State::kAvailable;
   return OkStatus();
 }
@@ -290,11 +302,11 @@ Status ParameterCoordinator::WaitFor(int group) {
 Status ParameterCoordinator::ReleaseGroup(int group) {
   Group& g = groups_[static_cast<size_t>(group)];
   if (g.state == State::kReleased) return OkStatus();
-  SLUICE_RETURN_IF_ERROR(WaitFor(group));  // the gather still writes into the buffer
+  SLUICE_RETURN_IF_ERROR(WaitFor(group));  // the gather may still write into the buffer
   for (int index : layout_->units()[static_cast<size_t>(g.unit)].gathered) {
     binding_->SetValue(layout_->partitions()[static_cast<size_t>(index)].param, nullptr);
   }
-  g.buffer.Reset();
+  g.buffer.FreeAsync(*compute_);
   g.state = State::kReleased;
   stats_.live -= g.numel;
   return OkStatus();

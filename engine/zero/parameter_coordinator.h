@@ -3,6 +3,14 @@
 // non-persistent partitions (one collective, on the comm stream) into a full fp32 buffer, binds it
 // for the model, and frees it again.
 //
+// Streams. Fetch and Release only enqueue; the host never waits for a gather. A gather buffer is
+// allocated in the compute stream's order (AllocateAsync), the comm stream starts the gather
+// once the compute stream has reached that point (so reused memory is no longer read), and the
+// compute stream waits for the gather before the unit's kernels (CommQueue::Join). A release
+// frees the buffer in the compute stream's order, after the unit's kernels: the next allocation
+// reuses it at once, so the device memory held never exceeds what the budget below allows, however
+// far the host runs ahead of the streams.
+//
 // Groups. A unit's non-persistent parameters form one gather group; a unit needs its own group
 // and those of the units whose storage it reads (the embeddings for a tied LM head). Parameters
 // of at most stage3_param_persistence_threshold elements are persistent: gathered once after
@@ -83,25 +91,29 @@ class ParameterCoordinator {
   // coordinator) the pieces are read from it and `param_shard` is not read (may be null).
   static Result<std::unique_ptr<ParameterCoordinator>> Create(
       const CoordinatorOptions& options, const model::ParameterRegistry& registry,
-      const ShardLayout& layout, CommQueue& queue, ZeroBinding& binding, const void* param_shard,
-      NvmeParamStore* nvme = nullptr);
+      const ShardLayout& layout, CommQueue& queue, Stream& compute, ZeroBinding& binding,
+      const void* param_shard, NvmeParamStore* nvme = nullptr);
   // Waits for gathers still in flight.
   ~ParameterCoordinator();
 
-  // (Re)gathers the persistent parameters from the shard: after initialization and after every
+  // (Re)gathers the persistent parameters from the shard, after the work enqueued on the compute
+  // stream so far and before what is enqueued there next: after initialization and after every
   // optimizer step. Outside a pass.
   Status GatherPersistent();
 
   Status BeginPass(PassKind kind);
-  // Before `access`'s unit runs: its parameters are gathered and bound when this returns.
+  // Before `access`'s unit runs: its parameters are bound when this returns, and gathered
+  // before the work enqueued on the compute stream next.
   Status Fetch(const ModuleAccess& access);
-  // After it ran: releases what is not kept for reuse.
+  // After its work was enqueued: releases what is not kept for reuse.
   Status Release(const ModuleAccess& access);
   // Finishes recording (comparing the trace across ranks: collective on the first pass of each
   // kind) and releases every group.
   Status EndPass();
 
   const CoordinatorStats& stats() const { return stats_; }
+  // The comm queue's staging memory (bytes) the largest gather needs.
+  size_t LargestStagingBytes() const;
   void SetFetchObserver(FetchObserver observer) { observer_ = std::move(observer); }
   // The recorded trace of a pass kind, if any.
   const ModuleTrace* trace(PassKind kind) const;
@@ -123,8 +135,8 @@ class ParameterCoordinator {
   static constexpr size_t kNever = static_cast<size_t>(-1);
 
   ParameterCoordinator(const CoordinatorOptions& options, const model::ParameterRegistry& registry,
-                       const ShardLayout& layout, CommQueue& queue, ZeroBinding& binding,
-                       const void* param_shard);
+                       const ShardLayout& layout, CommQueue& queue, Stream& compute,
+                       ZeroBinding& binding, const void* param_shard);
   // Each rank's piece of a gather starts with a tag naming what it gathered (unit + 1, or
   // kPersistentTag), so ranks that run different modules fail at the first mismatched gather
   // instead of exchanging the wrong parameters.
@@ -156,6 +168,7 @@ class ParameterCoordinator {
   const model::ParameterRegistry* registry_;
   const ShardLayout* layout_;
   CommQueue* queue_;
+  Stream* compute_;
   ZeroBinding* binding_;
   const void* param_shard_;
   NvmeParamStore* nvme_ = nullptr;

@@ -29,6 +29,29 @@ ReduceScatterReducer::~ReduceScatterReducer() {
   (void)queue_->Synchronize();
 }
 
+size_t ReduceScatterReducer::LargestStagingBytes() const {
+  // The buckets AfterBackward forms when the units' backwards run in reverse registry order.
+  int64_t largest = 0;
+  int64_t open_numel = 0;
+  std::vector<int> run;
+  auto close = [&] {
+    if (!run.empty()) largest = std::max(largest, RunElements(*layout_, run));
+    run.clear();
+    open_numel = 0;
+  };
+  for (size_t unit = layout_->units().size(); unit-- > 0;) {
+    const std::vector<int>& all = layout_->units()[unit].all;
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      const int64_t numel = layout_->partitions()[static_cast<size_t>(*it)].numel;
+      if (open_numel > 0 && open_numel + numel > bucket_size_) close();
+      run.push_back(*it);
+      open_numel += numel;
+    }
+  }
+  close();
+  return static_cast<size_t>(largest) * static_cast<size_t>(layout_->world()) * sizeof(float);
+}
+
 Status ReduceScatterReducer::BeginPass(bool /*boundary*/) {
   for (const DeviceBuffer& buffer : unit_grads_) SLUICE_CHECK(buffer.empty());
   SLUICE_CHECK(open_.run.empty());
@@ -87,18 +110,24 @@ Status ReduceScatterReducer::AfterBackward(int unit) {
   return OkStatus();
 }
 
+Status ReduceScatterReducer::Retire() {
+  SLUICE_RETURN_IF_ERROR(queue_->Join(*compute_, in_flight_.front()));
+  in_flight_.pop_front();
+  return OkStatus();
+}
+
 Status ReduceScatterReducer::Flush() {
   if (open_.run.empty()) return OkStatus();
   if (static_cast<int>(in_flight_.size()) >= kMaxBucketsInFlight) {
-    SLUICE_RETURN_IF_ERROR(queue_->Wait(in_flight_.front()));
-    in_flight_.pop_front();
+    SLUICE_RETURN_IF_ERROR(Retire());
   }
+  // The bucket's gradients are written by the backward enqueued so far.
+  SLUICE_RETURN_IF_ERROR(queue_->OrderAfter(*compute_));
   Bucket bucket = std::move(open_);
   open_ = Bucket();
   const ShardLayout* layout = layout_;
   const int64_t piece = RunElements(*layout, bucket.run);
   const size_t total = static_cast<size_t>(piece) * static_cast<size_t>(layout->world());
-  CommQueue* queue = queue_;
   float* grad_shard = grad_shard_;
   const int rank = layout->rank();
   std::vector<const float*> by_param(registry_->parameters().size(), nullptr);
@@ -106,12 +135,11 @@ Status ReduceScatterReducer::Flush() {
     by_param[static_cast<size_t>(layout->partitions()[static_cast<size_t>(bucket.run[i])].param)] =
         bucket.sources[i];
   }
-  auto op = [queue, layout, run = bucket.run, by_param = std::move(by_param), total, piece, rank,
-             grad_shard](Comm& comm) -> Status {
-    SLUICE_ASSIGN_OR_RETURN(
-        DeviceBuffer staging,
-        AllocateStaging(*queue, total * sizeof(float), "a gradient reduce-scatter bucket"));
-    float* full = staging.data_as<float>();
+  SLUICE_ASSIGN_OR_RETURN(
+      void* staging, queue_->Staging(total * sizeof(float), "a gradient reduce-scatter bucket"));
+  float* full = static_cast<float*>(staging);
+  auto op = [layout, run = bucket.run, by_param = std::move(by_param), total, piece, rank,
+             grad_shard, full](Comm& comm) -> Status {
     PackForReduceScatter(
         *layout, run,
         [&by_param](const PartitionInfo& p) { return by_param[static_cast<size_t>(p.param)]; },
@@ -119,14 +147,15 @@ Status ReduceScatterReducer::Flush() {
     float* mine = full + static_cast<size_t>(rank) * static_cast<size_t>(piece);
     Status status = comm.ReduceScatter(full, mine, total, DType::kF32, ReduceOp::kAvg);
     if (status.ok()) AccumulateIntoShard(*layout, run, mine, grad_shard);
-    return ReleaseStaging(*queue, staging, std::move(status));
+    return status;
   };
   SLUICE_ASSIGN_OR_RETURN(
       CommTicket ticket,
       queue_->Enqueue(fmt::format("reduce_scatter grads ({} params, {} elements)",
                                   bucket.run.size(), bucket.numel),
                       total * sizeof(float), std::move(op)));
-  // Read by the packing before the collective: free once the stream is past it.
+  // Read by the packing, after the backward that wrote them (the comm stream is ordered after
+  // it): free once the comm stream is past the packing.
   for (DeviceBuffer& source : bucket.release) source.FreeAsync(queue_->stream());
   in_flight_.push_back(std::move(ticket));
   ++stats_.buckets;
@@ -135,20 +164,16 @@ Status ReduceScatterReducer::Flush() {
 }
 
 Status ReduceScatterReducer::EndPass() {
-  Status status = Flush();
-  while (!in_flight_.empty()) {
-    Status waited = queue_->Wait(in_flight_.front());
-    if (status.ok()) status = std::move(waited);
-    in_flight_.pop_front();
-  }
+  SLUICE_RETURN_IF_ERROR(Flush());
+  while (!in_flight_.empty()) SLUICE_RETURN_IF_ERROR(Retire());
   for (size_t u = 0; u < unit_grads_.size(); ++u) {
     if (unit_grads_[u].empty()) continue;
-    // A pass that stopped early (evaluation has no backward; a failure) leaves buffers bound.
+    // A unit whose backward never ran (a pass without backward) leaves its buffer bound.
     Unbind(static_cast<int>(u));
     live_gradient_elements_ -= registry_->units()[u].numel;
-    unit_grads_[u].Reset();
+    unit_grads_[u].FreeAsync(*compute_);
   }
-  return status;
+  return OkStatus();
 }
 
 }  // namespace sluice::zero

@@ -4,7 +4,7 @@
 // (reduce_bucket_size elements at most, a bigger parameter alone); a full bucket is, on the comm
 // stream: packed rank-major by partition (shard_layout.h), reduce-scattered (averaged), and this
 // rank's piece added into its fp32 gradient shard, which so accumulates the micro-batches in
-// fp32. A unit's gradient buffer is freed on the comm stream once its last bucket went out.
+// fp32. A unit's gradient buffer is freed on the comm stream once its last bucket has been packed.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +35,7 @@ class ReduceScatterReducer final : public GradientReducer {
   Status AfterBackward(int unit) override;
   Status EndPass() override;
   const ReducerStats& stats() const override { return stats_; }
+  size_t LargestStagingBytes() const override;
 
   // Elements of full-size gradient buffers bound now (units between their first and last
   // backward use).
@@ -61,6 +62,9 @@ class ReduceScatterReducer final : public GradientReducer {
   int64_t bucket_size_;
   std::vector<std::vector<int>> writes_;  // per unit: the units whose gradients it writes
   std::vector<DeviceBuffer> unit_grads_;  // per unit, while bound
+  // The compute stream waits for the oldest bucket in flight.
+  Status Retire();
+
   Bucket open_;
   std::deque<CommTicket> in_flight_;
   int64_t live_gradient_elements_ = 0;

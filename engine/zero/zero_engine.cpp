@@ -52,6 +52,7 @@ class ZeroEngine::Hooks final : public model::UnitHooks {
   Status AfterForward(int unit) override { return engine_->After({unit, Phase::kForward}); }
   Status BeforeBackward(int unit) override { return engine_->Before({unit, Phase::kBackward}); }
   Status AfterBackward(int unit) override { return engine_->After({unit, Phase::kBackward}); }
+  Status BeforePassEnd() override { return engine_->BeforePassEnd(); }
 
  private:
   ZeroEngine* engine_;
@@ -179,16 +180,30 @@ Status ZeroEngine::Build(Comm& world) {
     coordinator.max_reuse_distance = options_.stage3_max_reuse_distance;
     coordinator.param_dtype = options_.param_dtype;
     SLUICE_ASSIGN_OR_RETURN(coordinator_, ParameterCoordinator::Create(
-                                              coordinator, registry, layout_, *queue_, binding_,
-                                              param_shard_data_, param_store_.get()));
+                                              coordinator, registry, layout_, *queue_, compute(),
+                                              binding_, param_shard_data_, param_store_.get()));
   }
   if (stage <= 1) {
-    reducer_ = std::make_unique<AllReduceReducer>(registry, *queue_, full_grads_.data_as<float>(),
-                                                  options_.reduce_bucket_size);
+    reducer_ = std::make_unique<AllReduceReducer>(
+        registry, *queue_, compute(), full_grads_.data_as<float>(), options_.reduce_bucket_size);
   } else {
     reducer_ =
         std::make_unique<ReduceScatterReducer>(registry, layout_, *queue_, compute(), binding_,
                                                grad_shard_data_, options_.reduce_bucket_size);
+  }
+  // One staging buffer serves every collective (they run one at a time on the comm stream), sized
+  // for the largest now, so that it is never reallocated between the passes' unit buffers.
+  size_t staging = reducer_->LargestStagingBytes();
+  if (coordinator_ != nullptr) staging = std::max(staging, coordinator_->LargestStagingBytes());
+  if (stage == 1 || stage == 2) {
+    for (const PublishBucket& bucket : PublishBuckets()) {
+      staging =
+          std::max(staging, static_cast<size_t>(bucket.piece) * static_cast<size_t>(world.size()) *
+                                DTypeSize(options_.param_dtype));
+    }
+  }
+  if (staging > 0) {
+    SLUICE_RETURN_IF_ERROR(queue_->Staging(staging, "the collectives' staging buffer").status());
   }
   hooks_ = std::make_unique<Hooks>(*this);
   if (world.rank() == 0) {
@@ -285,19 +300,39 @@ Status ZeroEngine::Publish() {
                                           {layout_.total_elements()}, MemoryTier::kDevice, index));
     }
     case 1:
-    case 2:
+    case 2: {
       // The all-gathers read the parameter shard from the comm stream: the optimizer's update on
       // the compute stream comes first.
-      SLUICE_RETURN_IF_ERROR(compute().Synchronize());
+      SLUICE_RETURN_IF_ERROR(queue_->OrderAfter(compute()));
       return PublishByAllGather();
+    }
     default:
-      SLUICE_RETURN_IF_ERROR(compute().Synchronize());
       return coordinator_->GatherPersistent();
   }
 }
 
 // Stages 1-2: consecutive partitions, up to allgather_bucket_size gathered elements per
-// collective, all-gathered and unpacked into the replicated compute copy.
+// collective (a larger partition alone).
+std::vector<ZeroEngine::PublishBucket> ZeroEngine::PublishBuckets() const {
+  std::vector<PublishBucket> buckets;
+  const int world = layout_.world();
+  const size_t count = layout_.partitions().size();
+  for (size_t first = 0; first < count;) {
+    PublishBucket bucket{first, first, 0};
+    while (bucket.last < count &&
+           (bucket.last == first ||
+            (bucket.piece + layout_.partitions()[bucket.last].partition) * world <=
+                options_.allgather_bucket_size)) {
+      bucket.piece += layout_.partitions()[bucket.last].partition;
+      ++bucket.last;
+    }
+    buckets.push_back(bucket);
+    first = bucket.last;
+  }
+  return buckets;
+}
+
+// Stages 1-2: the buckets all-gathered and unpacked into the replicated compute copy.
 Status ZeroEngine::PublishByAllGather() {
   const ShardLayout* layout = &layout_;
   const int world = layout_.world();
@@ -306,34 +341,27 @@ Status ZeroEngine::PublishByAllGather() {
   float* full = full_params_.data_as<float>();
   std::deque<CommTicket> tickets;
   Status status;
-  const size_t count = layout_.partitions().size();
-  for (size_t first = 0; first < count && status.ok();) {
-    size_t last = first;
-    int64_t piece = 0;
-    while (last < count &&
-           (last == first || (piece + layout_.partitions()[last].partition) * world <=
-                                 options_.allgather_bucket_size)) {
-      piece += layout_.partitions()[last].partition;
-      ++last;
-    }
+  for (const PublishBucket& bucket : PublishBuckets()) {
+    const size_t first = bucket.first;
+    const size_t last = bucket.last;
     std::vector<int> run;
     for (size_t i = first; i < last; ++i) run.push_back(static_cast<int>(i));
-    const size_t total = static_cast<size_t>(piece) * static_cast<size_t>(world);
+    const size_t total = static_cast<size_t>(bucket.piece) * static_cast<size_t>(world);
     const void* shard =
         static_cast<const uint8_t*>(param_shard_data_) +
         static_cast<size_t>(layout_.partitions()[first].shard_offset) * element_size;
-    CommQueue* queue = queue_.get();
-    auto op = [queue, layout, run = std::move(run), dtype, total, element_size, shard,
-               full](Comm& comm) -> Status {
-      SLUICE_ASSIGN_OR_RETURN(
-          DeviceBuffer staging,
-          AllocateStaging(*queue, total * element_size, "a parameter all-gather bucket"));
-      Status gathered = comm.AllGather(shard, staging.data(), total, dtype);
-      if (gathered.ok()) {
-        UnpackGathered(*layout, run, staging.data(), dtype,
-                       [full](const PartitionInfo& p) { return full + p.full_offset; });
-      }
-      return ReleaseStaging(*queue, staging, std::move(gathered));
+    Result<void*> staging = queue_->Staging(total * element_size, "a parameter all-gather bucket");
+    if (!staging.ok()) {
+      status = staging.status();
+      break;
+    }
+    void* gathered = *staging;
+    auto op = [layout, run = std::move(run), dtype, total, shard, full,
+               gathered](Comm& comm) -> Status {
+      SLUICE_RETURN_IF_ERROR(comm.AllGather(shard, gathered, total, dtype));
+      UnpackGathered(*layout, run, gathered, dtype,
+                     [full](const PartitionInfo& p) { return full + p.full_offset; });
+      return OkStatus();
     };
     Result<CommTicket> ticket =
         queue_->Enqueue(fmt::format("all_gather updated parameters [{}, {})", first, last),
@@ -343,11 +371,11 @@ Status ZeroEngine::PublishByAllGather() {
       break;
     }
     tickets.push_back(std::move(ticket).value());
-    first = last;
   }
+  // The next pass reads the compute copy after the gathers, in the compute stream's order.
   for (CommTicket& ticket : tickets) {
-    Status waited = queue_->Wait(ticket);
-    if (status.ok()) status = std::move(waited);
+    Status joined = queue_->Join(compute(), ticket);
+    if (status.ok()) status = std::move(joined);
   }
   return status;
 }
@@ -362,16 +390,31 @@ Status ZeroEngine::Before(const ModuleAccess& access) {
                                ? user_hooks_->BeforeForward(access.unit)
                                : user_hooks_->BeforeBackward(access.unit));
   }
-  if (TraceRecorder::Global().enabled()) compute_start_ns_ = TraceClockNs();
+  if (TraceRecorder::Global().enabled()) {
+    // The unit's time on the compute stream, not the host's time enqueueing it.
+    return device_->LaunchHostFunc(
+        compute(),
+        [start = compute_start_ns_] {
+          *start = TraceClockNs();
+          return OkStatus();
+        },
+        "trace: unit start");
+  }
   return OkStatus();
 }
 
 Status ZeroEngine::After(const ModuleAccess& access) {
-  TraceRecorder& recorder = TraceRecorder::Global();
-  if (recorder.enabled() && compute_start_ns_ > 0) {
-    recorder.Record(kTraceLaneCompute, DescribeAccess(access, model_->registry()),
-                    compute_start_ns_, TraceClockNs());
-    compute_start_ns_ = 0;
+  if (TraceRecorder::Global().enabled()) {
+    SLUICE_RETURN_IF_ERROR(device_->LaunchHostFunc(
+        compute(),
+        [start = compute_start_ns_, name = DescribeAccess(access, model_->registry())] {
+          if (*start > 0) {
+            TraceRecorder::Global().Record(kTraceLaneCompute, name, *start, TraceClockNs());
+          }
+          *start = 0;
+          return OkStatus();
+        },
+        "trace: unit end"));
   }
   if (user_hooks_ != nullptr) {
     SLUICE_RETURN_IF_ERROR(access.phase == Phase::kForward
@@ -385,9 +428,34 @@ Status ZeroEngine::After(const ModuleAccess& access) {
   return OkStatus();
 }
 
+Status ZeroEngine::BeforePassEnd() {
+  if (pass_kind_ == PassKind::kTrain) SLUICE_RETURN_IF_ERROR(FinishReductions());
+  return OkStatus();
+}
+
+Status ZeroEngine::FinishReductions() {
+  SLUICE_RETURN_IF_ERROR(reducer_->EndPass());
+  if (options_.stage == 1 && micro_batches_ + 1 == options_.gradient_accumulation_steps) {
+    // The averaged full gradients are complete: keep this rank's partitions for the step, as
+    // device work on the compute stream (Step reads them there, after it).
+    const ShardLayout* layout = &layout_;
+    const float* full = full_grads_.data_as<float>();
+    float* shard = grad_shard_data_;
+    return device_->LaunchHostFunc(
+        compute(),
+        [layout, full, shard] {
+          ExtractOwned(*layout, full, shard);
+          return OkStatus();
+        },
+        "ExtractOwned gradient partitions");
+  }
+  return OkStatus();
+}
+
 Result<double> ZeroEngine::RunPass(PassKind kind, const int32_t* inputs, const int32_t* targets,
                                    int64_t batch, int64_t seq, double loss_grad) {
   const bool train = kind == PassKind::kTrain;
+  pass_kind_ = kind;
   if (train) {
     const bool boundary = micro_batches_ + 1 == options_.gradient_accumulation_steps;
     if (Status status = reducer_->BeginPass(boundary); !status.ok()) return Fail(status);
@@ -397,29 +465,13 @@ Result<double> ZeroEngine::RunPass(PassKind kind, const int32_t* inputs, const i
   }
   model_->SetParameterBinding(&binding_);
   model_->SetHooks(hooks_.get());
+  // The model enqueues the whole pass (the hooks enqueue the gathers and reductions beside it,
+  // BeforePassEnd the last reductions) and synchronizes once, reading the loss back.
   Result<double> loss = train ? model_->ForwardBackward(inputs, targets, batch, seq, loss_grad)
                               : model_->ForwardLoss(inputs, targets, batch, seq);
   model_->SetHooks(nullptr);
   model_->SetParameterBinding(nullptr);
   if (!loss.ok()) return Fail(loss.status());
-  if (train) {
-    if (Status status = reducer_->EndPass(); !status.ok()) return Fail(status);
-    if (options_.stage == 1 && micro_batches_ + 1 == options_.gradient_accumulation_steps) {
-      // The averaged full gradients are complete: keep this rank's partitions for the step, as
-      // device work on the compute stream (Step reads them there, after it).
-      const ShardLayout* layout = &layout_;
-      const float* full = full_grads_.data_as<float>();
-      float* shard = grad_shard_data_;
-      Status status = device_->LaunchHostFunc(
-          compute(),
-          [layout, full, shard] {
-            ExtractOwned(*layout, full, shard);
-            return OkStatus();
-          },
-          "ExtractOwned gradient partitions");
-      if (!status.ok()) return Fail(status);
-    }
-  }
   if (coordinator_ != nullptr) {
     if (Status status = coordinator_->EndPass(); !status.ok()) return Fail(status);
   }
@@ -553,6 +605,9 @@ Status ZeroEngine::GatherFullParameters(std::span<float> out) {
     if (copied.ok()) copied = compute().Synchronize();
     return copied.ok() ? copied : Fail(std::move(copied));
   }
+  // The shard as the last optimizer step left it (its update may still be on the compute
+  // stream): consolidation is outside the training step, so the host may wait here.
+  if (Status done = compute().Synchronize(); !done.ok()) return Fail(std::move(done));
   const ShardLayout* layout = &layout_;
   const DType dtype = options_.param_dtype;
   const size_t element_size = DTypeSize(dtype);

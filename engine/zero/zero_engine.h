@@ -202,9 +202,18 @@ class ZeroEngine {
   ZeroEngine(const ZeroOptions& options, model::Model<float>& model, Device& device);
   Status Build(Comm& world);
   Status Fail(Status status);
+  // Called by the model once a pass is enqueued: the last gradient reductions.
+  Status BeforePassEnd();
+  Status FinishReductions();
   Result<double> RunPass(PassKind kind, const int32_t* inputs, const int32_t* targets,
                          int64_t batch, int64_t seq, double loss_grad);
   Status Publish();
+  struct PublishBucket {
+    size_t first = 0;  // partitions [first, last)
+    size_t last = 0;
+    int64_t piece = 0;  // their elements on each rank
+  };
+  std::vector<PublishBucket> PublishBuckets() const;
   Status PublishByAllGather();
   // The model's compute stream: where the engine's device work (zeroing, the norm, the device
   // optimizer, stage 0's widening) is enqueued, in order with the passes.
@@ -242,8 +251,10 @@ class ZeroEngine {
   std::unique_ptr<GradientReducer> reducer_;
   std::unique_ptr<Hooks> hooks_;
   model::UnitHooks* user_hooks_ = nullptr;
-  int64_t micro_batches_ = 0;  // of the current step
-  int64_t compute_start_ns_ = 0;
+  int64_t micro_batches_ = 0;              // of the current step
+  PassKind pass_kind_ = PassKind::kTrain;  // of the pass running
+  // Start of the unit the compute stream runs, in the trace: written and read by the stream.
+  std::shared_ptr<int64_t> compute_start_ns_ = std::make_shared<int64_t>(0);
   Status broken_;
 };
 

@@ -82,6 +82,7 @@ class NvmeParamRig {
   ~NvmeParamRig() {
     coordinator_.reset();
     queue_.reset();
+    compute_.reset();
     store_.reset();
   }
 
@@ -117,12 +118,14 @@ class NvmeParamRig {
     SLUICE_RETURN_IF_ERROR(comm.status());
     SLUICE_ASSIGN_OR_RETURN(queue_,
                             CommQueue::Create(*device_, std::move(comm).value(), /*overlap=*/true));
+    SLUICE_ASSIGN_OR_RETURN(compute_, device_->CreateStream());
     CoordinatorOptions options;
     options.param_dtype = dtype_;
     options.prefetch_bucket_size = prefetch_bucket_size;
     SLUICE_ASSIGN_OR_RETURN(
-        coordinator_, ParameterCoordinator::Create(options, registry(), layout_, *queue_, *binding_,
-                                                   shard_.data(), nvme ? store_.get() : nullptr));
+        coordinator_,
+        ParameterCoordinator::Create(options, registry(), layout_, *queue_, *compute_, *binding_,
+                                     shard_.data(), nvme ? store_.get() : nullptr));
     return coordinator_->GatherPersistent();
   }
   ParameterCoordinator& coordinator() { return *coordinator_; }
@@ -141,6 +144,8 @@ class NvmeParamRig {
     SLUICE_RETURN_IF_ERROR(coordinator_->BeginPass(PassKind::kTrain));
     for (size_t i = 0; i < order.size(); ++i) {
       SLUICE_RETURN_IF_ERROR(coordinator_->Fetch(order[i]));
+      // Fetch only enqueues: the values are there once the compute stream reaches this point.
+      SLUICE_RETURN_IF_ERROR(compute_->Synchronize());
       if (after_fetch) after_fetch(i);
       for (int p : registry().units()[static_cast<size_t>(order[i].unit)].params) {
         const float* values = binding_->Value(p);
@@ -163,6 +168,7 @@ class NvmeParamRig {
   std::unique_ptr<NvmeParamStore> store_;
   std::unique_ptr<ZeroBinding> binding_;
   std::unique_ptr<CommQueue> queue_;
+  std::unique_ptr<Stream> compute_;
   std::unique_ptr<ParameterCoordinator> coordinator_;
 };
 

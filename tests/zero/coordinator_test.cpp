@@ -49,8 +49,11 @@ class CoordinatorRig {
     auto queue = CommQueue::Create(*device_, std::move(comm).value(), /*overlap=*/true);
     SLUICE_CHECK(queue.ok());
     queue_ = std::move(queue).value();
+    auto compute = device_->CreateStream();
+    SLUICE_CHECK(compute.ok());
+    compute_ = std::move(compute).value();
     auto coordinator = ParameterCoordinator::Create(options, registry(), layout_, *queue_,
-                                                    *binding_, shard_.data());
+                                                    *compute_, *binding_, shard_.data());
     SLUICE_CHECK(coordinator.ok()) << coordinator.status().ToString();
     coordinator_ = std::move(coordinator).value();
     SLUICE_CHECK(coordinator_->GatherPersistent().ok());
@@ -62,6 +65,7 @@ class CoordinatorRig {
   ~CoordinatorRig() {
     coordinator_.reset();
     queue_.reset();
+    compute_.reset();
   }
 
   const model::ParameterRegistry& registry() const { return model_->registry(); }
@@ -83,6 +87,8 @@ class CoordinatorRig {
     SLUICE_RETURN_IF_ERROR(coordinator_->BeginPass(kind));
     for (const ModuleAccess& access : order) {
       SLUICE_RETURN_IF_ERROR(coordinator_->Fetch(access));
+      // Fetch only enqueues: the values are there once the compute stream reaches this point.
+      SLUICE_RETURN_IF_ERROR(compute_->Synchronize());
       for (int p : registry().units()[static_cast<size_t>(access.unit)].params) {
         const model::ParameterInfo& info = registry().parameter(p);
         const int64_t offset =
@@ -109,6 +115,7 @@ class CoordinatorRig {
   std::unique_ptr<ZeroBinding> binding_;
   std::vector<float> shard_;
   std::unique_ptr<CommQueue> queue_;
+  std::unique_ptr<Stream> compute_;
   std::unique_ptr<ParameterCoordinator> coordinator_;
   int64_t max_live_seen_ = 0;
 };
@@ -177,8 +184,10 @@ TEST(Coordinator, BudgetBelowOneUnitIsAConfigError) {
   auto queue = CommQueue::Create(**device, std::move(comm).value(), true);
   ASSERT_TRUE(queue.ok());
   std::vector<float> shard(static_cast<size_t>(sizing.layout().shard_elements()));
+  auto compute = (*device)->CreateStream();
+  ASSERT_TRUE(compute.ok());
   auto coordinator = ParameterCoordinator::Create(options, sizing.registry(), sizing.layout(),
-                                                  **queue, binding, shard.data());
+                                                  **queue, **compute, binding, shard.data());
   EXPECT_EQ(coordinator.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(coordinator.status().message().find("stage3_max_live_parameters"), std::string::npos)
       << coordinator.status().ToString();
