@@ -6,8 +6,9 @@
 // communicator's ArrivalBoard so that a timeout can name the ranks that did not arrive.
 //
 // Destroying an MpiComm is collective (it drains, meets the others in a timed barrier, and frees
-// the RMA window): destroy communicators in the same order on every rank. If the barrier or the
-// drain times out, the MPI communicator and window are left allocated rather than risk a hang.
+// the arrival board's window and communicators): destroy communicators in the same order on every
+// rank. If the barrier or the drain times out, the MPI communicator and the board are left
+// allocated rather than risk a hang.
 #pragma once
 
 #include <atomic>

@@ -38,7 +38,7 @@ void FinalizeAtExit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  ArrivalBoard::CloseAllEpochs();
+  ArrivalBoard::PrepareForFinalize();
   if (state.bf16_sum != MPI_OP_NULL) MPI_Op_free(&state.bf16_sum);
   if (state.f16_sum != MPI_OP_NULL) MPI_Op_free(&state.f16_sum);
   if (state.owns_finalize) MPI_Finalize();

@@ -13,6 +13,8 @@
 //   master; OpenBLAS here is the OpenMP build and uses the same pool), and any std::thread a host
 //   function starts. Those threads keep the access for their life; they only run the worker's
 //   work.
+// - any thread inside an MPI call (runtime/device_access.h): MPI's progress engine completes the
+//   transfers the comm stream posted into device memory, whichever thread calls it.
 // Every other thread faults with SIGSEGV/SEGV_PKUERR on access; the handler installed here writes
 // which thread touched which allocation (tag, size, offset) and aborts.
 //
