@@ -48,9 +48,10 @@ struct Source {
 
 Result<Source> OpenSource(const fs::path& checkpoint, std::optional<DType> dtype,
                           ConvertSummary* summary) {
-  if (dtype.has_value() && *dtype != DType::kF32 && *dtype != DType::kBF16) {
-    return InvalidArgumentError("convert: output dtype {} is not supported (use bf16 or fp32)",
-                                DTypeName(*dtype));
+  if (dtype.has_value() && *dtype != DType::kF32 && *dtype != DType::kBF16 &&
+      *dtype != DType::kF16) {
+    return InvalidArgumentError(
+        "convert: output dtype {} is not supported (use bf16, fp16 or fp32)", DTypeName(*dtype));
   }
   Source source;
   SLUICE_ASSIGN_OR_RETURN(summary->checkpoint_dir, ResolveCheckpointDir(checkpoint));
@@ -63,7 +64,7 @@ Result<Source> OpenSource(const fs::path& checkpoint, std::optional<DType> dtype
   }
   // The master precision: what the checkpoint stores (fp32, also for bf16 and fp16 training).
   source.dtype = dtype.value_or(source.tensors.front()->dtype);
-  if (source.dtype != DType::kF32 && source.dtype != DType::kBF16) source.dtype = DType::kF32;
+  if (!dtype.has_value() && source.dtype != DType::kBF16) source.dtype = DType::kF32;
   summary->dtype = source.dtype;
   for (const ManifestTensor* t : source.tensors) {
     summary->parameters += t->shape.numel();
@@ -96,7 +97,11 @@ Status WriteTensors(const Source& source, const std::vector<const ManifestTensor
       SLUICE_RETURN_IF_ERROR(writer->Append(src, values.size() * sizeof(float)));
     } else {
       narrow.resize(values.size());
-      for (size_t i = 0; i < values.size(); ++i) narrow[i] = kernels::F32ToBf16(src[i]);
+      if (source.dtype == DType::kBF16) {
+        for (size_t i = 0; i < values.size(); ++i) narrow[i] = kernels::F32ToBf16(src[i]);
+      } else {
+        for (size_t i = 0; i < values.size(); ++i) narrow[i] = kernels::F32ToF16(src[i]);
+      }
       SLUICE_RETURN_IF_ERROR(writer->Append(narrow.data(), narrow.size() * sizeof(uint16_t)));
     }
     ++summary->tensors;
@@ -134,22 +139,32 @@ std::vector<std::vector<const ManifestTensor*>> PlanShards(
   return shards;
 }
 
-// Model files an earlier conversion into `dir` may have left: with both a model.safetensors and
-// an index, from_pretrained would load the stale single file.
-Status RemoveStaleModelFiles(const fs::path& dir) {
+const char* TorchDTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kF16:
+      return "float16";
+    default:
+      return "float32";
+  }
+}
+
+}  // namespace
+
+Status RemoveHfModelFiles(const fs::path& dir, bool with_config) {
   std::error_code ec;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     const bool shard = name.starts_with("model-") && name.ends_with(".safetensors");
-    if (name == kSafetensorsSingleName || name == kSafetensorsIndexName || shard) {
+    if (name == kSafetensorsSingleName || name == kSafetensorsIndexName || shard ||
+        (with_config && name == "config.json")) {
       SLUICE_RETURN_IF_ERROR(RemoveTree(entry.path()));
     }
   }
   if (ec) return IoError("cannot list {}: {}", dir.string(), ec.message());
   return OkStatus();
 }
-
-}  // namespace
 
 Result<ConvertSummary> ConvertCheckpointToHfFolder(const fs::path& checkpoint,
                                                    const fs::path& out_dir,
@@ -163,10 +178,12 @@ Result<ConvertSummary> ConvertCheckpointToHfFolder(const fs::path& checkpoint,
       HfExportModel model,
       HfExportModelFromRecord(source.reader->manifest().config,
                               fmt::format("checkpoint {}", summary.checkpoint_dir.string())));
-  model.torch_dtype = source.dtype == DType::kBF16 ? "bfloat16" : "float32";
+  model.torch_dtype = TorchDTypeName(source.dtype);
 
   SLUICE_RETURN_IF_ERROR(CreateDirectories(out_dir, "give sluice convert another --out"));
-  SLUICE_RETURN_IF_ERROR(RemoveStaleModelFiles(out_dir));
+  // Model files an earlier conversion may have left: with both a model.safetensors and an index,
+  // from_pretrained would load the stale single file.
+  SLUICE_RETURN_IF_ERROR(RemoveHfModelFiles(out_dir, /*with_config=*/false));
   const auto shards = PlanShards(source.tensors, source.dtype, options.max_shard_bytes);
   const std::map<std::string, std::string> metadata = Metadata(summary);
   if (shards.size() == 1) {

@@ -33,8 +33,9 @@ struct ConvertSummary {
 };
 
 struct ConvertOptions {
-  // kF32 or kBF16 (round-to-nearest-even); nullopt: the dtype the checkpoint stores its master
-  // weights in (fp32 for every Sluice run, whatever its compute precision).
+  // kF32, kBF16 or kF16 (round-to-nearest-even; fp16 past 65504 becomes inf, as the run's fp16
+  // parameters do); nullopt: the dtype the checkpoint stores its master weights in (fp32 for
+  // every Sluice run, whatever its compute precision).
   std::optional<DType> dtype;
   // A shard holds at most this many bytes of tensor data (a larger tensor gets a shard of its
   // own); transformers' save_pretrained default, 5 GB.
@@ -48,6 +49,11 @@ struct ConvertOptions {
 Result<ConvertSummary> ConvertCheckpointToHfFolder(const std::filesystem::path& checkpoint,
                                                    const std::filesystem::path& out_dir,
                                                    const ConvertOptions& options = {});
+
+// Removes the model files ConvertCheckpointToHfFolder writes into `dir` (model.safetensors, its
+// shards and index; config.json with `with_config`), leaving everything else there; missing
+// files are fine. IoError naming the file that could not be removed.
+Status RemoveHfModelFiles(const std::filesystem::path& dir, bool with_config);
 
 // One safetensors file, written atomically; `dtype` as ConvertOptions::dtype.
 Result<ConvertSummary> ConvertCheckpointToSafetensors(const std::filesystem::path& checkpoint,

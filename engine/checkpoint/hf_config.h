@@ -65,7 +65,7 @@ struct HfExportModel {
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
   bool tie_embeddings = true;
-  std::string torch_dtype = "float32";  // of the weights written: "float32" or "bfloat16"
+  std::string torch_dtype = "float32";  // of the weights written: float32, bfloat16, float16
 };
 
 // The model section of a resolved config record (ConfigRecordJson: {"settings": {"model.n_layer":

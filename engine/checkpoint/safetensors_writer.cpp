@@ -53,8 +53,9 @@ Result<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(
 }
 
 SafetensorsWriter::~SafetensorsWriter() {
-  if (!finished_ && fd_.valid()) {
-    (void)fd_.Close();
+  // Also after a failed Finish (its rename), whose descriptor is already closed.
+  if (!finished_ && !tmp_path_.empty()) {
+    if (fd_.valid()) (void)fd_.Close();
     std::error_code ec;
     std::filesystem::remove(tmp_path_, ec);
   }
@@ -87,7 +88,10 @@ Status SafetensorsWriter::Finish() {
   }
   SLUICE_RETURN_IF_ERROR(FsyncFd(fd_.get(), tmp_path_));
   SLUICE_RETURN_IF_ERROR(fd_.Close());
-  SLUICE_TRY_SYS(::rename(tmp_path_.c_str(), path_.c_str()));
+  if (::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
+    return IoError("rename {} to {}: {}", tmp_path_.string(), path_.string(),
+                   internal::ErrnoText(errno));
+  }
   finished_ = true;
   return FsyncDirectory(path_.has_parent_path() ? path_.parent_path() : ".");
 }

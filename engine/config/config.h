@@ -139,6 +139,8 @@ struct AioConfig {
   bool overlap_events = true;
 };
 
+// DeepSpeed's activation_checkpointing section: how checkpointed blocks run, once
+// model.activation_checkpointing turns checkpointing on (docs/config.md).
 struct ActivationCheckpointingConfig {
   bool partition_activations = false;
   bool cpu_checkpointing = false;
@@ -178,6 +180,8 @@ struct ModelConfig {
   DType dtype = DType::kF32;
   std::optional<std::string> init_from;
   double init_std = 0.02;
+  // Checkpoint decoder blocks; the activation_checkpointing section says how.
+  bool activation_checkpointing = false;
 };
 
 enum class DataFormat { kText, kNanogptU16, kLlmcBin, kAuto };
@@ -214,6 +218,14 @@ struct RunConfig {
   bool trace = false;
 };
 
+// DeepSpeed's tensorboard and csv_monitor sections (engine/train/monitor.h): rank 0 writes the
+// run's scalars into output_path/job_name.
+struct MonitorConfig {
+  bool enabled = false;
+  std::string output_path;  // "": the working directory (DeepSpeed's default)
+  std::string job_name = "DeepSpeedJobName";
+};
+
 struct Config {
   int world_size = 1;
   int dp_world_size = 1;  // data-parallel ranks (no tensor/pipeline parallelism yet)
@@ -233,6 +245,8 @@ struct Config {
   DataConfig data;
   DeviceConfig device;
   RunConfig run;
+  MonitorConfig tensorboard;
+  MonitorConfig csv_monitor;
 
   std::vector<std::string> source_files;   // the layers in order (config files, then --model)
   std::string source_file;                 // source_files joined by " + " ("" when none)

@@ -1,8 +1,13 @@
 // Resolved setting values -> the typed Config sections the engine reads.
+#include <fmt/format.h>
+
 #include <limits>
+#include <string>
+#include <utility>
 
 #include "engine/config/config.h"
 #include "engine/config/config_stages.h"
+#include "runtime/logging.h"
 
 namespace sluice {
 namespace {
@@ -130,6 +135,49 @@ void BuildAio(const SettingValues& v, Config* c, Status* status) {
   c->aio.overlap_events = v.GetBool("aio.overlap_events");
 }
 
+void Note(Config* c, std::string text) {
+  if (LogEnabled(LogLevel::kInfo, "config")) LogMessage(LogLevel::kInfo, "config", text);
+  c->notes.push_back(std::move(text));
+}
+
+// In DeepSpeed the model code decides which layers to checkpoint and the activation_checkpointing
+// section how; in Sluice model.activation_checkpointing decides (the model code is Sluice's) and
+// the section says how. Real ds_configs carry the section whether or not the model checkpoints,
+// so a section without checkpointing is not an error: one line says it is unused.
+void NoteCheckpointing(const SettingValues& v, Config* c) {
+  std::string first_given;  // where the section's first given key was set
+  for (const SettingSpec& spec : v.registry().settings()) {
+    if (spec.path.rfind("activation_checkpointing.", 0) != 0) continue;
+    const SettingEntry& entry = v.entry(spec.path);
+    if (entry.source == ValueSource::kDefault || entry.source == ValueSource::kDerived) continue;
+    first_given = entry.origin.empty() ? spec.path : entry.origin;
+    break;
+  }
+  const ActivationCheckpointingConfig& a = c->activation_checkpointing;
+  if (!v.GetBool("model.activation_checkpointing")) {
+    if (!first_given.empty()) {
+      Note(c, fmt::format("{}: the activation_checkpointing section is unused: it says how "
+                          "checkpointed blocks run, and model.activation_checkpointing is false, "
+                          "so no block is checkpointed (set model.activation_checkpointing: true "
+                          "to use it)",
+                          first_given));
+    }
+    return;
+  }
+  if (a.partition_activations) {
+    Note(c,
+         "activation_checkpointing.partition_activations: true is a no-op: it splits checkpointed "
+         "inputs across tensor-parallel ranks, and Sluice runs without tensor parallelism (tp = "
+         "1)");
+  }
+  const int64_t n_layer = v.GetInt("model.n_layer");
+  if (a.number_checkpoints.has_value() && *a.number_checkpoints > n_layer) {
+    Note(c, fmt::format("activation_checkpointing.number_checkpoints = {} is more than "
+                        "model.n_layer = {}: every block is checkpointed",
+                        *a.number_checkpoints, n_layer));
+  }
+}
+
 void BuildCheckpointing(const SettingValues& v, Config* c) {
   ActivationCheckpointingConfig& a = c->activation_checkpointing;
   a.partition_activations = v.GetBool("activation_checkpointing.partition_activations");
@@ -140,6 +188,7 @@ void BuildCheckpointing(const SettingValues& v, Config* c) {
       v.GetBool("activation_checkpointing.synchronize_checkpoint_boundary");
   a.profile = v.GetBool("activation_checkpointing.profile");
   a.number_checkpoints = v.FindInt("activation_checkpointing.number_checkpoints");
+  NoteCheckpointing(v, c);
 
   const std::string& tag = v.GetString("checkpoint.tag_validation");
   c->checkpoint.tag_validation = tag == "Ignore" ? TagValidation::kIgnore
@@ -181,6 +230,7 @@ void BuildModel(const SettingValues& v, Config* c) {
   m.dtype = dtype == "bf16" ? DType::kBF16 : dtype == "f16" ? DType::kF16 : DType::kF32;
   m.init_from = v.FindString("model.init_from");
   m.init_std = v.GetFloat("model.init_std");
+  m.activation_checkpointing = v.GetBool("model.activation_checkpointing");
 }
 
 void BuildData(const SettingValues& v, Config* c) {
@@ -217,6 +267,16 @@ void BuildDeviceAndRun(const SettingValues& v, Config* c, Status* status) {
   c->run.trace = v.GetBool("run.trace");
 }
 
+void BuildMonitors(const SettingValues& v, Config* c) {
+  for (auto [section, monitor] :
+       {std::pair{"tensorboard", &c->tensorboard}, std::pair{"csv_monitor", &c->csv_monitor}}) {
+    const std::string prefix(section);
+    monitor->enabled = v.GetBool(prefix + ".enabled");
+    monitor->output_path = v.GetString(prefix + ".output_path");
+    monitor->job_name = v.GetString(prefix + ".job_name");
+  }
+}
+
 }  // namespace
 
 Status BuildConfigSections(const SettingValues& values, Config* config) {
@@ -231,6 +291,7 @@ Status BuildConfigSections(const SettingValues& values, Config* config) {
   BuildModel(values, config);
   BuildData(values, config);
   BuildDeviceAndRun(values, config, &status);
+  BuildMonitors(values, config);
   return status;
 }
 

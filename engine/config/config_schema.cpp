@@ -198,7 +198,9 @@ void AddZero(SettingsRegistry& r) {
       .Min(0)
       .Auto("1e9");
   r.Add("zero_optimization.stage3_gather_16bit_weights_on_model_save", T::kBool,
-        "Also write consolidated 16-bit weights when saving (stage 3)")
+        "Every checkpoint save also writes the consolidated 16-bit model into the step "
+        "directory (config.json + model.safetensors, as sluice convert; bf16, or fp16 in an "
+        "fp16 run), at any stage")
       .Default(false)
       .Auto("false (accelerate's zero3_save_16bit_model default)");
 
@@ -278,25 +280,29 @@ void AddAio(SettingsRegistry& r) {
       .Default(true);
 }
 
+// How checkpointed blocks are run; model.activation_checkpointing turns checkpointing on.
 void AddCheckpointing(SettingsRegistry& r) {
-  r.AddSection("activation_checkpointing", "Activation checkpointing");
+  r.AddSection("activation_checkpointing",
+               "How checkpointed blocks run (model.activation_checkpointing turns it on)");
   r.Add("activation_checkpointing.partition_activations", T::kBool,
-        "Partition checkpointed activations across model-parallel ranks")
+        "Partition checkpointed inputs across tensor-parallel ranks; a no-op without tensor "
+        "parallelism (Sluice runs tp = 1)")
       .Default(false);
   r.Add("activation_checkpointing.cpu_checkpointing", T::kBool,
-        "Move checkpointed activations to host memory")
+        "Keep the checkpointed block inputs in pinned host memory (stream-ordered copies)")
       .Default(false);
   r.Add("activation_checkpointing.contiguous_memory_optimization", T::kBool,
-        "Copy checkpointed activations into one contiguous buffer")
+        "Keep the checkpointed block inputs in one buffer with a slot per checkpointed block")
       .Default(false);
   r.Add("activation_checkpointing.synchronize_checkpoint_boundary", T::kBool,
-        "Synchronize the device at each checkpoint boundary")
+        "Synchronize the compute stream at each checkpointed block's forward and backward")
       .Default(false);
-  r.Add("activation_checkpointing.profile", T::kBool, "Time the checkpointed forward passes")
+  r.Add("activation_checkpointing.profile", T::kBool,
+        "Time each block's recomputation in the backward (trace span, log line per pass)")
       .Default(false);
   r.Add("activation_checkpointing.number_checkpoints", T::kInt,
-        "Number of checkpointed layers, for the contiguous buffer")
-      .Unset("one per layer")
+        "Checkpoint only the first N decoder blocks (more than model.n_layer: all)")
+      .Unset("every block")
       .Min(1);
 
   r.AddSection("checkpoint", "Checkpoint saving and loading");
@@ -385,6 +391,10 @@ void AddModel(SettingsRegistry& r) {
   r.Add("model.init_std", T::kFloat, "Standard deviation of the random initialization")
       .Default(0.02)
       .Min(0);
+  r.Add("model.activation_checkpointing", T::kBool,
+        "Checkpoint decoder blocks: keep each block's input, recompute the block in the "
+        "backward (the activation_checkpointing section says how)")
+      .Default(false);
 }
 
 void AddData(SettingsRegistry& r) {
@@ -426,8 +436,9 @@ void AddDevice(SettingsRegistry& r) {
       .Min(0);
   r.Add("device.cpu_gemm", T::kEnum,
         "Matrix products of the CPU ops: deterministic (Sluice's fixed-order GEMM: the same "
-        "bits on any x86-64 CPU and thread count, as fast as OpenBLAS's best kernel) or blas "
-        "(OpenBLAS; its bits depend on the kernel it picks for the CPU and on its threads)")
+        "bits on any x86-64 CPU and thread count) or blas (the fastest library GEMM built: "
+        "oneDNN, else OpenBLAS on the core Sluice sets for the CPU; SLUICE_CPU_BLAS=onednn or "
+        "openblas chooses; its bits depend on the library, the CPU and the threads)")
       .Default(std::string("deterministic"))
       .Allowed({"blas", "deterministic"});
   r.Add("device.memory_protection", T::kEnum,
@@ -460,6 +471,27 @@ void AddRun(SettingsRegistry& r) {
       .Default(false);
 }
 
+// DeepSpeed's monitors that write local files (engine/train/monitor.h); its defaults.
+void AddMonitors(SettingsRegistry& r) {
+  r.AddSection("tensorboard",
+               "TensorBoard events file of the run's scalars (rank 0), as DeepSpeed's monitor");
+  r.Add("tensorboard.enabled", T::kBool, "Write the scalars to a TensorBoard events file")
+      .Default(false);
+  r.Add("tensorboard.output_path", T::kString,
+        "Folder of the job folder; empty: the working directory")
+      .Default(std::string(""));
+  r.Add("tensorboard.job_name", T::kString, "Job folder inside output_path")
+      .Default(std::string("DeepSpeedJobName"));
+  r.AddSection("csv_monitor",
+               "One CSV file per scalar of the run (rank 0), as DeepSpeed's monitor");
+  r.Add("csv_monitor.enabled", T::kBool, "Write the scalars to CSV files").Default(false);
+  r.Add("csv_monitor.output_path", T::kString,
+        "Folder of the job folder; empty: the working directory")
+      .Default(std::string(""));
+  r.Add("csv_monitor.job_name", T::kString, "Job folder inside output_path")
+      .Default(std::string("DeepSpeedJobName"));
+}
+
 const SettingsRegistry& BuildRegistry() {
   static SettingsRegistry* registry = [] {
     auto* r = new SettingsRegistry("SLUICE_CFG_");
@@ -474,6 +506,7 @@ const SettingsRegistry& BuildRegistry() {
     AddData(*r);
     AddDevice(*r);
     AddRun(*r);
+    AddMonitors(*r);
     return r;
   }();
   return *registry;
@@ -560,10 +593,16 @@ const std::vector<UnsupportedConfigKey>& UnsupportedKeys() {
       {"progressive_layer_drop", true, {"enabled=false"}, ""},
       {"eigenvalue", true, {"enabled=false"}, ""},
       {"flops_profiler", true, {"enabled=false"}, ""},
-      {"tensorboard", true, {"enabled=false"}, ""},
-      {"wandb", true, {"enabled=false"}, ""},
-      {"csv_monitor", true, {"enabled=false"}, ""},
-      {"comet", true, {"enabled=false"}, ""},
+      {"wandb",
+       true,
+       {"enabled=false"},
+       "Weights & Biases logs to a network service, which Sluice does not reach; tensorboard and "
+       "csv_monitor write the same scalars to local files"},
+      {"comet",
+       true,
+       {"enabled=false"},
+       "Comet logs to a network service, which Sluice does not reach; tensorboard and "
+       "csv_monitor write the same scalars to local files"},
       {"comms_logger", true, {"enabled=false"}, ""},
       {"autotuning", true, {"enabled=false"}, ""},
       {"elasticity", true, {"enabled=false"}, ""},

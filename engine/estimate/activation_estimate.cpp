@@ -42,13 +42,30 @@ ActivationEstimate EstimateActivations(const model::ModelOptions& o, int64_t mic
                                    + 2 * r * d                  // residual sums h, y
                                    + 3 * r * f + r * d;         // gate, up, swiglu, down
   const int64_t head = norm + r * v;  // final norm, logits (the loss adds r for its lse)
-  const int64_t kept = o.activation_checkpointing ? r * d : block;
-  // The backward's peak: either the LM head's input gradient on top of everything saved, or the
-  // last block's first backward step (its MLP output gradient, r x d_ff) after the head's
-  // activations were freed; a checkpointed block first recomputes everything it saves.
-  const int64_t recomputed = o.activation_checkpointing ? block : 0;
-  const int64_t tail = std::max(head, recomputed + r * f);
-  const int64_t peak = embeddings + o.n_layer * kept + r * d + tail;
+
+  // Checkpointing (checkpointed_inputs.h): the first `ckpt` blocks keep only their input. With
+  // the inputs as views (the default) each checkpointed block's output copy stays on the device
+  // as the next block's input; with copies, the device holds only the last checkpointed block's
+  // output (the others are handed off), plus the contiguous buffer of every input on the device
+  // or, with cpu_checkpointing, nothing more (the inputs are in pinned host memory, copied back
+  // one at a time for the recomputation).
+  const int64_t ckpt = model::CheckpointedBlocks(o);
+  const bool host = ckpt > 0 && o.checkpointing.host;
+  const bool contiguous = ckpt > 0 && o.checkpointing.contiguous;
+  const int64_t full = o.n_layer - ckpt;  // blocks that keep everything
+  const int64_t kept = ckpt == 0    ? 0
+                       : host       ? r * d
+                       : contiguous ? (ckpt + 1) * r * d
+                                    : ckpt * r * d;
+  const int64_t restored = host ? r * d : 0;
+  // The backward's peak, on top of everything kept and the LM head's input gradient R*d: the
+  // head's activations, or the last full block's first backward step (its MLP output gradient,
+  // R x d_ff), or, once the full blocks are done, the last checkpointed block recomputing
+  // everything it saves (after its input came back from the host) before that same step.
+  const int64_t at_head = kept + full * block + std::max(head, full > 0 ? r * f : 0);
+  const int64_t at_recompute = ckpt > 0 ? kept + restored + block + r * f : 0;
+  const int64_t peak = embeddings + r * d + std::max(at_head, at_recompute);
+  const int64_t host_kept = host ? ckpt * r * d : 0;
 
   // Scratch: the attention workspace, which the ops backend keeps for the compute stream once the
   // first attention ran (runtime/ops/ops_backend.h), and on top of it, per block backward, GELU's
@@ -75,17 +92,37 @@ ActivationEstimate EstimateActivations(const model::ModelOptions& o, int64_t mic
   e.tokens = r;
   e.embeddings_saved_bytes = embeddings * kF32;
   e.block_saved_bytes = block * kF32;
-  e.block_kept_bytes = kept * kF32;
+  e.checkpointed_blocks = ckpt;
+  e.block_kept_bytes = (ckpt > 0 ? r * d : block) * kF32;
   e.head_saved_bytes = head * kF32;
   e.peak_bytes = peak * kF32;
+  e.host_kept_bytes = host_kept * kF32;
   e.scratch_peak_bytes = scratch * kF32;
-  e.peak_formula = fmt::format(
-      "4 B x (embeddings {} + n_layer {} x per-block {}{} + head grad R*d {} + max(norm+logits "
-      "{}, {}R*d_ff {})), R = {} tokens",
-      FormatCount(embeddings), o.n_layer, FormatCount(kept),
-      o.activation_checkpointing ? " (checkpointed: R*d)" : "", FormatCount(r * d),
-      FormatCount(head), o.activation_checkpointing ? "recomputed block + " : "",
-      FormatCount(recomputed + r * f), FormatCount(r));
+  if (ckpt == 0) {
+    e.peak_formula = fmt::format(
+        "4 B x (embeddings {} + n_layer {} x per-block {} + head grad R*d {} + max(norm+logits "
+        "{}, R*d_ff {})), R = {} tokens",
+        FormatCount(embeddings), o.n_layer, FormatCount(block), FormatCount(r * d),
+        FormatCount(head), FormatCount(r * f), FormatCount(r));
+  } else {
+    const std::string kept_text =
+        host ? fmt::format("last output R*d {} (inputs in host memory)", FormatCount(r * d))
+        : contiguous
+            ? fmt::format("contiguous inputs {} x R*d + last output = {}", ckpt, FormatCount(kept))
+            : fmt::format("{} x output R*d = {}", ckpt, FormatCount(kept));
+    e.peak_formula = fmt::format(
+        "4 B x (embeddings {} + head grad R*d {} + max(kept {} + {} full blocks x {} + "
+        "max(norm+logits {}, R*d_ff {}), kept{} + recomputed block {} + R*d_ff {})), {} of {} "
+        "blocks checkpointed, R = {} tokens",
+        FormatCount(embeddings), FormatCount(r * d), kept_text, full, FormatCount(block),
+        FormatCount(head), FormatCount(full > 0 ? r * f : 0),
+        host ? fmt::format(" + input copied back {}", FormatCount(restored)) : "",
+        FormatCount(block), FormatCount(r * f), ckpt, o.n_layer, FormatCount(r));
+  }
+  e.host_formula =
+      host ? fmt::format("4 B x {} checkpointed blocks x R*d {} (pinned{})", ckpt,
+                         FormatCount(r * d), contiguous ? ", one contiguous buffer" : "")
+           : "";
   e.scratch_formula = fmt::format("4 B x (attention workspace {} + max(MLP {}, attention {}){})",
                                   FormatCount(workspace), FormatCount(mlp_scratch),
                                   FormatCount(attention_scratch), widening);

@@ -6,7 +6,8 @@
 //   - scratch (category buffers): per-call temporaries (attention workspace, backward
 //     temporaries) plus, with bf16 storage, the fp32 widening of the unit that is running.
 // The two peaks happen at different moments; each is the peak of its own category, which is what
-// the memory ledger reports. docs/memory_estimator.md derives the formulas.
+// the memory ledger reports. With cpu_checkpointing the checkpointed inputs are in pinned host
+// memory (host_kept_bytes). docs/memory_estimator.md derives the formulas.
 #pragma once
 
 #include <cstdint>
@@ -20,16 +21,22 @@ struct ActivationEstimate {
   int64_t tokens = 0;                  // R = micro_batch * seq
   int64_t embeddings_saved_bytes = 0;  // E
   int64_t block_saved_bytes = 0;       // one decoder block without checkpointing
+  int64_t checkpointed_blocks = 0;     // model::CheckpointedBlocks: the first ones
   int64_t block_kept_bytes = 0;        // what a block keeps to its backward (= block_saved_bytes,
-                                       // or its output alone with checkpointing)
+                                       // or its input alone with checkpointing: R*d)
   int64_t head_saved_bytes = 0;        // final norm + logits
-  int64_t peak_bytes = 0;              // category activations
-  int64_t scratch_peak_bytes = 0;      // category buffers (scratch + bf16 widening)
-  std::string peak_formula;            // the terms of peak_bytes, with numbers
+  int64_t peak_bytes = 0;              // device, category activations
+  // cpu_checkpointing: the checkpointed blocks' inputs in pinned host memory (category
+  // activations), held from the first pass on; 0 otherwise.
+  int64_t host_kept_bytes = 0;
+  int64_t scratch_peak_bytes = 0;  // category buffers (scratch + bf16 widening)
+  std::string peak_formula;        // the terms of peak_bytes, with numbers
+  std::string host_formula;        // of host_kept_bytes ("" when 0)
   std::string scratch_formula;
 };
 
-// `options.activation_checkpointing` and `options.param_dtype` are honoured; `seq` <= seq_len.
+// `options.activation_checkpointing` with `options.checkpointing` (which blocks, host or device,
+// contiguous) and `options.param_dtype` are honoured; `seq` <= seq_len.
 ActivationEstimate EstimateActivations(const model::ModelOptions& options, int64_t micro_batch,
                                        int64_t seq);
 

@@ -210,10 +210,10 @@ std::vector<Variant> FindAlternatives(const Config& config, int world_size,
                  "offload_param.device: cpu",
                  c, world_size, options);
     }
-    if (!options.activation_checkpointing) {
+    if (!options.activation_checkpointing && !config.model.activation_checkpointing) {
       EstimateOptions o = options;
       o.activation_checkpointing = true;
-      AddIfValid(out, "activation checkpointing of every block", config, world_size, o);
+      AddIfValid(out, "model.activation_checkpointing: true", config, world_size, o);
     }
     // The largest smaller micro-batch that fits the device, if one does.
     for (int64_t micro = config.batch.micro_batch_per_gpu - 1; micro >= 1; --micro) {

@@ -178,6 +178,8 @@ nlohmann::ordered_json EstimateJson(const EstimateReport& report) {
                    {"param_dtype", std::string(DTypeName(e.param_dtype))},
                    {"micro_batch", e.micro_batch},
                    {"activation_checkpointing", e.activation_checkpointing},
+                   {"checkpointed_blocks", e.checkpointed_blocks},
+                   {"cpu_checkpointing", e.cpu_checkpointing},
                    {"offload_optimizer", std::string(OffloadDeviceName(e.offload_optimizer))},
                    {"offload_param", std::string(OffloadDeviceName(e.offload_param))},
                    {"shard_elements", e.shard_elements},

@@ -454,7 +454,9 @@ Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
   c.n = world_size;
   c.precision = train::PrecisionOf(config.model.dtype);
   SLUICE_ASSIGN_OR_RETURN(c.model, train::ModelOptionsFromConfig(config, c.precision));
-  c.model.activation_checkpointing = options.activation_checkpointing;
+  // The config's model.activation_checkpointing (ModelOptionsFromConfig), or the option's.
+  c.model.activation_checkpointing =
+      c.model.activation_checkpointing || options.activation_checkpointing;
   const int64_t threshold = c.stage == 3 ? c.z->stage3_param_persistence_threshold : -1;
   const std::vector<UnitLayout> layout = DescribeUnits(c.model);
   c.units = ExpandUnits(layout, threshold);
@@ -497,7 +499,9 @@ Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
   }
   e.micro_batch = config.batch.micro_batch_per_gpu;
   e.seq_len = config.model.seq_len;
-  e.activation_checkpointing = options.activation_checkpointing;
+  e.activation_checkpointing = c.model.activation_checkpointing;
+  e.checkpointed_blocks = model::CheckpointedBlocks(c.model);
+  e.cpu_checkpointing = e.checkpointed_blocks > 0 && c.model.checkpointing.host;
   e.offload_optimizer = c.z->offload_optimizer.device;
   e.offload_param = c.z->offload_param.device;
 
@@ -509,10 +513,19 @@ Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
   auto build = [&](std::vector<std::string>& notes) {
     ItemList items;
     AddZeroEngine(c, items, notes);
+    const std::string checkpointed =
+        e.checkpointed_blocks == 0 ? std::string()
+        : e.checkpointed_blocks == c.model.n_layer
+            ? std::string(", checkpointed blocks")
+            : fmt::format(", {} of {} blocks checkpointed", e.checkpointed_blocks, c.model.n_layer);
     items.Add(fmt::format("activations (micro-batch {} x seq {}{})", e.micro_batch, e.seq_len,
-                          options.activation_checkpointing ? ", checkpointed blocks" : ""),
+                          checkpointed),
               MemoryTier::kDevice, MemoryCategory::kActivations, act.peak_bytes, act.peak_formula,
               Lifetime::kPass);
+    // Pinned once, by the first pass, and kept (engine/model/checkpointed_inputs.h).
+    items.Add("checkpointed block inputs (cpu_checkpointing)", MemoryTier::kHostPinned,
+              MemoryCategory::kActivations, act.host_kept_bytes, act.host_formula,
+              Lifetime::kHeld);
     items.Add("forward/backward scratch", MemoryTier::kDevice, MemoryCategory::kBuffers,
               act.scratch_peak_bytes, act.scratch_formula, Lifetime::kCompute);
     return items.Take();
@@ -565,10 +578,10 @@ Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
         "the last rank owns {} of them, the rest is padding",
         FormatCount(c.shard), c.n, FormatCount(e.last_shard_elements)));
   }
-  if (!options.activation_checkpointing) {
+  if (!e.activation_checkpointing) {
     e.notes.push_back(
-        "activations without checkpointing, as the trainer runs today (--activation-"
-        "checkpointing shows checkpointing every block)");
+        "activations without checkpointing, as the config trains (model.activation_checkpointing: "
+        "true, or --activation-checkpointing here, checkpoints the decoder blocks)");
   }
   return e;
 }

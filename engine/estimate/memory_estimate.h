@@ -47,8 +47,10 @@ struct LineItem {
 };
 
 struct EstimateOptions {
-  // The trainer does not checkpoint activations yet (no config setting turns it on); this shows
-  // what checkpointing every decoder block would save.
+  // Estimate as if model.activation_checkpointing were true (`sluice estimate
+  // --activation-checkpointing`, and the alternatives of estimate_fit.h): what checkpointing
+  // would save. The activation_checkpointing section applies as in the trainer (number_checkpoints
+  // unset: every block). Without it the config decides, as the trainer does.
   bool activation_checkpointing = false;
 };
 
@@ -62,7 +64,9 @@ struct MemoryEstimate {
   int64_t last_shard_elements = 0;  // the last rank's (fewer when N does not divide Ψ)
   int64_t micro_batch = 0;
   int64_t seq_len = 0;
-  bool activation_checkpointing = false;
+  bool activation_checkpointing = false;  // checkpointing estimated (the config's or the option's)
+  int64_t checkpointed_blocks = 0;        // the first ones (model::CheckpointedBlocks)
+  bool cpu_checkpointing = false;         // their inputs in pinned host memory
   OffloadDevice offload_optimizer = OffloadDevice::kNone;
   OffloadDevice offload_param = OffloadDevice::kNone;
   std::vector<LineItem> items;

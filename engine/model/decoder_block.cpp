@@ -7,10 +7,20 @@
 namespace sluice::model {
 
 template <typename T>
-DecoderBlock<T>::DecoderBlock(ModuleBuilder& builder, std::string name, const ModelOptions& options)
+DecoderBlock<T>::DecoderBlock(ModuleBuilder& builder, std::string name, const ModelOptions& options,
+                              int64_t index, CheckpointedInputs<T>* inputs)
     : Module<T>(builder, std::move(name)),
       d_model_(options.d_model),
-      checkpoint_(options.activation_checkpointing) {
+      index_(index),
+      checkpoint_(index < CheckpointedBlocks(options)) {
+  if (checkpoint_) {
+    if (inputs == nullptr) {
+      own_inputs_ = std::make_unique<CheckpointedInputs<T>>(builder, options);
+      inputs = own_inputs_.get();
+    }
+    SLUICE_CHECK_LT(index_, inputs->count()) << this->name();
+    inputs_ = inputs;
+  }
   const std::string& prefix = this->name();
   const bool gpt2 = options.family == Family::kGpt2;
   const auto make_norm = [&](std::string norm_name) -> std::unique_ptr<Module<T>> {
@@ -88,11 +98,16 @@ template <typename T>
 Result<Act<T>> DecoderBlock<T>::Forward(ForwardContext<T>& ctx, Act<T> x) {
   SLUICE_CHECK_EQ(x.cols, d_model_) << this->name();
   if (!checkpoint_) return InnerForward(ctx, x);
-  ctx.KeepSaved(this->id(), x.data);
-  ForwardContext<T> work = ctx.Child();
-  SLUICE_ASSIGN_OR_RETURN(Act<T> inner, InnerForward(work, x));
-  SLUICE_ASSIGN_OR_RETURN(T * y, ctx.AllocateSaved(this->id(), inner.numel()));
-  SLUICE_RETURN_IF_ERROR(ctx.Copy(inner, y));
+  if (inputs_->options().synchronize) SLUICE_RETURN_IF_ERROR(ctx.stream().Synchronize());
+  SLUICE_RETURN_IF_ERROR(inputs_->Keep(ctx, this->id(), index_, x));
+  T* y = nullptr;
+  {
+    ForwardContext<T> work = ctx.Child();
+    SLUICE_ASSIGN_OR_RETURN(Act<T> inner, InnerForward(work, x));
+    SLUICE_ASSIGN_OR_RETURN(y, ctx.AllocateSaved(this->id(), inner.numel()));
+    SLUICE_RETURN_IF_ERROR(ctx.Copy(inner, y));
+  }
+  inputs_->HandOff(ctx, x.data, this->id(), y);
   return Act<T>{y, x.rows, d_model_};
 }
 
@@ -100,11 +115,21 @@ template <typename T>
 Result<Act<T>> DecoderBlock<T>::Backward(ForwardContext<T>& ctx, Act<T> dy) {
   SLUICE_CHECK_EQ(dy.cols, d_model_) << this->name();
   if (!checkpoint_) return InnerBackward(ctx, ctx, dy);
-  T* x = ctx.Saved(this->id())[0];
-  ForwardContext<T> work = ctx.Child();
-  SLUICE_RETURN_IF_ERROR(InnerForward(work, Act<T>{x, dy.rows, d_model_}));
-  SLUICE_ASSIGN_OR_RETURN(Act<T> dx, InnerBackward(work, ctx, dy));
+  const CheckpointingOptions& how = inputs_->options();
+  if (how.synchronize) SLUICE_RETURN_IF_ERROR(ctx.stream().Synchronize());
+  Act<T> dx;
+  {
+    ForwardContext<T> work = ctx.Child();
+    SLUICE_ASSIGN_OR_RETURN(T * x, inputs_->Restore(ctx, work, this->id(), index_, dy.rows));
+    if (how.profile) SLUICE_RETURN_IF_ERROR(inputs_->BeginRecompute(ctx.stream(), index_));
+    SLUICE_RETURN_IF_ERROR(InnerForward(work, Act<T>{x, dy.rows, d_model_}).status());
+    if (how.profile) {
+      SLUICE_RETURN_IF_ERROR(inputs_->EndRecompute(ctx.stream(), index_, this->name()));
+    }
+    SLUICE_ASSIGN_OR_RETURN(dx, InnerBackward(work, ctx, dy));
+  }
   ctx.ReleaseSaved(this->id());
+  SLUICE_RETURN_IF_ERROR(inputs_->Done(ctx, index_));
   return dx;
 }
 

@@ -4,16 +4,18 @@
 //   mlp (gate/up/down_proj); RMSNorm, SwiGLU, no biases, grouped-query attention.
 //
 // Activation checkpointing: the block's forward runs in a Child() context that is dropped at the
-// end, keeping only a view of its input and a copy of its output in the caller's context; its
-// backward re-runs the same forward in a fresh child context and back-propagates through it.
-// The recomputation calls the same ops on the same inputs in the same order, so gradients are
-// bitwise identical to the run without checkpointing.
+// end, keeping only its input (where: checkpointed_inputs.h) and a copy of its output in the
+// caller's context; its backward re-runs the same forward in a fresh child context and
+// back-propagates through it. The recomputation calls the same ops on the same inputs in the same
+// order, so gradients are bitwise identical to the run without checkpointing. Block i is
+// checkpointed when i < CheckpointedBlocks(options).
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "engine/model/attention.h"
+#include "engine/model/checkpointed_inputs.h"
 #include "engine/model/mlp.h"
 #include "engine/model/model_options.h"
 
@@ -23,8 +25,12 @@ template <typename T>
 class DecoderBlock final : public Module<T> {
  public:
   // `name` is the block's prefix: "transformer.h.3" or "model.layers.3". Uses the family,
-  // widths, heads, norm_eps, rope_theta and activation_checkpointing of `options`.
-  DecoderBlock(ModuleBuilder& builder, std::string name, const ModelOptions& options);
+  // widths, heads, norm_eps, rope_theta and activation checkpointing settings of `options`.
+  // `index` is the block's position in the model and `inputs` the model's store of checkpointed
+  // inputs (not owned; it must outlive the block); without one the block is a model of one block
+  // and keeps a store of its own.
+  DecoderBlock(ModuleBuilder& builder, std::string name, const ModelOptions& options,
+               int64_t index = 0, CheckpointedInputs<T>* inputs = nullptr);
 
   Result<Act<T>> Forward(ForwardContext<T>& ctx, Act<T> x) override;
   Result<Act<T>> Backward(ForwardContext<T>& ctx, Act<T> dy) override;
@@ -37,7 +43,10 @@ class DecoderBlock final : public Module<T> {
   Result<Act<T>> InnerBackward(ForwardContext<T>& work, ForwardContext<T>& out, Act<T> dy);
 
   int64_t d_model_;
+  int64_t index_;
   bool checkpoint_;
+  std::unique_ptr<CheckpointedInputs<T>> own_inputs_;  // a block built on its own
+  CheckpointedInputs<T>* inputs_ = nullptr;
   std::unique_ptr<Module<T>> norm_1_;
   std::unique_ptr<CausalSelfAttention<T>> attn_;
   std::unique_ptr<Module<T>> norm_2_;

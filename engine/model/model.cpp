@@ -37,10 +37,14 @@ class Model<T>::Impl final : public ParameterBinding<T> {
         builder_, root, root + (gpt2 ? ".wte" : ".embed_tokens"), root + ".wpe", o.vocab_size,
         gpt2 ? o.seq_len : 0, o.d_model);
     units_.push_back(embeddings_.get());
+    if (CheckpointedBlocks(o) > 0) {
+      checkpointed_inputs_ = std::make_unique<CheckpointedInputs<T>>(builder_, o);
+    }
     for (int64_t i = 0; i < o.n_layer; ++i) {
       const std::string name = root + (gpt2 ? ".h." : ".layers.") + std::to_string(i);
       registry.BeginUnit(name);
-      blocks_.push_back(std::make_unique<DecoderBlock<T>>(builder_, name, o));
+      blocks_.push_back(
+          std::make_unique<DecoderBlock<T>>(builder_, name, o, i, checkpointed_inputs_.get()));
       units_.push_back(blocks_.back().get());
     }
     const std::string final_name = root + (gpt2 ? ".ln_f" : ".norm");
@@ -244,6 +248,7 @@ class Model<T>::Impl final : public ParameterBinding<T> {
   Model<T>& model_;
   ModuleBuilder builder_;
   std::unique_ptr<Embeddings<T>> embeddings_;
+  std::unique_ptr<CheckpointedInputs<T>> checkpointed_inputs_;  // shared by the blocks; or null
   std::vector<std::unique_ptr<DecoderBlock<T>>> blocks_;
   std::unique_ptr<Module<T>> final_norm_;
   std::unique_ptr<Linear<T>> lm_head_;

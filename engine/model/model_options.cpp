@@ -1,5 +1,6 @@
 #include "engine/model/model_options.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace sluice::model {
@@ -59,11 +60,22 @@ Status ValidateModelOptions(const ModelOptions& o) {
     return InvalidArgumentError("model.dtype = {} is not supported for parameters; use f32 or bf16",
                                 DTypeName(o.param_dtype));
   }
+  if (o.checkpointing.blocks < 0) {
+    return InvalidArgumentError(
+        "activation_checkpointing.number_checkpoints = {} must be at least 1 (unset: every block)",
+        o.checkpointing.blocks);
+  }
   if (o.num_threads < 0) {
     return InvalidArgumentError("model num_threads = {} must be 0 (automatic) or positive",
                                 o.num_threads);
   }
   return OkStatus();
+}
+
+int64_t CheckpointedBlocks(const ModelOptions& o) {
+  if (!o.activation_checkpointing) return 0;
+  const int64_t blocks = o.checkpointing.blocks;
+  return blocks <= 0 ? o.n_layer : std::min(blocks, o.n_layer);
 }
 
 int64_t CountParameters(const ModelOptions& o) {

@@ -18,6 +18,27 @@ namespace sluice::model {
 enum class Family : uint8_t { kGpt2 = 0, kLlama };
 std::string_view FamilyName(Family family);  // "gpt2", "llama"
 
+// How checkpointed blocks keep their input (DeepSpeed's activation_checkpointing section; the
+// engine fills it from the config, docs/config.md). Used only with activation_checkpointing.
+struct CheckpointingOptions {
+  // Blocks checkpointed: the first `blocks` of the forward (number_checkpoints); 0 = every block.
+  // The first ones, because the backward reaches them last: the full activations of the later
+  // blocks are freed before any recomputation needs room.
+  int64_t blocks = 0;
+  // The kept inputs live in pinned host memory (cpu_checkpointing): a stream-ordered copy to the
+  // host in the forward, back to the device before the recomputation.
+  bool host = false;
+  // The kept inputs are copied into one buffer with a slot per checkpointed block instead of one
+  // allocation each (contiguous_memory_optimization; checkpointed_inputs.h).
+  bool contiguous = false;
+  // Synchronize the compute stream at the start of each checkpointed block's forward and
+  // backward (synchronize_checkpoint_boundary).
+  bool synchronize = false;
+  // Time each block's recomputation in the backward: a trace span and a log line per pass
+  // (profile).
+  bool profile = false;
+};
+
 struct ModelOptions {
   Family family = Family::kGpt2;
   int64_t n_layer = 2;
@@ -33,6 +54,7 @@ struct ModelOptions {
   double init_std = 0.02;       // std of the normal init (see init.h)
   // Blocks keep only their input during the forward and recompute the rest in the backward.
   bool activation_checkpointing = false;
+  CheckpointingOptions checkpointing;
   // Storage dtype of the parameters (kF32 or kBF16). Compute and gradients are always fp32 (see
   // model.h). Only Model<float> accepts kBF16.
   DType param_dtype = DType::kF32;
@@ -43,6 +65,10 @@ struct ModelOptions {
 // OK, or InvalidArgument naming the offending field ("model.n_kv_head = 3 does not divide
 // model.n_head = 4") and what to change.
 Status ValidateModelOptions(const ModelOptions& options);
+
+// Decoder blocks checkpointed: 0 without activation_checkpointing, else checkpointing.blocks
+// capped at n_layer (0: n_layer). They are blocks 0 .. CheckpointedBlocks() - 1.
+int64_t CheckpointedBlocks(const ModelOptions& options);
 
 // Parameters of the model `options` describes, counting a tied LM head once; no allocation.
 // GPT-2 124M (n_layer 12, n_head 12, d_model 768, d_ff 3072, vocab 50257, seq_len 1024, tied)

@@ -19,6 +19,7 @@
 #include "engine/checkpoint/checkpoint_reader.h"
 #include "engine/checkpoint/checkpoint_writer.h"
 #include "engine/checkpoint/comm_agreement.h"
+#include "engine/checkpoint/convert.h"
 #include "engine/checkpoint/file_fingerprint.h"
 #include "engine/checkpoint/manifest.h"
 #include "engine/checkpoint/safetensors_file.h"
@@ -253,6 +254,44 @@ Status StreamRankState(const zero::ZeroOptimizer& optimizer,
   return optimizer.StreamState(begin, shard_end(ranges.back()) - begin, sink);
 }
 
+// While rank 0 writes the 16-bit model, the other ranks wait in one collective for its result:
+// longer than run.comm_timeout allows for a large model. The wait is allowed the time rank 0
+// takes to read the fp32 master weights and write the 16-bit copy at this rate (a slow network
+// file system), on top of the timeout.
+constexpr double kSlowestSaveBytesPerSecond = 32.0 * (1 << 20);
+
+// Raises `comm`'s timeout for its lifetime.
+class ScopedLongerTimeout {
+ public:
+  ScopedLongerTimeout(Comm& comm, double extra_seconds)
+      : comm_(comm), saved_(comm.timeout_seconds()) {
+    comm_.SetTimeout(std::min(saved_ + extra_seconds, kMaxCommTimeoutSeconds));
+  }
+  ~ScopedLongerTimeout() { comm_.SetTimeout(saved_); }
+  ScopedLongerTimeout(const ScopedLongerTimeout&) = delete;
+  ScopedLongerTimeout& operator=(const ScopedLongerTimeout&) = delete;
+
+ private:
+  Comm& comm_;
+  double saved_;
+};
+
+// Rank 0's part of SaveConsolidated16BitModel: ConvertSummary on success (for the log).
+Result<checkpoint::ConvertSummary> Write16BitModelFiles(const fs::path& step_dir, DType dtype) {
+  checkpoint::ConvertOptions options;
+  options.dtype = dtype;
+  Result<checkpoint::ConvertSummary> summary =
+      checkpoint::ConvertCheckpointToHfFolder(step_dir, step_dir, options);
+  if (summary.ok()) return summary;
+  // A half set (some shards, no config.json) must not look like a model.
+  Status removed = checkpoint::RemoveHfModelFiles(step_dir, /*with_config=*/true);
+  if (!removed.ok()) {
+    SLUICE_LOG(kWarn, "train", "removing the incomplete 16-bit model from {}: {}",
+               step_dir.string(), removed.ToString());
+  }
+  return summary.status();
+}
+
 // A Sluice checkpoint (a step, checkpoints or run directory) rather than safetensors.
 bool LooksLikeSluiceCheckpoint(const fs::path& path) {
   std::error_code error;
@@ -320,7 +359,54 @@ Result<fs::path> SaveTrainingCheckpoint(const Config& config, const zero::ZeroEn
   if (world.rank() == 0) {
     SLUICE_LOG(kInfo, "train", "checkpoint step {} saved to {}", progress.step, saved->string());
   }
+  if (config.zero.stage3_gather_16bit_weights_on_model_save) {
+    SLUICE_RETURN_IF_ERROR(SaveConsolidated16BitModel(config, registry, *saved, world));
+  }
   return saved;
+}
+
+DType Consolidated16BitDType(const Config& config) {
+  return config.model.dtype == DType::kF16 ? DType::kF16 : DType::kBF16;
+}
+
+Status SaveConsolidated16BitModel(const Config& config, const model::ParameterRegistry& registry,
+                                  const fs::path& step_dir, Comm& world) {
+  const DType dtype = Consolidated16BitDType(config);
+  Status written = OkStatus();
+  if (world.rank() == 0) {
+    Result<checkpoint::ConvertSummary> summary = Write16BitModelFiles(step_dir, dtype);
+    if (summary.ok()) {
+      std::vector<std::string> names;
+      for (const fs::path& file : summary->files) names.push_back(file.filename().string());
+      SLUICE_LOG(kInfo, "train", "checkpoint step {}: {} model written into {} ({}; {:.1f} MiB){}",
+                 summary->step, DTypeName(dtype), step_dir.string(), fmt::join(names, ", "),
+                 static_cast<double>(summary->file_bytes) / (1 << 20),
+                 config.model.dtype == DType::kF32 ? "; bf16, as the run trains in fp32" : "");
+    } else {
+      written = summary.status();
+    }
+  }
+  if (world.size() > 1) {
+    int64_t elements = 0;
+    for (const model::ParameterInfo& p : registry.parameters()) {
+      if (!p.is_alias()) elements += p.numel;
+    }
+    const double bytes = static_cast<double>(elements) * (4 + DTypeSize(dtype));
+    ScopedLongerTimeout longer(world, bytes / kSlowestSaveBytesPerSecond);
+    Result<bool> all_ok = checkpoint::CommAgreeFn(world)(written.ok());
+    if (!all_ok.ok()) {
+      if (written.ok()) written = all_ok.status();  // rank 0 keeps its own error
+    } else if (written.ok() && !*all_ok) {
+      written = FailedPreconditionError("rank 0 could not write it (its log and error say why)");
+    }
+  }
+  if (written.ok()) return written;
+  return Status(written.code(),
+                fmt::format("writing the {} model of checkpoint {} "
+                            "(zero_optimization.stage3_gather_16bit_weights_on_model_save): {}; "
+                            "the checkpoint itself is intact (--resume continues from it): free "
+                            "space or make the folder writable, or set the key false",
+                            DTypeName(dtype), step_dir.string(), written.message()));
 }
 
 Result<fs::path> ResolveResumeDir(const Config& config, const std::string& resume) {

@@ -32,6 +32,7 @@
 #include "engine/model/parameter_registry.h"
 #include "engine/zero/zero_engine.h"
 #include "runtime/comm.h"
+#include "runtime/dtype.h"
 #include "runtime/status.h"
 
 namespace sluice::train {
@@ -51,12 +52,33 @@ std::filesystem::path CheckpointsDirOf(const Config& config);
 
 // Saves checkpoint `progress.step` of every rank's ZeRO state (fp32 master weights, exp_avg,
 // exp_avg_sq), the progress and the resolved config, atomically, keeping checkpoint.keep_last.
+// With zero_optimization.stage3_gather_16bit_weights_on_model_save, then also writes the
+// consolidated 16-bit model into the committed step directory (SaveConsolidated16BitModel).
 // Returns the committed step directory. Collective over `world` (every rank learns of a failure
-// anywhere, and nothing is committed then).
+// anywhere, and nothing is committed then; a failed 16-bit model leaves the committed checkpoint
+// as it was and is returned as the error).
 Result<std::filesystem::path> SaveTrainingCheckpoint(const Config& config,
                                                      const zero::ZeroEngine& engine,
                                                      const model::ParameterRegistry& registry,
                                                      Comm& world, const TrainingProgress& progress);
+
+// The dtype of the 16-bit model a save writes with stage3_gather_16bit_weights_on_model_save:
+// the run's compute precision (model.dtype) when it is bf16 or fp16, bf16 when it trains in fp32.
+DType Consolidated16BitDType(const Config& config);
+
+// DeepSpeed's save_16bit_model with stage3_gather_16bit_weights_on_model_save, for committed
+// checkpoint `step_dir`: the model in Hugging Face's layout, as `sluice convert --dtype` writes it
+// (checkpoint/convert.h: config.json and model.safetensors, or past 5 GB shards plus
+// model.safetensors.index.json), in Consolidated16BitDType, into `step_dir` itself, so that the
+// folder is what transformers' from_pretrained and model.init_from load. The values are the
+// master weights rounded to nearest even: the parameters the passes compute with in a bf16 or
+// fp16 run (the Adam kernel writes them so). Rank 0 gathers them from every rank's shard files,
+// verifying each block it reads, one tensor in memory at a time, and writes each file atomically
+// (config.json last); the other ranks wait for its result, so every rank returns the same status.
+// On a failure the model files written so far are removed, the checkpoint's own files are left
+// as they were, and the error names the file. Collective over `world`; `registry` sizes the wait.
+Status SaveConsolidated16BitModel(const Config& config, const model::ParameterRegistry& registry,
+                                  const std::filesystem::path& step_dir, Comm& world);
 
 // The step directory `sluice train --resume` names: "latest" (or "") follows the run's own
 // checkpoints (CheckpointsDirOf); anything else is a step, checkpoints or run directory

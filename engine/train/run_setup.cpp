@@ -49,6 +49,15 @@ Result<model::ModelOptions> ModelOptionsFromConfig(const Config& config, Precisi
   options.init_std = m.init_std;
   options.param_dtype = ModelParamDType(precision);
   options.num_threads = config.device.threads;
+  // model.activation_checkpointing turns checkpointing on; DeepSpeed's section says how
+  // (partition_activations has nothing to split with one tensor-parallel rank).
+  options.activation_checkpointing = m.activation_checkpointing;
+  const ActivationCheckpointingConfig& a = config.activation_checkpointing;
+  options.checkpointing.blocks = a.number_checkpoints.value_or(0);
+  options.checkpointing.host = a.cpu_checkpointing;
+  options.checkpointing.contiguous = a.contiguous_memory_optimization;
+  options.checkpointing.synchronize = a.synchronize_checkpoint_boundary;
+  options.checkpointing.profile = a.profile;
   SLUICE_RETURN_IF_ERROR(model::ValidateModelOptions(options));
   return options;
 }
@@ -85,6 +94,13 @@ std::string DescribeModel(const model::ModelOptions& o) {
   // gpt2's longest sequence is its position table, which may be longer than the windows.
   text += fmt::format(", d_model {}, d_ff {}, {} {}", o.d_model, o.d_ff,
                       o.family == model::Family::kGpt2 ? "positions" : "seq_len", o.seq_len);
+  if (const int64_t checkpointed = model::CheckpointedBlocks(o); checkpointed > 0) {
+    text += fmt::format(
+        ", activation checkpointing of {} blocks (inputs in {} memory{})",
+        checkpointed == o.n_layer ? std::string("all")
+                                  : fmt::format("{} of {}", checkpointed, o.n_layer),
+        o.checkpointing.host ? "host" : "device", o.checkpointing.contiguous ? ", contiguous" : "");
+  }
   return text;
 }
 

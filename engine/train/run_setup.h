@@ -22,12 +22,14 @@ Result<Config> LoadTrainConfig(const ConfigSources& sources);
 Status CheckTrainable(const Config& config);
 
 // The model the config describes, storing parameters as `precision` requires, computing with
-// device.threads threads. InvalidArgument from ValidateModelOptions names the model.* key.
+// device.threads threads, checkpointing blocks as model.activation_checkpointing and the
+// activation_checkpointing section say. InvalidArgument from ValidateModelOptions names the key.
 Result<model::ModelOptions> ModelOptionsFromConfig(const Config& config, Precision precision);
 
 data::DataOptions DataOptionsFromConfig(const Config& config);
 
-// "gpt2, n_layer 4, n_head 4, d_model 256, d_ff 1024, seq_len 128"
+// "gpt2, n_layer 4, n_head 4, d_model 256, d_ff 1024, seq_len 128", then, with checkpointing,
+// ", activation checkpointing of 2 of 4 blocks (inputs in host memory)"
 std::string DescribeModel(const model::ModelOptions& options);
 
 }  // namespace sluice::train

@@ -19,6 +19,7 @@
 #include "engine/train/loss_plot.h"
 #include "engine/train/memory_report.h"
 #include "engine/train/metrics_writer.h"
+#include "engine/train/monitor.h"
 #include "engine/train/progress.h"
 #include "engine/train/run_files.h"
 #include "engine/train/run_setup.h"
@@ -554,9 +555,17 @@ Status Trainer::WriteTrace() {
 Result<TrainSummary> Trainer::Run() {
   const double start = NowSeconds();
   std::optional<MetricsWriter> metrics;
-  SLUICE_RETURN_IF_ERROR(
-      AgreeAcrossRanks(*world_, options_.write_files ? PrepareRunFiles(&metrics) : OkStatus(),
-                       "preparing the run directory"));
+  MonitorFanOut monitors;  // tensorboard, csv_monitor: rank 0's, beside metrics.jsonl
+  auto prepare = [&]() -> Status {
+    SLUICE_RETURN_IF_ERROR(PrepareRunFiles(&metrics));
+    SLUICE_ASSIGN_OR_RETURN(
+        monitors,
+        OpenMonitors(config_, options_.resume.has_value() ? std::optional<int64_t>(steps_done_)
+                                                          : std::nullopt));
+    return OkStatus();
+  };
+  SLUICE_RETURN_IF_ERROR(AgreeAcrossRanks(*world_, options_.write_files ? prepare() : OkStatus(),
+                                          "preparing the run directory"));
   if (config_.run.trace) TraceRecorder::Global().Enable();
   const TrainIntervals intervals = IntervalsFromConfig(config_);
   const bool evaluate = validation_.has_value() && intervals.eval_interval > 0;
@@ -568,6 +577,11 @@ Result<TrainSummary> Trainer::Run() {
     const double eval_start = NowSeconds();
     SLUICE_ASSIGN_OR_RETURN(initial_val_loss, Evaluate());
     initial_eval_s = NowSeconds() - eval_start;
+    // The curve's start (a resumed run's previous run logged its own at this step).
+    if (steps_done_ == 0) {
+      const MonitorEvent event{"Train/Samples/val_loss", *initial_val_loss, 0};
+      SLUICE_RETURN_IF_ERROR(monitors.Write(std::span(&event, 1)));
+    }
   }
 
   const bool interactive = options_.progress == ProgressMode::kBar ||
@@ -590,6 +604,8 @@ Result<TrainSummary> Trainer::Run() {
       TakePeaks(&m.peak_bytes);
     }
     if (metrics.has_value()) SLUICE_RETURN_IF_ERROR(metrics->Write(StepMetricsToJson(m)));
+    SLUICE_RETURN_IF_ERROR(monitors.Write(
+        StepMonitorEvents(m, SamplesAfter(config_, m.step), precision_ == Precision::kF16)));
     const int64_t save_interval = config_.checkpoint.save_interval;
     const bool last = m.step == total_steps;
     if ((save_interval > 0 && (m.step % save_interval == 0 || last)) ||

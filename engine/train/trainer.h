@@ -79,7 +79,9 @@ struct TrainerOptions {
   // kAuto: a bar when `progress_stream` is a terminal, plain lines otherwise.
   ProgressMode progress = ProgressMode::kAuto;
   std::FILE* progress_stream = stderr;
-  // Run() writes config.resolved.json, metrics.jsonl and summary.json into config.run.dir.
+  // Run() writes config.resolved.json, metrics.jsonl and summary.json into config.run.dir, and
+  // the scalars of each step to the tensorboard and csv_monitor files the config enables
+  // (monitor.h).
   bool write_files = true;
   // Run() prints the summary table here (nullptr: not printed).
   std::FILE* summary_stream = stdout;

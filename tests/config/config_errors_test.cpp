@@ -141,7 +141,8 @@ const ErrorCase kCases[] = {
      kYaml,
      "train_batch_size: 8\nwandb: {enabled: true, project: x}\n",
      {"known DeepSpeed key wandb is not supported by Sluice yet (remove the section or set "
-      "enabled: false)"},
+      "enabled: false; Weights & Biases logs to a network service, which Sluice does not reach; "
+      "tensorboard and csv_monitor write the same scalars to local files)"},
      {},
      {},
      1,

@@ -143,7 +143,7 @@ TEST(ConfigFormatsTest, UnsupportedKeysWithSluiceBehaviourAreAccepted) {
   Result<Config> c = LoadJson(R"({"train_batch_size": 8, "zero_allow_untested_optimizer": true,
       "zero_optimization": {"stage": 2, "reduce_scatter": true, "allgather_partitions": true,
         "round_robin_gradients": false, "zero_quantized_weights": false},
-      "tensorboard": {"enabled": false, "output_path": "x"},
+      "comet": {"enabled": false, "project": "x"},
       "optimizer": {"type": "Adam", "params": {"torch_adam": false}}})");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->zero.stage, 2);

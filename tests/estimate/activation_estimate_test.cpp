@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@ struct Measured {
   int64_t activations = 0;  // ledger peak, category activations
   int64_t buffers = 0;      // ledger peak, category buffers
   int64_t meter = 0;        // the model's own peak of saved + grads + scratch
+  int64_t pinned = 0;       // ledger peak, host_pinned activations (cpu_checkpointing)
 };
 
 model::ModelOptions OptionsOf(const Shape& s, bool checkpointing, DType dtype) {
@@ -69,6 +71,8 @@ Measured Measure(const model::ModelOptions& options, int64_t batch) {
       static_cast<int64_t>(snapshot.at(MemoryTier::kDevice, MemoryCategory::kActivations).peak);
   m.buffers = static_cast<int64_t>(snapshot.at(MemoryTier::kDevice, MemoryCategory::kBuffers).peak);
   m.meter = (*net)->last_peak_activation_bytes();
+  m.pinned =
+      static_cast<int64_t>(snapshot.at(MemoryTier::kHostPinned, MemoryCategory::kActivations).peak);
   return m;
 }
 
@@ -114,6 +118,64 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ActivationEstimateTest,
                          ::testing::Combine(::testing::Range<size_t>(0, 5), ::testing::Bool(),
                                             ::testing::Values(DType::kF32, DType::kBF16)));
 
+// The activation_checkpointing section's settings: some blocks, inputs in pinned host memory, one
+// contiguous buffer; f32, every shape.
+struct CheckpointVariant {
+  std::string name;
+  int64_t blocks;  // number_checkpoints; 0 every block
+  bool host;
+  bool contiguous;
+};
+
+// Test names in failure messages instead of the bytes of the parameter.
+void PrintTo(const CheckpointVariant& v, std::ostream* os) { *os << v.name; }
+
+class CheckpointedActivationEstimateTest
+    : public ::testing::TestWithParam<std::tuple<size_t, CheckpointVariant>> {};
+
+TEST_P(CheckpointedActivationEstimateTest, MatchesTheLedgerPeaksOfARealPass) {
+  const auto& [index, variant] = GetParam();
+  const Shape& shape = Shapes()[index];
+  model::ModelOptions options = OptionsOf(shape, true, DType::kF32);
+  options.checkpointing.blocks = variant.blocks;
+  options.checkpointing.host = variant.host;
+  options.checkpointing.contiguous = variant.contiguous;
+  const Measured measured = Measure(options, shape.batch);
+  const ActivationEstimate estimate = EstimateActivations(options, shape.batch, shape.seq);
+  SCOPED_TRACE(shape.name + " " + variant.name);
+  EXPECT_EQ(estimate.checkpointed_blocks, model::CheckpointedBlocks(options));
+  EXPECT_NEAR(static_cast<double>(measured.activations), static_cast<double>(estimate.peak_bytes),
+              0.10 * static_cast<double>(estimate.peak_bytes))
+      << estimate.peak_formula;
+  EXPECT_NEAR(static_cast<double>(measured.buffers),
+              static_cast<double>(estimate.scratch_peak_bytes),
+              0.10 * static_cast<double>(estimate.scratch_peak_bytes))
+      << estimate.scratch_formula;
+  if (variant.host) {
+    // Pinned buffers are page-rounded: within a page per checkpointed block.
+    EXPECT_GE(measured.pinned, estimate.host_kept_bytes) << estimate.host_formula;
+    EXPECT_LE(measured.pinned, estimate.host_kept_bytes + 4096 * estimate.checkpointed_blocks)
+        << estimate.host_formula;
+  } else {
+    EXPECT_EQ(measured.pinned, 0);
+    EXPECT_EQ(estimate.host_kept_bytes, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CheckpointedActivationEstimateTest,
+    ::testing::Combine(::testing::Range<size_t>(0, 5),
+                       ::testing::Values(CheckpointVariant{"first1", 1, false, false},
+                                         CheckpointVariant{"first2", 2, false, false},
+                                         CheckpointVariant{"host", 0, true, false},
+                                         CheckpointVariant{"host_first1", 1, true, false},
+                                         CheckpointVariant{"host_contiguous", 0, true, true},
+                                         CheckpointVariant{"contiguous", 0, false, true},
+                                         CheckpointVariant{"contiguous_first2", 2, false, true})),
+    [](const auto& info) {
+      return Shapes()[std::get<0>(info.param)].name + "_" + std::get<1>(info.param).name;
+    });
+
 TEST(ActivationEstimateFormulaTest, CheckpointingKeepsOnlyEachBlocksOutput) {
   model::ModelOptions o;
   o.family = model::Family::kLlama;
@@ -135,6 +197,23 @@ TEST(ActivationEstimateFormulaTest, CheckpointingKeepsOnlyEachBlocksOutput) {
   EXPECT_LT(checkpointed.peak_bytes, full.peak_bytes - 14 * full.block_saved_bytes);
   // Activations grow linearly with the micro-batch.
   EXPECT_EQ(EstimateActivations(o, 8, 1024).peak_bytes, 2 * checkpointed.peak_bytes);
+  EXPECT_EQ(checkpointed.host_kept_bytes, 0);
+
+  // cpu_checkpointing: the sixteen kept inputs move to pinned host memory. The peak of this shape
+  // is at the LM head (32000 logits a token), where the device now holds one block output
+  // instead of sixteen.
+  o.checkpointing.host = true;
+  const ActivationEstimate host = EstimateActivations(o, 4, 1024);
+  const int64_t input = 4 * tokens * 512;
+  EXPECT_EQ(host.host_kept_bytes, 16 * input);
+  EXPECT_EQ(checkpointed.peak_bytes - host.peak_bytes, 15 * input);
+  // number_checkpoints: the first 8 blocks, the other 8 keep everything.
+  o.checkpointing.host = false;
+  o.checkpointing.blocks = 8;
+  const ActivationEstimate half = EstimateActivations(o, 4, 1024);
+  EXPECT_EQ(half.checkpointed_blocks, 8);
+  EXPECT_GT(half.peak_bytes, checkpointed.peak_bytes + 7 * (full.block_saved_bytes - input));
+  EXPECT_LT(half.peak_bytes, full.peak_bytes - 7 * full.block_saved_bytes);
 }
 
 }  // namespace

@@ -131,7 +131,7 @@ TEST(EstimateFitTest, OffersChangesThatReduceWhatDoesNotFit) {
   EXPECT_LT(stage3->estimate.tier_bytes(MemoryTier::kDevice), e.tier_bytes(MemoryTier::kDevice));
   EXPECT_TRUE(stage3->fit.fits());
   EXPECT_NE(FindVariant(alternatives, "zero_optimization.stage: 1, offload_optimizer"), nullptr);
-  const Variant* checkpointing = FindVariant(alternatives, "activation checkpointing");
+  const Variant* checkpointing = FindVariant(alternatives, "model.activation_checkpointing: true");
   ASSERT_NE(checkpointing, nullptr);
   EXPECT_TRUE(checkpointing->options.activation_checkpointing);
   const Variant* micro = FindVariant(alternatives, "train_micro_batch_size_per_gpu: 1");
