@@ -93,7 +93,9 @@ std::string VersionText() {
                    : "not compiled in (configured without nvcc or NCCL): CPU device only");
   line("NCCL", YesNo(info["nccl"].get<bool>()));
   line("cuDNN", info["cudnn"].get<bool>() ? "yes (fused attention)" : "no");
-  line("oneDNN", info["onednn"].get<bool>() ? "yes (bench gemm times dnnl_sgemm)" : "no");
+  line("oneDNN", info["onednn"].get<bool>()
+                     ? "yes (device.cpu_gemm blas runs dnnl_sgemm)"
+                     : "no (device.cpu_gemm blas runs OpenBLAS; libdnnl-dev adds it)");
   const nlohmann::json& cpu = info["cpu"];
   line("CPU ISA",
        fmt::format("kernels use {} (this CPU: AVX2 {}, AVX-512 {}, AVX512_BF16 {}; "
@@ -109,8 +111,10 @@ std::string VersionText() {
     gemm_text += fmt::format("; {}: {}", name, kernel.get<std::string>());
   }
   line("GEMM", gemm_text);
-  line("BLAS", fmt::format("OpenBLAS, core {} ({})", gemm["openblas"]["core"].get<std::string>(),
-                           gemm["openblas"]["config"].get<std::string>()));
+  line("BLAS",
+       fmt::format("OpenBLAS, core {}, {} ({})", gemm["openblas"]["core"].get<std::string>(),
+                   gemm["openblas"]["reason"].get<std::string>(),
+                   gemm["openblas"]["config"].get<std::string>()));
   line("MPI", info["mpi"].get<std::string>());
   text.pop_back();  // CLI11 ends the version text with its own newline
   return text;

@@ -12,10 +12,10 @@
 
 #include "cli/command_registry.h"
 #include "cli/env_probes.h"
-#include "runtime/json_text.h"
 #include "kernels/cpu/cpu_features.h"
 #include "runtime/comm/mpi/mpi_call.h"
 #include "runtime/device/cpu/memory_protection.h"
+#include "runtime/json_text.h"
 #include "runtime/size_format.h"
 #include "runtime/topology.h"
 
@@ -110,10 +110,12 @@ void PrintEnv(const nlohmann::json& env) {
             << yes_no(cpu["amx"]) << "; kernels use " << cpu["kernel_isa"].get<std::string>()
             << "\n";
   const auto& gemm = env["gemm"];
-  std::cout << "OpenBLAS       core " << gemm["openblas"]["core"].get<std::string>() << ", "
-            << gemm["openblas"]["threads"] << " threads ("
-            << gemm["openblas"]["config"].get<std::string>() << ")\n";
-  // "device.cpu_gemm blas (default): OpenBLAS Prescott; deterministic: GemmFixed avx512"
+  // "OpenBLAS       core SkylakeX (set by Sluice for avx512 (OpenBLAS picked Prescott)), 2
+  // threads (OpenBLAS 0.3.21 ...)"
+  std::cout << "OpenBLAS       core " << gemm["openblas"]["core"].get<std::string>() << " ("
+            << gemm["openblas"]["reason"].get<std::string>() << "), " << gemm["openblas"]["threads"]
+            << " threads (" << gemm["openblas"]["config"].get<std::string>() << ")\n";
+  // "device.cpu_gemm deterministic (default): GemmFixed avx512; blas: oneDNN 2.6.3 avx512_core_amx"
   const auto& setting = gemm["cpu_gemm"];
   const std::string value = setting["value"].get<std::string>();
   std::cout << "CPU GEMM       device.cpu_gemm " << value << " ("
@@ -127,6 +129,14 @@ void PrintEnv(const nlohmann::json& env) {
   }
   for (const auto& [name, kernel] : kernels.items()) {
     if (name != value) std::cout << "; " << name << ": " << kernel.get<std::string>();
+  }
+  std::cout << "\n";
+  // The library blas runs, with its threads and anything to know (SLUICE_CPU_BLAS ignored).
+  const auto& blas = gemm["backends"]["blas"];
+  std::cout << "  blas         " << blas["name"].get<std::string>() << ", " << blas["threads"]
+            << " threads (SLUICE_CPU_BLAS=onednn|openblas chooses)";
+  if (!blas["note"].get<std::string>().empty()) {
+    std::cout << "; " << blas["note"].get<std::string>();
   }
   std::cout << "\n";
   const auto& topo = env["topology"];

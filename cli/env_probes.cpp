@@ -22,11 +22,22 @@ nlohmann::json ProbeGemm() {
   }
   // The kernel behind each choice, named as a run's summary names it.
   nlohmann::json kernels;
+  nlohmann::json backends;
   for (cpu::GemmBackend backend : {cpu::GemmBackend::kBlas, cpu::GemmBackend::kDeterministic}) {
-    kernels[std::string(cpu::GemmBackendName(backend))] = cpu::GemmKernelName(backend);
+    const cpu::GemmKernel k = cpu::DescribeGemmKernel(backend);
+    const std::string name(cpu::GemmBackendName(backend));
+    kernels[name] = k.name;
+    backends[name] = {{"library", k.library}, {"version", k.version}, {"core", k.core},
+                      {"threads", k.threads}, {"name", k.name},       {"note", k.note}};
   }
   return {
-      {"openblas", {{"core", blas.core}, {"config", blas.config}, {"threads", blas.threads}}},
+      {"openblas",
+       {{"core", blas.core},
+        {"picked", blas.picked},
+        {"reason", blas.reason},
+        {"config", blas.config},
+        {"threads", blas.threads}}},
+      {"backends", backends},
       {"cpu_gemm",
        {{"value", value}, {"source", source}, {"env_var", spec.env_var}, {"kernels", kernels}}}};
 }

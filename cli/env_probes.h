@@ -13,10 +13,12 @@ namespace sluice::cli {
 // or {"error": why there are none}.
 nlohmann::json ProbeGpus();
 
-// The CPU GEMM: what OpenBLAS picked on this machine ({"openblas": {"core", "config",
-// "threads"}}) and the device.cpu_gemm setting ({"cpu_gemm": {"value", "source", "env_var",
-// "kernels": {"blas", "deterministic"}}}): its default, or the SLUICE_CFG_ override in this
-// environment, and the kernel each choice runs here.
+// The CPU GEMM: the kernel behind each device.cpu_gemm choice here ({"backends": {"blas",
+// "deterministic"}: {"library", "version", "core", "threads", "name", "note"}}), OpenBLAS as this
+// process runs it ({"openblas": {"core", "picked", "reason", "config", "threads"}}: the core
+// Sluice set, and the one OpenBLAS picked by itself) and the setting ({"cpu_gemm": {"value",
+// "source", "env_var", "kernels": {"blas", "deterministic"}: name}}): its default, or the
+// SLUICE_CFG_ override in this environment.
 nlohmann::json ProbeGemm();
 
 Status ProbeIoUringSupport();

@@ -27,21 +27,24 @@ endif()
 set(BLAS_LIBRARIES ${SLUICE_OPENBLAS_OPENMP})
 set(OPENBLAS_INCLUDE_DIR ${SLUICE_OPENBLAS_OPENMP_INCLUDE})
 
-# oneDNN (Debian libdnnl-dev, OpenMP runtime), optional: only bench_gemm uses it, to time
-# dnnl_sgemm beside GemmFixed and OpenBLAS. Without it bench_gemm builds and says so.
-option(SLUICE_WITH_DNNL "Use oneDNN in bench_gemm when configure finds it" ON)
+# oneDNN (Debian libdnnl-dev, OpenMP runtime), optional: the fastest library GEMM measured on
+# AVX-512 and AVX2 (benchmarks/results/cpu_gemm_2026-11-27.md), so device.cpu_gemm: blas runs its
+# dnnl_sgemm where it is found (kernels/cpu/gemm_dnnl.h); without it, OpenBLAS with its core set
+# for the CPU (kernels/cpu/gemm_openblas.h), and `sluice env` names which.
+option(SLUICE_WITH_DNNL "Use oneDNN for device.cpu_gemm: blas when configure finds it" ON)
 set(SLUICE_HAVE_DNNL OFF)
 if(SLUICE_WITH_DNNL)
   find_path(SLUICE_DNNL_INCLUDE_DIR dnnl.h PATH_SUFFIXES oneapi/dnnl)
   find_library(SLUICE_DNNL_LIBRARY NAMES dnnl)
   if(SLUICE_DNNL_INCLUDE_DIR AND SLUICE_DNNL_LIBRARY)
     set(SLUICE_HAVE_DNNL ON)
-    message(STATUS "oneDNN found (${SLUICE_DNNL_LIBRARY}): bench_gemm times dnnl_sgemm")
+    message(STATUS "oneDNN found (${SLUICE_DNNL_LIBRARY}): device.cpu_gemm blas runs dnnl_sgemm")
   else()
-    message(STATUS "oneDNN not found (Debian package libdnnl-dev): bench_gemm runs without it")
+    message(STATUS "oneDNN not found (Debian package libdnnl-dev, scripts/install-deps.sh): "
+                   "device.cpu_gemm blas runs OpenBLAS")
   endif()
 else()
-  message(STATUS "oneDNN not used (SLUICE_WITH_DNNL=OFF): bench_gemm runs without it")
+  message(STATUS "oneDNN not used (SLUICE_WITH_DNNL=OFF): device.cpu_gemm blas runs OpenBLAS")
 endif()
 
 # sluice_glob_library(NAME DIR [LIBS ...] [RECURSE])

@@ -31,7 +31,8 @@ packages=(
   libgtest-dev libgmock-dev
   liburing-dev libhwloc-dev hwloc libtbb-dev libyaml-cpp-dev nlohmann-json3-dev
   libcli11-dev libfmt-dev libopenblas-openmp-dev libxxhash-dev
-  libdnnl-dev  # oneDNN: optional at configure time; bench_gemm times its dnnl_sgemm
+  libdnnl-dev  # oneDNN: optional at configure time; device.cpu_gemm blas runs its dnnl_sgemm
+  libblis4-openmp  # BLIS, loaded at run time by bench_gemm only (timed, not used for training)
   libopenmpi-dev openmpi-bin
   fio e2fsprogs util-linux
   clang libclang-rt-14-dev  # the fuzzers (tests/fuzz): clang's libFuzzer, ASan and UBSan runtimes

@@ -98,8 +98,9 @@ std::string FormatSummaryTable(const TrainSummary& s) {
   }
   if (!s.kernels.cpu_gemm.empty()) {
     out += Row("kernels",
-               fmt::format("GEMM {} ({}), OpenBLAS core {}, ISA {}", s.kernels.cpu_gemm,
-                           s.kernels.gemm_kernel, s.kernels.openblas_core, s.kernels.kernel_isa));
+               fmt::format("GEMM {} ({}, {} threads), OpenBLAS core {}, ISA {}", s.kernels.cpu_gemm,
+                           s.kernels.gemm_kernel, s.kernels.gemm_threads, s.kernels.openblas_core,
+                           s.kernels.kernel_isa));
   }
   if (s.memory.has_value()) out += FormatMemoryReport(*s.memory);
   return out;
@@ -151,7 +152,13 @@ nlohmann::ordered_json SummaryToJson(const TrainSummary& s) {
   json["final_loss_scale"] = Number(s.final_loss_scale);
   json["kernels"] = {{"cpu_gemm", s.kernels.cpu_gemm},
                      {"gemm_kernel", s.kernels.gemm_kernel},
+                     {"gemm",
+                      {{"library", s.kernels.gemm_library},
+                       {"version", s.kernels.gemm_version},
+                       {"core", s.kernels.gemm_core},
+                       {"threads", s.kernels.gemm_threads}}},
                      {"openblas_core", s.kernels.openblas_core},
+                     {"openblas_core_reason", s.kernels.openblas_core_reason},
                      {"openblas_config", s.kernels.openblas_config},
                      {"kernel_isa", s.kernels.kernel_isa}};
   ReplaceInvalidUtf8(&json);  // run_dir is bytes: a Latin-1 --run-dir must not abort the dump

@@ -24,13 +24,18 @@ struct PhaseTimes {
 };
 
 // The CPU kernels the run computed with, so that two records can be told apart by more than the
-// machine: the GEMM setting and the kernel behind it, the core OpenBLAS picked here (named even
-// when the deterministic GEMM ran: the setting could be flipped) and the ISA of Sluice's own
-// kernels (Adam, GemmFixed).
+// machine: the GEMM setting and the kernel behind it (library, version, core or ISA, threads:
+// kernels/cpu/gemm.h's GemmKernel), the core OpenBLAS runs here (named even when it did not run:
+// the setting could be flipped) and the ISA of Sluice's own kernels (Adam, GemmFixed).
 struct ComputeKernels {
   std::string cpu_gemm;         // device.cpu_gemm: "blas" or "deterministic"
-  std::string gemm_kernel;      // "OpenBLAS Haswell", "GemmFixed avx512"
-  std::string openblas_core;    // openblas_get_corename()
+  std::string gemm_kernel;      // "oneDNN 2.6.3 avx512_core_amx", "GemmFixed avx512"
+  std::string gemm_library;     // "oneDNN", "OpenBLAS", "GemmFixed"
+  std::string gemm_version;     // "2.6.3"; "" for GemmFixed
+  std::string gemm_core;        // oneDNN's dispatch ISA, OpenBLAS's core, GemmFixed's variant
+  int gemm_threads = 0;         // the team a product got
+  std::string openblas_core;    // openblas_get_corename(), after Sluice set it for the CPU
+  std::string openblas_core_reason;  // "picked by OpenBLAS", "set by Sluice for avx512 (...)"
   std::string openblas_config;  // openblas_get_config()
   std::string kernel_isa;       // "avx512", "avx2", "scalar"
 };

@@ -154,9 +154,15 @@ void ApplyThreadCount(int threads) {
 
 ComputeKernels DescribeComputeKernels(kernels::cpu::GemmBackend gemm) {
   const kernels::cpu::BlasInfo blas = kernels::cpu::DescribeBlas();
+  const kernels::cpu::GemmKernel kernel = kernels::cpu::DescribeGemmKernel(gemm);
   return {.cpu_gemm = std::string(kernels::cpu::GemmBackendName(gemm)),
-          .gemm_kernel = kernels::cpu::GemmKernelName(),
+          .gemm_kernel = kernel.name,
+          .gemm_library = kernel.library,
+          .gemm_version = kernel.version,
+          .gemm_core = kernel.core,
+          .gemm_threads = kernel.threads,
           .openblas_core = blas.core,
+          .openblas_core_reason = blas.reason,
           .openblas_config = blas.config,
           .kernel_isa = std::string(kernels::IsaName(kernels::SelectedIsa()))};
 }

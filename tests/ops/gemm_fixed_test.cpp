@@ -229,9 +229,10 @@ TEST(GemmBackendTest, GemmRoutesToTheCurrentBackend) {
     testing::ExpectClose(c, std::vector<double>(fixed.begin(), fixed.end()), kGemmTol, name);
     if (backend == cpu::GemmBackend::kDeterministic) ExpectSameBits(c, fixed, name);
     EXPECT_EQ(cpu::GemmBackendFromName(name), backend);
-    EXPECT_NE(
-        cpu::GemmKernelName().find(backend == cpu::GemmBackend::kBlas ? "OpenBLAS" : "GemmFixed"),
-        std::string::npos)
+    EXPECT_EQ(cpu::DescribeGemmKernel().library,
+              backend == cpu::GemmBackend::kDeterministic ? "GemmFixed"
+              : cpu::CurrentBlasLibrary() == cpu::BlasLibrary::kOneDnn ? "oneDNN"
+                                                                       : "OpenBLAS")
         << cpu::GemmKernelName();
   }
   EXPECT_EQ(cpu::GemmBackendFromName("mkl"), std::nullopt);

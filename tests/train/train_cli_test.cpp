@@ -43,8 +43,19 @@ TEST(EnvCliTest, NamesTheBlasCoreAndTheGemmSetting) {
   EXPECT_FALSE(gemm["openblas"]["core"].get<std::string>().empty()) << gemm.dump();
   EXPECT_EQ(gemm["cpu_gemm"]["value"], "deterministic") << gemm.dump();
   EXPECT_EQ(gemm["cpu_gemm"]["source"], "default");
-  EXPECT_EQ(gemm["cpu_gemm"]["kernels"]["blas"],
-            "OpenBLAS " + gemm["openblas"]["core"].get<std::string>());
+  // blas: the library blas runs here (oneDNN where built, else OpenBLAS on the core `openblas`
+  // names), with its version, kernel family and threads.
+  const nlohmann::json& blas = gemm["backends"]["blas"];
+  EXPECT_EQ(gemm["cpu_gemm"]["kernels"]["blas"], blas["name"]) << gemm.dump();
+  EXPECT_TRUE(blas["library"] == "oneDNN" || blas["library"] == "OpenBLAS") << gemm.dump();
+  EXPECT_EQ(blas["name"].get<std::string>(),
+            blas["library"].get<std::string>() + " " + blas["version"].get<std::string>() + " " +
+                blas["core"].get<std::string>());
+  if (blas["library"] == "OpenBLAS") EXPECT_EQ(blas["core"], gemm["openblas"]["core"]);
+  EXPECT_GE(blas["threads"].get<int>(), 1);
+  EXPECT_FALSE(gemm["openblas"]["picked"].get<std::string>().empty()) << gemm.dump();
+  EXPECT_FALSE(gemm["openblas"]["reason"].get<std::string>().empty()) << gemm.dump();
+  EXPECT_EQ(gemm["backends"]["deterministic"]["library"], "GemmFixed");
   EXPECT_EQ(gemm["cpu_gemm"]["kernels"]["deterministic"],
             "GemmFixed " + env["cpu"]["kernel_isa"].get<std::string>());
 
@@ -52,7 +63,8 @@ TEST(EnvCliTest, NamesTheBlasCoreAndTheGemmSetting) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("OpenBLAS       core "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("CPU GEMM       device.cpu_gemm blas "
-                          "(SLUICE_CFG_DEVICE__CPU_GEMM): OpenBLAS "),
+                          "(SLUICE_CFG_DEVICE__CPU_GEMM): " +
+                          gemm["cpu_gemm"]["kernels"]["blas"].get<std::string>() + ";"),
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("Device memory  protection "), std::string::npos) << r.output;

@@ -231,7 +231,12 @@ TEST(TrainerTest, RunWritesMetricsConfigAndSummary) {
   EXPECT_EQ(s["kernels"]["cpu_gemm"], "deterministic");
   EXPECT_EQ(s["kernels"]["gemm_kernel"].get<std::string>().rfind("GemmFixed ", 0), 0u)
       << s["kernels"].dump();
+  EXPECT_EQ(s["kernels"]["gemm"]["library"], "GemmFixed") << s["kernels"].dump();
+  EXPECT_EQ(s["kernels"]["gemm_kernel"],
+            "GemmFixed " + s["kernels"]["gemm"]["core"].get<std::string>());
+  EXPECT_GE(s["kernels"]["gemm"]["threads"].get<int>(), 1);
   EXPECT_FALSE(s["kernels"]["openblas_core"].get<std::string>().empty());
+  EXPECT_FALSE(s["kernels"]["openblas_core_reason"].get<std::string>().empty());
   EXPECT_FALSE(s["kernels"]["kernel_isa"].get<std::string>().empty());
 
   // Predicted against measured: the model states of stage 0 on one rank are exact (allocations
