@@ -76,6 +76,17 @@ Measured Measure(const model::ModelOptions& options, int64_t batch) {
   return m;
 }
 
+// The activation and scratch peaks within 10% of the estimate, the bar.
+void ExpectWithinTenPercent(const Measured& measured, const ActivationEstimate& estimate) {
+  EXPECT_NEAR(static_cast<double>(measured.activations), static_cast<double>(estimate.peak_bytes),
+              0.10 * static_cast<double>(estimate.peak_bytes))
+      << estimate.peak_formula;
+  EXPECT_NEAR(static_cast<double>(measured.buffers),
+              static_cast<double>(estimate.scratch_peak_bytes),
+              0.10 * static_cast<double>(estimate.scratch_peak_bytes))
+      << estimate.scratch_formula;
+}
+
 const std::vector<Shape>& Shapes() {
   static const std::vector<Shape> shapes = {
       // name              family               L  H  kv   d    ff   vocab seq  B
@@ -101,13 +112,7 @@ TEST_P(ActivationEstimateTest, MatchesTheLedgerPeaksOfARealPass) {
 
   // Within 10%, the bar. (The formulas follow the modules' allocations one by one; on
   // every shape here they agree to the byte.)
-  EXPECT_NEAR(static_cast<double>(measured.activations), static_cast<double>(estimate.peak_bytes),
-              0.10 * static_cast<double>(estimate.peak_bytes))
-      << estimate.peak_formula;
-  EXPECT_NEAR(static_cast<double>(measured.buffers),
-              static_cast<double>(estimate.scratch_peak_bytes),
-              0.10 * static_cast<double>(estimate.scratch_peak_bytes))
-      << estimate.scratch_formula;
+  ExpectWithinTenPercent(measured, estimate);
   // The model's own meter (saved + grads + scratch at one moment) lies between the activation
   // peak and the sum of both peaks.
   EXPECT_GE(measured.meter, estimate.peak_bytes * 9 / 10);
@@ -144,13 +149,7 @@ TEST_P(CheckpointedActivationEstimateTest, MatchesTheLedgerPeaksOfARealPass) {
   const ActivationEstimate estimate = EstimateActivations(options, shape.batch, shape.seq);
   SCOPED_TRACE(shape.name + " " + variant.name);
   EXPECT_EQ(estimate.checkpointed_blocks, model::CheckpointedBlocks(options));
-  EXPECT_NEAR(static_cast<double>(measured.activations), static_cast<double>(estimate.peak_bytes),
-              0.10 * static_cast<double>(estimate.peak_bytes))
-      << estimate.peak_formula;
-  EXPECT_NEAR(static_cast<double>(measured.buffers),
-              static_cast<double>(estimate.scratch_peak_bytes),
-              0.10 * static_cast<double>(estimate.scratch_peak_bytes))
-      << estimate.scratch_formula;
+  ExpectWithinTenPercent(measured, estimate);
   if (variant.host) {
     // Pinned buffers are page-rounded: within a page per checkpointed block.
     EXPECT_GE(measured.pinned, estimate.host_kept_bytes) << estimate.host_formula;

@@ -22,7 +22,7 @@ namespace sluice::model {
 namespace {
 
 using testing::RandomTokens;
-using testing::TinyOptions;
+using testing::SmallOptions;
 
 struct Variant {
   std::string name;
@@ -36,19 +36,7 @@ struct Variant {
 // Test names in failure messages instead of the bytes of the parameter.
 void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
 
-ModelOptions BaseOptions(Family family) {
-  ModelOptions o = TinyOptions(family);
-  o.n_layer = 4;
-  o.n_head = 4;
-  o.n_kv_head = family == Family::kLlama ? 2 : 4;
-  o.d_model = 32;
-  o.d_ff = 64;
-  o.vocab_size = 50;
-  o.seq_len = 16;
-  o.init_std = 0.1;
-  o.num_threads = 1;
-  return o;
-}
+ModelOptions BaseOptions(Family family) { return SmallOptions(family, 4, 1); }
 
 ModelOptions WithCheckpointing(ModelOptions o, const Variant& v) {
   o.activation_checkpointing = true;

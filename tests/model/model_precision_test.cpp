@@ -16,22 +16,7 @@ namespace {
 
 using testing::Randomize;
 using testing::RandomTokens;
-using testing::TinyOptions;
-
-// A small model that still exercises the blocked and BLAS paths of the CPU ops.
-ModelOptions SmallOptions(Family family) {
-  ModelOptions o = TinyOptions(family);
-  o.n_layer = 2;
-  o.n_head = 4;
-  o.n_kv_head = family == Family::kLlama ? 2 : 4;
-  o.d_model = 32;
-  o.d_ff = 64;
-  o.vocab_size = 50;
-  o.seq_len = 16;
-  o.init_std = 0.1;
-  o.num_threads = 2;
-  return o;
-}
+using testing::SmallOptions;
 
 constexpr int64_t kBatch = 3;
 constexpr int64_t kSeq = 16;

@@ -120,6 +120,22 @@ inline ModelOptions TinyOptions(Family family) {
   return o;
 }
 
+// A small model that still exercises the blocked and BLAS paths of the CPU ops: d = 32, 4 heads,
+// d_ff 64, vocab 50, T = 16.
+inline ModelOptions SmallOptions(Family family, int64_t n_layer = 2, int num_threads = 2) {
+  ModelOptions o = TinyOptions(family);
+  o.n_layer = n_layer;
+  o.n_head = 4;
+  o.n_kv_head = family == Family::kLlama ? 2 : 4;
+  o.d_model = 32;
+  o.d_ff = 64;
+  o.vocab_size = 50;
+  o.seq_len = 16;
+  o.init_std = 0.1;
+  o.num_threads = num_threads;
+  return o;
+}
+
 // Sets every parameter element to a random value around its initial kind (weights around 0,
 // norm weights around 1), so no bias is exactly zero and no norm weight exactly one.
 template <typename T>

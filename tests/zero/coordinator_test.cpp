@@ -325,16 +325,6 @@ ZeroOptions Stage3(int64_t budget = 1000000000) {
   return o;
 }
 
-// A model whose units take long enough to compute that a gather visibly runs beside them.
-model::ModelOptions SlowerGpt() {
-  model::ModelOptions o = TinyGpt();
-  o.d_model = 128;
-  o.d_ff = 512;
-  o.seq_len = 64;
-  o.n_layer = 3;
-  return o;
-}
-
 bool Overlaps(const TraceEvent& a, const TraceEvent& b) {
   return a.start_ns < b.end_ns && b.start_ns < a.end_ns;
 }

@@ -33,16 +33,6 @@ class HookClock final : public model::UnitHooks {
   int64_t last_ns = 0;
 };
 
-// Units that take long enough (milliseconds) for the host to run ahead of the stream.
-model::ModelOptions BlockModel() {
-  model::ModelOptions o = TinyGpt();
-  o.d_model = 128;
-  o.d_ff = 512;
-  o.seq_len = 64;
-  o.n_layer = 3;
-  return o;
-}
-
 class StreamOrder : public ::testing::TestWithParam<int> {};
 
 TEST_P(StreamOrder, NoHostWaitInsideTheStepAndTheHostRunsAhead) {
@@ -53,7 +43,7 @@ TEST_P(StreamOrder, NoHostWaitInsideTheStepAndTheHostRunsAhead) {
   options.reduce_bucket_size = 20000;
   options.stage3_prefetch_bucket_size = 20000;
   options.stage3_param_persistence_threshold = 128;
-  Result<ZeroRig> rig = MakeZeroRig(options, BlockModel(), TestWorld(), 5);
+  Result<ZeroRig> rig = MakeZeroRig(options, SlowerGpt(), TestWorld(), 5);
   ASSERT_TRUE(rig.ok()) << rig.status().ToString();
   TrainSettings settings;
   settings.steps = 1;

@@ -46,6 +46,15 @@ model::ModelOptions TinyGpt() {
   return o;
 }
 
+model::ModelOptions SlowerGpt() {
+  model::ModelOptions o = TinyGpt();
+  o.d_model = 128;
+  o.d_ff = 512;
+  o.seq_len = 64;
+  o.n_layer = 3;
+  return o;
+}
+
 Batch MakeBatch(const model::ModelOptions& model, int64_t step, int64_t micro, int64_t sequences) {
   Batch b;
   b.batch = sequences;

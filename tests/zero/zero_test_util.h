@@ -20,6 +20,9 @@ using ::sluice::testing::TestWorld;
 
 // 2 layers, d_model 32, 4 heads, d_ff 64, vocab 64, seq 16, tied embeddings, one thread.
 model::ModelOptions TinyGpt();
+// TinyGpt at d_model 128, d_ff 512, seq 64, 3 layers: units take milliseconds, long enough for
+// a gather to run visibly beside them and for the host to run ahead of the stream.
+model::ModelOptions SlowerGpt();
 
 struct Batch {
   std::vector<int32_t> inputs;
