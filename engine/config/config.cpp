@@ -107,6 +107,18 @@ std::string_view OffloadDeviceName(OffloadDevice device) {
   return "?";
 }
 
+std::string_view OptimizerTypeName(OptimizerType type) {
+  switch (type) {
+    case OptimizerType::kAdam:
+      return "Adam";
+    case OptimizerType::kAdamW:
+      return "AdamW";
+    case OptimizerType::kLion:
+      return "Lion";
+  }
+  return "?";
+}
+
 std::string_view DeviceTypeName(DeviceType type) {
   return type == DeviceType::kCpu ? "cpu" : "cuda";
 }

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -36,18 +37,26 @@ struct BatchConfig {
   int64_t gradient_accumulation_steps = 0;
 };
 
-enum class OptimizerType { kAdam, kAdamW };
+// Lion (kernels/ref/lion_ref.h) keeps one moment (exp_avg), Adam and AdamW two.
+enum class OptimizerType { kAdam, kAdamW, kLion };
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::kAdamW;  // as written ("adam" and "Adam" are kAdam)
   // Effective decoupled weight decay: type AdamW, or Adam with adam_w_mode (DeepSpeed's rule).
+  // Adam only: Lion always decouples its weight decay.
   bool adam_w_mode = true;
   double lr = 1e-3;
   double beta1 = 0.9;
   double beta2 = 0.999;
-  double eps = 1e-8;
+  double eps = 1e-8;  // Adam only
   double weight_decay = 0.0;
-  bool bias_correction = true;  // off: the moments are used without dividing by 1 - beta^t
+  bool bias_correction = true;  // Adam only; off: the moments are used without 1 - beta^t
 };
+
+// "Adam", "AdamW", "Lion": the config's spelling (optimizer.type), for messages and checkpoints.
+std::string_view OptimizerTypeName(OptimizerType type);
+// The moment tensors the optimizer keeps per element besides the fp32 master weights: 2 for Adam
+// and AdamW (exp_avg, exp_avg_sq), 1 for Lion (exp_avg).
+inline int OptimizerMoments(OptimizerType type) { return type == OptimizerType::kLion ? 1 : 2; }
 
 enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
 enum class WarmupType { kLog, kLinear };
@@ -232,6 +241,11 @@ struct Config {
   BatchConfig batch;
   std::optional<int64_t> steps_per_print;  // nullopt = never
   double gradient_clipping = 1.0;          // 0 = off
+  // How stages 0 and 1 scale the gradients around their all-reduce
+  // (engine/zero/gradient_scaling.h); values other than these defaults are refused at stages 2
+  // and 3, as DeepSpeed refuses them.
+  bool prescale_gradients = false;
+  double gradient_predivide_factor = 1.0;
   bool wall_clock_breakdown = false;
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;

@@ -40,15 +40,20 @@ void BuildBatchAndTopLevel(const SettingValues& v, Config* c) {
   c->batch.micro_batch_per_gpu = v.GetInt("train_micro_batch_size_per_gpu");
   c->batch.gradient_accumulation_steps = v.GetInt("gradient_accumulation_steps");
   c->gradient_clipping = v.GetFloat("gradient_clipping");
+  c->prescale_gradients = v.GetBool("prescale_gradients");
+  c->gradient_predivide_factor = v.GetFloat("gradient_predivide_factor");
   c->steps_per_print = v.FindInt("steps_per_print");
   c->wall_clock_breakdown = v.GetBool("wall_clock_breakdown");
 }
 
 void BuildOptimizer(const SettingValues& v, Config* c) {
   OptimizerConfig& o = c->optimizer;
-  o.type = v.GetString("optimizer.type") == "Adam" ? OptimizerType::kAdam : OptimizerType::kAdamW;
+  const std::string& type = v.GetString("optimizer.type");
+  o.type = type == "Adam"   ? OptimizerType::kAdam
+           : type == "Lion" ? OptimizerType::kLion
+                            : OptimizerType::kAdamW;
   bool adam_w_mode = v.GetBool("optimizer.params.adam_w_mode");
-  o.adam_w_mode = o.type == OptimizerType::kAdamW || adam_w_mode;
+  o.adam_w_mode = o.type != OptimizerType::kAdam || adam_w_mode;
   o.lr = v.GetFloat("optimizer.params.lr");
   const std::vector<double>& betas = v.GetFloatList("optimizer.params.betas");
   o.beta1 = betas[0];

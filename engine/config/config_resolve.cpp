@@ -28,6 +28,7 @@ class Resolver {
     SLUICE_RETURN_IF_ERROR(Precision());
     SLUICE_RETURN_IF_ERROR(Model());
     SLUICE_RETURN_IF_ERROR(Zero());
+    SLUICE_RETURN_IF_ERROR(GradientScaling());
     SLUICE_RETURN_IF_ERROR(Batch());
     SLUICE_RETURN_IF_ERROR(Optimizer());
     SLUICE_RETURN_IF_ERROR(Scheduler());
@@ -294,6 +295,46 @@ class Resolver {
     return OkStatus();
   }
 
+  // prescale_gradients and gradient_predivide_factor (engine/zero/gradient_scaling.h), where
+  // DeepSpeed takes them: its stage 2 and 3 optimizers assert that both are at their defaults
+  // with reduce_scatter on, which is how Sluice always reduces at those stages.
+  Status GradientScaling() {
+    constexpr const char* kPrescale = "prescale_gradients";
+    constexpr const char* kFactor = "gradient_predivide_factor";
+    const bool prescale = v_.GetBool(kPrescale);
+    const double factor = v_.GetFloat(kFactor);
+    if (!prescale && factor == 1.0) return OkStatus();
+    const int64_t stage = v_.GetInt("zero_optimization.stage");
+    const std::string given = prescale ? fmt::format("{} true{}", kPrescale, At(kPrescale))
+                                       : fmt::format("{} {}{}", kFactor, factor, At(kFactor));
+    if (stage >= 2) {
+      return Error(
+          "{} is refused at zero_optimization.stage {}{}: DeepSpeed refuses it there with "
+          "reduce_scatter on (\"{} is not yet supported with ZeRO-{} with reduce scatter "
+          "enabled\"), and Sluice always reduce-scatters at stages 2 and 3; use stage 0 or 1, or "
+          "set {}",
+          given, stage, At("zero_optimization.stage"),
+          prescale ? "pre-scale gradients" : "gradient_predivide_factor != 1.0", stage,
+          prescale ? "prescale_gradients: false" : "gradient_predivide_factor: 1.0");
+    }
+    if (prescale && factor != 1.0) {
+      Note(LogLevel::kWarn,
+           fmt::format("{} {}{} is ignored with prescale_gradients true, as DeepSpeed ignores it: "
+                       "the gradients are multiplied by 1/world size before the all-reduce",
+                       kFactor, factor, At(kFactor)));
+    }
+    if (stage == 1) {
+      Note(LogLevel::kInfo,
+           fmt::format("{} is honoured at zero_optimization.stage 1: Sluice's stage 1 "
+                       "all-reduces the full gradients, as DeepSpeed's engine does where it "
+                       "honours the key; DeepSpeed's own stage-1 optimizer (reduce_scatter on) "
+                       "ignores it and divides by the world size before reducing, the same "
+                       "average up to rounding",
+                       given));
+    }
+    return OkStatus();
+  }
+
   // DeepSpeed's _set_batch_related_parameters and _batch_assertion (runtime/config.py).
   Status Batch() {
     const int64_t ws = context_.world_size;
@@ -390,6 +431,18 @@ class Resolver {
 
   Status Optimizer() {
     const std::string& type = v_.GetString("optimizer.type");
+    if (type == "Lion") {
+      // DeepSpeed's FusedLion and DeepSpeedCPULion take no such arguments (a TypeError there).
+      for (const char* path : {"optimizer.params.eps", "optimizer.params.adam_w_mode",
+                               "optimizer.params.bias_correction"}) {
+        if (!v_.IsGiven(path)) continue;
+        return Error(
+            "{}{} is not a parameter of optimizer.type Lion (its parameters: lr, betas, "
+            "weight_decay; Lion has no denominator, always decouples weight decay and has no bias "
+            "correction): remove it",
+            path, At(path));
+      }
+    }
     if (type == "AdamW" && v_.IsGiven("optimizer.params.adam_w_mode") &&
         !v_.GetBool("optimizer.params.adam_w_mode")) {
       v_.Set("optimizer.params.adam_w_mode", true, ValueSource::kDerived,

@@ -35,6 +35,17 @@ void AddBatchAndTopLevel(SettingsRegistry& r) {
       .Default(1.0)
       .Min(0)
       .Auto("1.0 (the Hugging Face Trainer's max_grad_norm default)");
+  r.Add("prescale_gradients", T::kBool,
+        "Multiply the gradients by 1/world size before the all-reduce, which then sums instead of "
+        "averaging; stages 0 and 1 only (DeepSpeed refuses true at stages 2 and 3, with "
+        "reduce_scatter)")
+      .Default(false);
+  r.Add("gradient_predivide_factor", T::kFloat,
+        "Multiply the gradients by 1/factor before the all-reduce and by factor/world size after "
+        "it (ignored with prescale_gradients); stages 0 and 1 only (DeepSpeed refuses a factor "
+        "other than 1 at stages 2 and 3, with reduce_scatter)")
+      .Default(1.0)
+      .Min(0, /*exclusive=*/true);
   r.Add("steps_per_print", T::kInt, "Log training progress every N optimizer steps")
       .Unset("never (DeepSpeed's code default is None)")
       .Min(1);
@@ -46,34 +57,39 @@ void AddBatchAndTopLevel(SettingsRegistry& r) {
 void AddOptimizer(SettingsRegistry& r) {
   r.AddSection("optimizer", "Optimizer (DeepSpeed's optimizer.type and optimizer.params)");
   r.Add("optimizer.type", T::kEnum,
-        "Adam or AdamW (any case); Adam with adam_w_mode true is AdamW, as in DeepSpeed")
+        "Adam, AdamW or Lion (any case); Adam with adam_w_mode true is AdamW, as in DeepSpeed; "
+        "Lion keeps one moment instead of two")
       .Default(std::string("AdamW"))
-      .Allowed({"Adam", "AdamW"}, /*case_insensitive=*/true);
+      .Allowed({"Adam", "AdamW", "Lion"}, /*case_insensitive=*/true);
   r.AddSection("optimizer.params", "Optimizer constructor arguments");
   r.Add("optimizer.params.lr", T::kFloat, "Learning rate (peak rate when a scheduler warms up)")
       .Default(1e-3)
       .Min(0)
       .Auto("5e-5 (the Hugging Face Trainer's learning_rate default)");
-  r.Add("optimizer.params.betas", T::kFloatList, "Adam coefficients for the moment averages")
+  r.Add("optimizer.params.betas", T::kFloatList,
+        "Coefficients for the moment averages (Lion: the update's interpolation, then the "
+        "momentum's; DeepSpeed's Lion default is also [0.9, 0.999])")
       .Default(std::vector<double>{0.9, 0.999})
       .ListSize(2)
       .Min(0)
       .Max(1, /*exclusive=*/true)
       .Auto("[0.9, 0.999] (the Trainer's adam_beta1, adam_beta2 defaults)");
-  r.Add("optimizer.params.eps", T::kFloat, "Term added to the denominator for stability")
+  r.Add("optimizer.params.eps", T::kFloat,
+        "Term added to the denominator for stability (Adam only)")
       .Default(1e-8)
       .Min(0, /*exclusive=*/true)
       .Auto("1e-8 (the Trainer's adam_epsilon default)");
-  r.Add("optimizer.params.weight_decay", T::kFloat, "Weight decay coefficient")
+  r.Add("optimizer.params.weight_decay", T::kFloat,
+        "Weight decay coefficient (Lion: always decoupled, p *= 1 - lr * weight_decay)")
       .Default(0.0)
       .Min(0)
       .Auto("0.0 (the Trainer's weight_decay default)");
   r.Add("optimizer.params.adam_w_mode", T::kBool,
-        "Decoupled weight decay (AdamW); type AdamW forces it on, as in DeepSpeed")
+        "Decoupled weight decay (AdamW); type AdamW forces it on, as in DeepSpeed (Adam only)")
       .Default(true);
   r.Add("optimizer.params.bias_correction", T::kBool,
         "Divide the moments by 1 - beta^t (Adam's bias correction); false uses them as they are, "
-        "as DeepSpeed's FusedAdam and CPU Adam do")
+        "as DeepSpeed's FusedAdam and CPU Adam do (Adam only)")
       .Default(true);
 }
 
@@ -556,17 +572,6 @@ const std::vector<UnsupportedConfigKey>& UnsupportedKeys() {
        {"fp32"},
        "Sluice reduces gradients in fp32 only",
        "Sluice reduces gradients in fp32"},
-      {"prescale_gradients",
-       false,
-       {"false"},
-       "Sluice averages the fp32 gradients inside the reduction and has no separate division "
-       "before it; at ZeRO stages 2 and 3 DeepSpeed refuses true too (reduce_scatter)"},
-      {"gradient_predivide_factor",
-       false,
-       {"1"},
-       "Sluice averages the fp32 gradients inside the reduction and has no division by a factor "
-       "before it; at ZeRO stages 2 and 3 DeepSpeed refuses a factor other than 1 too "
-       "(reduce_scatter)"},
       {"gradient_allreduce_op", false, {"mean"}, ""},
       {"sparse_gradients", false, {"false"}, ""},
       {"allgather_size", false, {}, "use zero_optimization.allgather_bucket_size"},
@@ -743,7 +748,7 @@ const char* UnsupportedConfigValue(std::string_view path, std::string_view value
   if (path == "optimizer.type") {
     static const char* kDeepSpeed[] = {"lamb",    "onebitadam", "zerooneadam", "onebitlamb",
                                        "adagrad", "muadam",     "muadamw",     "musgd",
-                                       "lion",    "muon",       "sgd"};
+                                       "muon",    "sgd"};
     for (const char* name : kDeepSpeed) {
       if (lower == name) return "a DeepSpeed optimizer";
     }

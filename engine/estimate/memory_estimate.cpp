@@ -131,6 +131,8 @@ struct Context {
   // budget cannot hold a split at all, everything offloaded as with ratio 1.
   int64_t auto_device_elements = 0;
   bool auto_offloads_all = false;
+  OptimizerType optimizer = OptimizerType::kAdamW;
+  int moments = 2;  // fp32 moment tensors per element: Adam's exp_avg and exp_avg_sq, Lion's one
 };
 
 // Where the optimizer's elements keep their state: all on the device (offload none), all
@@ -181,8 +183,10 @@ void AddOptimizer(const Context& c, const Count& elements, bool master, ItemList
   const OptimizerPlacement place = PlaceOptimizer(c, elements);
   const int64_t dev = place.device.elements;
   const int64_t off = place.offloaded.elements;
-  items.Add("Adam exp_avg + exp_avg_sq (fp32)", MemoryTier::kDevice, MemoryCategory::kOptimizer,
-            2 * kF32 * dev, Times(2 * kF32, place.device));
+  const bool lion = c.optimizer == OptimizerType::kLion;
+  const int64_t moment_bytes = c.moments * kF32;
+  items.Add(lion ? "Lion exp_avg (fp32)" : "Adam exp_avg + exp_avg_sq (fp32)", MemoryTier::kDevice,
+            MemoryCategory::kOptimizer, moment_bytes * dev, Times(moment_bytes, place.device));
   if (master) {
     items.Add("fp32 master weights", MemoryTier::kDevice, MemoryCategory::kOptimizer, kF32 * dev,
               Times(kF32, place.device));
@@ -207,21 +211,25 @@ void AddOptimizer(const Context& c, const Count& elements, bool master, ItemList
               Times(kF32, place.offloaded) + ", pages");
   }
   if (nvme) {
-    const int64_t state = SwapBytes(off, tile, 3 * kF32);
-    items.Add("fp32 master + exp_avg + exp_avg_sq on NVMe", MemoryTier::kNvme,
-              MemoryCategory::kOptimizer, state,
-              fmt::format("12 B x {} in {} tile(s) of <= {} (sub_group_size), 4 KiB blocks",
-                          place.offloaded.what, tiles, FormatCount(tile)));
+    const int64_t state_bytes = kF32 + moment_bytes;
+    const int64_t state = SwapBytes(off, tile, state_bytes);
+    items.Add(lion ? "fp32 master + exp_avg on NVMe (Lion)"
+                   : "fp32 master + exp_avg + exp_avg_sq on NVMe",
+              MemoryTier::kNvme, MemoryCategory::kOptimizer, state,
+              fmt::format("{} B x {} in {} tile(s) of <= {} (sub_group_size), 4 KiB blocks",
+                          state_bytes, place.offloaded.what, tiles, FormatCount(tile)));
     const SwapFileOverhead file = SwapFileOverheadOf(state);
     items.Add(std::string(kOptimizerSwapFile), MemoryTier::kNvme, MemoryCategory::kBuffers,
               file.bytes, file.formula);
   } else {
-    items.Add("fp32 master + exp_avg + exp_avg_sq (offload_optimizer cpu)", MemoryTier::kHost,
-              MemoryCategory::kOptimizer, 3 * AlignUp(kF32 * off, kPage),
-              Times(3 * kF32, place.offloaded) + ", pages");
+    items.Add(lion ? "fp32 master + exp_avg (offload_optimizer cpu, Lion)"
+                   : "fp32 master + exp_avg + exp_avg_sq (offload_optimizer cpu)",
+              MemoryTier::kHost, MemoryCategory::kOptimizer,
+              (1 + c.moments) * AlignUp(kF32 * off, kPage),
+              Times((1 + c.moments) * kF32, place.offloaded) + ", pages");
   }
   const zero::StagingSlotLayout slot =
-      zero::ComputeStagingSlotLayout(tile, DType::kF32, c.param_dtype, nvme);
+      zero::ComputeStagingSlotLayout(tile, DType::kF32, c.param_dtype, nvme, c.moments);
   items.Add(
       "optimizer staging ring", MemoryTier::kHostPinned, MemoryCategory::kOptimizer,
       static_cast<int64_t>(slot.slot_bytes) * oo.buffer_count,
@@ -451,6 +459,8 @@ Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
   Context c;
   c.z = &config.zero;
   c.stage = config.zero.stage;
+  c.optimizer = config.optimizer.type;
+  c.moments = OptimizerMoments(config.optimizer.type);
   c.n = world_size;
   c.precision = train::PrecisionOf(config.model.dtype);
   SLUICE_ASSIGN_OR_RETURN(c.model, train::ModelOptionsFromConfig(config, c.precision));

@@ -11,7 +11,8 @@
 // train` runs through it on any number of ranks), whose shards are per-parameter partitions of
 // ceil(numel / N) elements (padding included, the same length on every rank) and whose stage-3
 // coordinator and gradient reducer are replayed (zero_simulation.h). Parameters are stored in their
-// dtype, gradients and Adam's state in fp32. Offloaded items follow the engine's placement
+// dtype, gradients and the optimizer's state (Adam: master, m, v; Lion: master, m) in fp32.
+// Offloaded items follow the engine's placement
 // (zero_optimizer.h; a partial offload ratio: split_optimizer.h). docs/memory_estimator.md has
 // every formula and assumption.
 #pragma once

@@ -39,16 +39,46 @@ using checkpoint::StateKind;
 // 2 added "data" (the training data's path and fingerprint); 1 is still read.
 constexpr int kStatesVersion = 2;
 
+// The state tensors an optimizer keeps, in file order: the master weights, exp_avg and (Adam)
+// exp_avg_sq.
+std::span<const StateKind> StateKindsOf(OptimizerType type) {
+  return std::span<const StateKind>(checkpoint::kAllStateKinds)
+      .first(static_cast<size_t>(1 + OptimizerMoments(type)));
+}
+
+// states.optimizer.type: the optimizer whose state the checkpoint holds. Checkpoints from before
+// Lion have none: they are Adam's.
+std::string_view SavedOptimizerType(const nlohmann::json& optimizer) {
+  auto it = optimizer.find("type");
+  if (it == optimizer.end() || !it->is_string()) return "Adam";
+  return it->get_ref<const std::string&>();
+}
+
+// Adam's and AdamW's states are alike (their difference is a trajectory setting the config check
+// names); Lion's has no exp_avg_sq and its exp_avg means something else, so no resume may cross
+// between them, --allow-config-change or not.
+Status CheckSameOptimizerState(std::string_view saved, OptimizerType now, const fs::path& dir) {
+  const bool saved_lion = saved == OptimizerTypeName(OptimizerType::kLion);
+  if (saved_lion == (now == OptimizerType::kLion)) return OkStatus();
+  return FailedPreconditionError(
+      "checkpoint {} holds the optimizer state of optimizer.type {} ({}) but this run's "
+      "optimizer.type is {}: the two optimizers keep different state, so it cannot be resumed "
+      "(not even with --allow-config-change). Resume with optimizer.type {}, or start the new "
+      "optimizer from the checkpoint's weights alone with model.init_from: {}",
+      dir.string(), saved, saved_lion ? "exp_avg only" : "exp_avg and exp_avg_sq",
+      OptimizerTypeName(now), saved, dir.string());
+}
+
 // Every parameter of the model must be in the checkpoint as an fp32 tensor of its shape: a
-// checkpoint of another model must not load half-way.
+// checkpoint of another model must not load half-way. `kinds`: the state tensors wanted.
 Status CheckTensorsMatch(const checkpoint::CheckpointReader& reader,
-                         const model::ParameterRegistry& registry, bool with_moments) {
+                         const model::ParameterRegistry& registry,
+                         std::span<const StateKind> kinds) {
   int64_t expected = 0;
   for (const model::ParameterInfo& p : registry.parameters()) {
     if (p.is_alias()) continue;
     ++expected;
-    for (StateKind kind : checkpoint::kAllStateKinds) {
-      if (!with_moments && kind != StateKind::kMasterWeights) continue;
+    for (StateKind kind : kinds) {
       const checkpoint::ManifestTensor* t = reader.Find(kind, p.name);
       if (t == nullptr) {
         return InvalidArgumentError(
@@ -201,13 +231,14 @@ Result<nlohmann::json> GetObject(const nlohmann::ordered_json& states, const cha
 }
 
 // This rank's tensors in file order: the master weights of every saved range, then exp_avg of
-// each, then exp_avg_sq (the order the manifest lists them in). Tensor k x ranges.size() + r of
-// the list is kind k of range r.
+// each, then (Adam) exp_avg_sq (the order the manifest lists them in). Tensor k x ranges.size() +
+// r of the list is kind k of range r.
 std::vector<checkpoint::ShardTensorInfo> StateTensors(std::span<const zero::ZeroStateRange> ranges,
-                                                      const model::ParameterRegistry& registry) {
+                                                      const model::ParameterRegistry& registry,
+                                                      std::span<const StateKind> kinds) {
   std::vector<checkpoint::ShardTensorInfo> tensors;
-  tensors.reserve(3 * ranges.size());
-  for (StateKind kind : checkpoint::kAllStateKinds) {
+  tensors.reserve(kinds.size() * ranges.size());
+  for (StateKind kind : kinds) {
     for (const zero::ZeroStateRange& r : ranges) {
       const model::ParameterInfo& p = registry.parameter(r.param);
       tensors.push_back({.kind = kind,
@@ -244,7 +275,10 @@ Status StreamRankState(const zero::ZeroOptimizer& optimizer,
         const int64_t skip = from - at;
         SLUICE_RETURN_IF_ERROR(out.Append(r, master + skip, to - from));
         SLUICE_RETURN_IF_ERROR(out.Append(count + r, exp_avg + skip, to - from));
-        SLUICE_RETURN_IF_ERROR(out.Append(2 * count + r, exp_avg_sq + skip, to - from));
+        // Lion's stream has no exp_avg_sq, and its checkpoint no such tensors.
+        if (exp_avg_sq != nullptr) {
+          SLUICE_RETURN_IF_ERROR(out.Append(2 * count + r, exp_avg_sq + skip, to - from));
+        }
       }
       if (shard_end(ranges[r]) <= piece_end) next = r + 1;
     }
@@ -312,7 +346,9 @@ Result<fs::path> SaveTrainingCheckpoint(const Config& config, const zero::ZeroEn
                                         const model::ParameterRegistry& registry, Comm& world,
                                         const TrainingProgress& progress) {
   const std::vector<zero::ZeroStateRange> ranges = engine.SavedStateRanges();
-  const std::vector<checkpoint::ShardTensorInfo> tensors = StateTensors(ranges, registry);
+  const OptimizerType optimizer_type = engine.options().optimizer.type;
+  const std::vector<checkpoint::ShardTensorInfo> tensors =
+      StateTensors(ranges, registry, StateKindsOf(optimizer_type));
   const int64_t optimizer_step = engine.optimizer().step();
 
   checkpoint::SaveRequest request;
@@ -331,7 +367,8 @@ Result<fs::path> SaveTrainingCheckpoint(const Config& config, const zero::ZeroEn
       {"version", kStatesVersion},
       {"step", progress.step},
       {"total_tokens", progress.total_tokens},
-      {"optimizer", {{"step", optimizer_step}}},
+      {"optimizer",
+       {{"step", optimizer_step}, {"type", std::string(OptimizerTypeName(optimizer_type))}}},
       {"lr_schedule", {{"last_batch_iteration", progress.lr_last_batch_iteration}}},
       {"loss_scaler", progress.loss_scaler},
       {"data_loader", progress.data_loader},
@@ -429,7 +466,6 @@ Result<TrainingProgress> LoadTrainingCheckpoint(const fs::path& step_dir, zero::
                                                 const ResumeChecks& checks) {
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<checkpoint::CheckpointReader> reader,
                           checkpoint::CheckpointReader::Open(step_dir));
-  SLUICE_RETURN_IF_ERROR(CheckTensorsMatch(*reader, registry, /*with_moments=*/true));
   const nlohmann::ordered_json& states = reader->manifest().states;
   SLUICE_ASSIGN_OR_RETURN(int64_t states_version, GetInt(states, "version", step_dir));
   if (states_version != 1 && states_version != kStatesVersion) {
@@ -437,6 +473,11 @@ Result<TrainingProgress> LoadTrainingCheckpoint(const fs::path& step_dir, zero::
         "checkpoint {}: manifest field states.version is {} but this Sluice reads 1 and {}",
         step_dir.string(), states_version, kStatesVersion);
   }
+  const OptimizerType optimizer_type = engine.options().optimizer.type;
+  SLUICE_ASSIGN_OR_RETURN(nlohmann::json optimizer, GetObject(states, "optimizer", step_dir));
+  SLUICE_RETURN_IF_ERROR(
+      CheckSameOptimizerState(SavedOptimizerType(optimizer), optimizer_type, step_dir));
+  SLUICE_RETURN_IF_ERROR(CheckTensorsMatch(*reader, registry, StateKindsOf(optimizer_type)));
   TrainingProgress progress;
   SLUICE_ASSIGN_OR_RETURN(progress.step, GetInt(states, "step", step_dir));
   SLUICE_ASSIGN_OR_RETURN(progress.total_tokens, GetInt(states, "total_tokens", step_dir));
@@ -446,7 +487,6 @@ Result<TrainingProgress> LoadTrainingCheckpoint(const fs::path& step_dir, zero::
   SLUICE_ASSIGN_OR_RETURN(
       progress.lr_last_batch_iteration,
       GetInt(schedule, "last_batch_iteration", step_dir, "states.lr_schedule."));
-  SLUICE_ASSIGN_OR_RETURN(nlohmann::json optimizer, GetObject(states, "optimizer", step_dir));
   SLUICE_ASSIGN_OR_RETURN(int64_t optimizer_step,
                           GetInt(optimizer, "step", step_dir, "states.optimizer."));
   SLUICE_RETURN_IF_ERROR(checkpoint::CheckRecordedProgress(
@@ -463,7 +503,9 @@ Result<TrainingProgress> LoadTrainingCheckpoint(const fs::path& step_dir, zero::
   zero::ZeroStateReaders readers;
   readers.master = CheckpointRangeReader(*reader, registry, StateKind::kMasterWeights);
   readers.exp_avg = CheckpointRangeReader(*reader, registry, StateKind::kExpAvg);
-  readers.exp_avg_sq = CheckpointRangeReader(*reader, registry, StateKind::kExpAvgSq);
+  if (OptimizerMoments(optimizer_type) == 2) {
+    readers.exp_avg_sq = CheckpointRangeReader(*reader, registry, StateKind::kExpAvgSq);
+  }
   readers.optimizer_step = optimizer_step;
   SLUICE_RETURN_IF_ERROR(engine.ImportState(readers));
   return progress;
@@ -477,7 +519,8 @@ Status LoadInitialWeights(const fs::path& path, zero::ZeroEngine& engine,
   if (LooksLikeSluiceCheckpoint(path)) {
     SLUICE_ASSIGN_OR_RETURN(fs::path step_dir, checkpoint::ResolveCheckpointDir(path));
     SLUICE_ASSIGN_OR_RETURN(reader, checkpoint::CheckpointReader::Open(step_dir));
-    SLUICE_RETURN_IF_ERROR(CheckTensorsMatch(*reader, registry, /*with_moments=*/false));
+    SLUICE_RETURN_IF_ERROR(CheckTensorsMatch(
+        *reader, registry, StateKindsOf(engine.options().optimizer.type).first(1)));
     readers.master = FiniteOnly(CheckpointRangeReader(*reader, registry, StateKind::kMasterWeights),
                                 registry, step_dir);
     if (loaded != nullptr) {

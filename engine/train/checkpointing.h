@@ -50,8 +50,9 @@ struct TrainingProgress {
 // checkpoint.dir, or RUN_DIR/checkpoints.
 std::filesystem::path CheckpointsDirOf(const Config& config);
 
-// Saves checkpoint `progress.step` of every rank's ZeRO state (fp32 master weights, exp_avg,
-// exp_avg_sq), the progress and the resolved config, atomically, keeping checkpoint.keep_last.
+// Saves checkpoint `progress.step` of every rank's ZeRO state (fp32 master weights, exp_avg and,
+// for Adam, exp_avg_sq; states.optimizer.type names the optimizer), the progress and the resolved
+// config, atomically, keeping checkpoint.keep_last.
 // With zero_optimization.stage3_gather_16bit_weights_on_model_save, then also writes the
 // consolidated 16-bit model into the committed step directory (SaveConsolidated16BitModel).
 // Returns the committed step directory. Collective over `world` (every rank learns of a failure
@@ -96,8 +97,10 @@ struct ResumeChecks {
 };
 
 // Local: verifies the manifest and the recorded progress, compares the config and data
-// (`checks`), checks that the checkpoint holds every parameter of `registry` with its shape (fp32
-// master weights and both moments), imports them into `engine` with Adam's step count, and
+// (`checks`), checks that the checkpoint holds this run's optimizer's state (an Adam checkpoint
+// does not resume a Lion run nor the reverse: FailedPrecondition naming both), that it holds every
+// parameter of `registry` with its shape (fp32 master weights and the optimizer's moments),
+// imports them into `engine` with the optimizer's step count, and
 // returns the progress. The engine must then publish (ZeroEngine::PublishParameters) once every
 // rank succeeded. Errors name the checkpoint file, the tensor and the field: DataLoss for a
 // damaged or edited checkpoint, FailedPrecondition naming the settings for a config change.

@@ -1,12 +1,14 @@
-// The CPU Adam kernel's arguments that every optimizer of the engine (ShardedAdam, OffloadedAdam)
-// derives the same way: hyperparameters from the optimizer section, and the kernel's gradient and
-// copy types from dtypes. One place, so both optimizers step the same arithmetic.
+// The CPU optimizer kernels' arguments that every optimizer of the engine (ShardedAdam,
+// OffloadedAdam) derives the same way: hyperparameters from the optimizer section (Adam's or
+// Lion's), and the kernels' gradient and copy types from dtypes. One place, so both optimizers
+// step the same arithmetic.
 #pragma once
 
 #include <cstdint>
 
 #include "engine/config/config.h"
 #include "kernels/cpu/adam.h"
+#include "kernels/ref/lion_ref.h"
 #include "runtime/dtype.h"
 
 namespace sluice::zero {
@@ -23,6 +25,16 @@ inline kernels::AdamHyperparams AdamHyperparamsFor(const OptimizerConfig& config
   hyper.adamw_mode = config.adam_w_mode;
   hyper.bias_correction = config.bias_correction;
   hyper.step = step;
+  return hyper;
+}
+
+// Lion has no step count: no bias correction.
+inline kernels::LionHyperparams LionHyperparamsFor(const OptimizerConfig& config, double lr) {
+  kernels::LionHyperparams hyper;
+  hyper.lr = static_cast<float>(lr);
+  hyper.beta1 = static_cast<float>(config.beta1);
+  hyper.beta2 = static_cast<float>(config.beta2);
+  hyper.weight_decay = static_cast<float>(config.weight_decay);
   return hyper;
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <span>
 
 #include "runtime/topology.h"
 
@@ -20,7 +21,10 @@ HostStateStore::~HostStateStore() {
 }
 
 Result<std::unique_ptr<HostStateStore>> HostStateStore::Create(
-    const TileGrid& grid, int numa_node, const kernels::AdamThreading& threading) {
+    const TileGrid& grid, int numa_node, const kernels::AdamThreading& threading, int moments) {
+  if (moments != 1 && moments != 2) {
+    return InvalidArgumentError("optimizer state with {} moment tensors (1 or 2)", moments);
+  }
   std::unique_ptr<HostStateStore> store(new HostStateStore());
   SLUICE_TRY_HWLOC(hwloc_topology_init(&store->topology_));
   if (int rc = hwloc_topology_load(store->topology_); rc != 0) {
@@ -48,7 +52,8 @@ Result<std::unique_ptr<HostStateStore>> HostStateStore::Create(
           numa_node, nodes);
     }
   }
-  for (float*& tensor : store->tensors_) {
+  const std::span<float*> tensors(store->tensors_, static_cast<size_t>(1 + moments));
+  for (float*& tensor : tensors) {
     void* memory = node != nullptr
                        ? hwloc_alloc_membind(store->topology_, store->tensor_bytes_, node->nodeset,
                                              HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_BYNODESET)
@@ -66,16 +71,16 @@ Result<std::unique_ptr<HostStateStore>> HostStateStore::Create(
   for (int64_t tile = 0; tile < grid.num_tiles(); ++tile) {
     const int64_t begin = grid.begin(tile);
     kernels::ForEachAdamRange(static_cast<size_t>(grid.length(tile)), store->tensors_[0] + begin,
-                              threading, [&store, begin](size_t b, size_t e) {
-                                for (float* tensor : store->tensors_) {
+                              threading, [&tensors, begin](size_t b, size_t e) {
+                                for (float* tensor : tensors) {
                                   std::memset(tensor + begin + b, 0, (e - b) * sizeof(float));
                                 }
                               });
   }
   store->placement_ = node != nullptr ? fmt::format("bound to NUMA node {}", numa_node)
                                       : fmt::format("first touch over {} NUMA node(s)", nodes);
-  store->charge_ =
-      MemoryCharge(MemoryTier::kHost, MemoryCategory::kOptimizer, 3 * store->tensor_bytes_);
+  store->charge_ = MemoryCharge(MemoryTier::kHost, MemoryCategory::kOptimizer,
+                                static_cast<uint64_t>(tensors.size()) * store->tensor_bytes_);
   return store;
 }
 

@@ -12,12 +12,16 @@ std::string NvmeStateStore::ExtentName(int64_t tile) {
 }
 
 uint64_t NvmeStateStore::TileBytes(int64_t tile) const {
-  return static_cast<uint64_t>(grid_.length(tile)) * 3 * sizeof(float);
+  return static_cast<uint64_t>(grid_.length(tile)) * static_cast<uint64_t>(tensors_) *
+         sizeof(float);
 }
 
 Result<std::unique_ptr<NvmeStateStore>> NvmeStateStore::Create(offload::SwapStore& store,
-                                                               const TileGrid& grid) {
-  std::unique_ptr<NvmeStateStore> state(new NvmeStateStore(store, grid));
+                                                               const TileGrid& grid, int moments) {
+  if (moments != 1 && moments != 2) {
+    return InvalidArgumentError("optimizer state with {} moment tensors (1 or 2)", moments);
+  }
+  std::unique_ptr<NvmeStateStore> state(new NvmeStateStore(store, grid, moments));
   const int64_t tiles = grid.num_tiles();
   // The final size is known: one preallocation of exactly that (what the memory estimate counts,
   // offload::SwapStoreDiskBytes) rather than growth tile by tile. When the filesystem cannot take

@@ -14,13 +14,13 @@ uint64_t PageUp(uint64_t bytes) { return (bytes + kPage - 1) / kPage * kPage; }
 }  // namespace
 
 StagingSlotLayout ComputeStagingSlotLayout(int64_t tile_elements, DType grad_dtype,
-                                           DType param_dtype, bool stage_state) {
+                                           DType param_dtype, bool stage_state, int moments) {
   const uint64_t n = static_cast<uint64_t>(tile_elements);
   StagingSlotLayout layout;
   uint64_t at = 0;
   if (stage_state) {
     layout.state_offset = at;
-    layout.state_bytes = 3 * n * sizeof(float);
+    layout.state_bytes = static_cast<uint64_t>(1 + moments) * n * sizeof(float);
     at += PageUp(layout.state_bytes);
   }
   layout.grads_offset = at;

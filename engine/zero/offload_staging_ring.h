@@ -1,7 +1,7 @@
 // The pinned staging ring of the offloaded optimizer: `buffer_count` slots of one tile each, in
 // one page-locked allocation (charged to the ledger as host_pinned / optimizer). A slot holds:
-//   state   p | m | v of the tile, fp32, back to back (NVMe tier only: the unit of one read and
-//           one write; the host tier updates its state in place);
+//   state   p | m | v of the tile (Lion: p | m), fp32, back to back (NVMe tier only: the unit of
+//           one read and one write; the host tier updates its state in place);
 //   grads   the tile's gradients in their training dtype, copied device-to-host;
 //   params  the updated parameters in the parameter dtype, copied host-to-device (absent for
 //           fp32 parameters on NVMe: the state's p is that copy).
@@ -27,10 +27,11 @@ struct StagingSlotLayout {
   uint64_t slot_bytes = 0;    // a multiple of 4 KiB
 };
 
-// For tiles of at most `tile_elements` elements. With tile_elements a multiple of 2048 no region
-// is padded, and slot_bytes = tile_elements x (12 if staged + grad size + param size if any).
+// For tiles of at most `tile_elements` elements, with `moments` moment tensors (2: Adam, 1: Lion).
+// With tile_elements a multiple of 2048 no region is padded, and slot_bytes = tile_elements x
+// (4 x (1 + moments) if staged + grad size + param size if any).
 StagingSlotLayout ComputeStagingSlotLayout(int64_t tile_elements, DType grad_dtype,
-                                           DType param_dtype, bool stage_state);
+                                           DType param_dtype, bool stage_state, int moments = 2);
 
 class StagingRing {
  public:

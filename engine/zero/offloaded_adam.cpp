@@ -8,6 +8,7 @@
 
 #include "engine/zero/adam_hyperparams.h"
 #include "engine/zero/nvme_param_store.h"
+#include "engine/zero/optimizer_step.h"
 #include "engine/zero/partition_copy.h"
 #include "offload/aio_engine.h"
 #include "runtime/logging.h"
@@ -71,13 +72,15 @@ Result<std::unique_ptr<OffloadedAdam>> OffloadedAdam::Create(
 
   const bool nvme = offload.tier == OptimizerStateTier::kNvme;
   if (nvme) {
-    SLUICE_ASSIGN_OR_RETURN(adam->nvme_, NvmeStateStore::Create(*offload.swap_store, adam->grid_));
-  } else {
     SLUICE_ASSIGN_OR_RETURN(
-        adam->host_, HostStateStore::Create(adam->grid_, offload.numa_node, adam->threading_));
+        adam->nvme_, NvmeStateStore::Create(*offload.swap_store, adam->grid_, adam->moments()));
+  } else {
+    SLUICE_ASSIGN_OR_RETURN(adam->host_, HostStateStore::Create(adam->grid_, offload.numa_node,
+                                                                adam->threading_, adam->moments()));
   }
-  const StagingSlotLayout layout = ComputeStagingSlotLayout(
-      std::max<int64_t>(adam->grid_.max_length(), 1), grad_dtype, param_dtype, nvme);
+  const StagingSlotLayout layout =
+      ComputeStagingSlotLayout(std::max<int64_t>(adam->grid_.max_length(), 1), grad_dtype,
+                               param_dtype, nvme, adam->moments());
   SLUICE_ASSIGN_OR_RETURN(adam->ring_, StagingRing::Create(device, layout, offload.buffer_count));
   if (nvme && offload.aio_engine != nullptr) {
     adam->ring_registered_ =
@@ -94,9 +97,8 @@ Result<std::unique_ptr<OffloadedAdam>> OffloadedAdam::Create(
   adam->reads_.resize(static_cast<size_t>(offload.buffer_count));
   adam->writes_.resize(static_cast<size_t>(offload.buffer_count));
   SLUICE_LOG(kDebug, "offload",
-             "optimizer state of {} elements on {} ({}) in {} tiles of {}; pinned ring {} x {} "
-             "bytes{}",
-             count, OptimizerStateTierName(offload.tier),
+             "{} state of {} elements on {} ({}) in {} tiles of {}; pinned ring {} x {} bytes{}",
+             OptimizerTypeName(config.type), count, OptimizerStateTierName(offload.tier),
              nvme ? "one swap extent per tile" : adam->host_->placement(), adam->grid_.num_tiles(),
              offload.tile_elements, offload.buffer_count, layout.slot_bytes,
              adam->ring_registered_ ? ", registered with io_uring" : "");
@@ -139,10 +141,11 @@ OffloadedAdam::TileState OffloadedAdam::StateOf(int64_t tile, int slot) const {
   if (on_nvme()) {
     float* state = ring_.state(slot);
     const int64_t n = grid_.length(tile);
-    return {state, state + n, state + 2 * n};
+    return {state, state + n, moments() == 2 ? state + 2 * n : nullptr};
   }
   const int64_t begin = grid_.begin(tile);
-  return {host_->master() + begin, host_->exp_avg() + begin, host_->exp_avg_sq() + begin};
+  return {host_->master() + begin, host_->exp_avg() + begin,
+          moments() == 2 ? host_->exp_avg_sq() + begin : nullptr};
 }
 
 Status OffloadedAdam::StoreParams(int64_t tile, int slot) {
@@ -184,7 +187,7 @@ Status OffloadedAdam::LoadParams(int64_t tile, void* landing) {
   return copied;
 }
 
-TilePipelineHooks OffloadedAdam::StepHooks(const void* grads, const kernels::AdamHyperparams& hyper,
+TilePipelineHooks OffloadedAdam::StepHooks(const void* grads, double lr, int64_t step,
                                            float grad_scale) {
   TilePipelineHooks hooks;
   const size_t grad_size = DTypeSize(grad_dtype_);
@@ -213,7 +216,7 @@ TilePipelineHooks OffloadedAdam::StepHooks(const void* grads, const kernels::Ada
     if (!read.ok()) return TileError(tile, std::move(read), "reading the state of");
     return TileError(tile, std::move(copied), "copying the gradients of");
   };
-  hooks.compute = [this, grads, grad_size, hyper, grad_scale](int64_t tile, int slot) -> Status {
+  hooks.compute = [this, grads, grad_size, lr, step, grad_scale](int64_t tile, int slot) -> Status {
     const Clock::time_point start = Clock::now();
     const TileState state = StateOf(tile, slot);
     kernels::AdamTensors t;
@@ -226,11 +229,12 @@ TilePipelineHooks OffloadedAdam::StepHooks(const void* grads, const kernels::Ada
     t.copy_type = AdamCopyTypeFor(param_dtype_);
     t.param_copy = t.copy_type == kernels::AdamCopyType::kNone ? nullptr : ring_.params(slot);
     t.count = static_cast<size_t>(grid_.length(tile));
-    if (std::string error = kernels::AdamStepArgsError(t, hyper, threading_); !error.empty()) {
-      return TileError(tile, InvalidArgumentError("optimizer step {}: {}", hyper.step, error),
+    if (std::string error = CpuOptimizerStepError(config_, t, lr, step, threading_);
+        !error.empty()) {
+      return TileError(tile, InvalidArgumentError("optimizer step {}: {}", step, error),
                        "updating");
     }
-    kernels::AdamStep(t, hyper, grad_scale, threading_);
+    CpuOptimizerStep(config_, t, lr, step, grad_scale, threading_);
     if (param_dtype_ == DType::kF32 && ring_.layout().params_bytes != 0) {
       std::memcpy(ring_.params(slot), state.master, t.count * sizeof(float));
     }
@@ -271,12 +275,12 @@ Status OffloadedAdam::Step(const void* grads, double lr, double grad_scale) {
   if (count_ > 0 && grads == nullptr) {
     return InvalidArgumentError("offloaded optimizer step without gradients");
   }
-  const kernels::AdamHyperparams hyper = AdamHyperparamsFor(config_, lr, step_ + 1);
+  const int64_t step = step_ + 1;
 
   timings_ = OffloadStepTimings();
   timings_.tiles = grid_.num_tiles();
   const Clock::time_point start = Clock::now();
-  const TilePipelineHooks hooks = StepHooks(grads, hyper, static_cast<float>(grad_scale));
+  const TilePipelineHooks hooks = StepHooks(grads, lr, step, static_cast<float>(grad_scale));
   TilePipelineOptions pipeline;
   pipeline.buffer_count = options_.buffer_count;
   pipeline.pipeline_read = options_.pipeline_read;
@@ -285,7 +289,7 @@ Status OffloadedAdam::Step(const void* grads, double lr, double grad_scale) {
   timings_.wall_s = SecondsSince(start);
   if (!status.ok()) {
     broken_ = status;
-    return std::move(status).WithContext(fmt::format("optimizer step {}", hyper.step));
+    return std::move(status).WithContext(fmt::format("optimizer step {}", step));
   }
   ++step_;
   return OkStatus();
@@ -332,7 +336,7 @@ Status OffloadedAdam::LoadMasterFromParams() {
     if (keep_moments) SLUICE_RETURN_IF_ERROR(FetchStateSerial(tile));
     const TileState state = StateOf(tile, 0);
     if (on_nvme() && !keep_moments) {
-      std::memset(state.exp_avg, 0, static_cast<size_t>(2 * n) * sizeof(float));
+      std::memset(state.exp_avg, 0, static_cast<size_t>(moments() * n) * sizeof(float));
     }
     // fp32 on NVMe has no parameter region: the copy lands in p directly.
     void* landing = ring_.layout().params_bytes == 0 ? static_cast<void*>(state.master)

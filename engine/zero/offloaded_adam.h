@@ -1,13 +1,15 @@
 // The offloaded optimizer (ZeRO-Offload / ZeRO-Infinity): the same role as ShardedAdam (Adam /
-// AdamW over this rank's shard with fp32 master weights, exp_avg and exp_avg_sq), but the state
+// AdamW over this rank's shard with fp32 master weights, exp_avg and exp_avg_sq; or Lion with
+// fp32 master weights and exp_avg only, half the moment bytes in every tier), but the state
 // lives in host memory (offload_optimizer.device cpu) or on NVMe (nvme), and the device holds
 // only the parameter and gradient shards. Each step streams the shard through a pinned staging
 // ring tile by tile (offload_tile_pipeline.h):
 //
 //   gradient tile (device, training dtype) --D2H--> pinned slot
-//   [NVMe: p|m|v extent --read--> pinned slot]
-//   fused CPU Adam (kernels/cpu/adam.h): unscale and clip folded into grad_scale, p/m/v updated
-//     in place, updated parameters written in the parameter dtype into the slot
+//   [NVMe: p|m|v (Lion: p|m) extent --read--> pinned slot]
+//   fused CPU Adam (kernels/cpu/adam.h) or Lion (kernels/cpu/lion.h): unscale and clip folded
+//     into grad_scale, the state updated in place, updated parameters written in the parameter
+//     dtype into the slot
 //   pinned slot --H2D--> parameter shard tile (device)      [NVMe: slot --write--> extent]
 //
 // with the read of tile g+1, the update of g and the write of g-1 overlapping. Adam is
@@ -87,16 +89,20 @@ class OffloadedAdam {
 
   int64_t step() const { return step_; }
   int64_t count() const { return count_; }
+  // Moment tensors kept per element: 2 for Adam / AdamW, 1 for Lion.
+  int moments() const { return OptimizerMoments(config_.type); }
   const TileGrid& tiles() const { return grid_; }
   const OffloadedAdamOptions& options() const { return options_; }
   const OffloadStepTimings& last_step_timings() const { return timings_; }
 
   // Copies elements [begin, begin + n) of the state into host memory (a null pointer skips that
-  // tensor): for checkpoints and tests. On NVMe it reads (and verifies) the tiles involved.
+  // tensor; Lion has no exp_avg_sq to copy): for checkpoints and tests. On NVMe it reads (and
+  // verifies) the tiles involved.
   Status ReadState(int64_t begin, int64_t n, float* master, float* exp_avg,
                    float* exp_avg_sq) const;
   // Hands elements [begin, begin + n) of the state to `sink` in increasing order, one tile (or
-  // the part of it inside the range) per call; the pointers are valid during the call only. On
+  // the part of it inside the range) per call (exp_avg_sq null for Lion); the pointers are valid
+  // during the call only. On
   // NVMe the reads of the next tiles are in flight (through the staging ring, at most
   // buffer_count tiles in memory) while `sink` runs, and each is verified: for checkpoints.
   Status StreamState(int64_t begin, int64_t n, const OptimizerStateSink& sink) const;
@@ -116,7 +122,7 @@ class OffloadedAdam {
   struct TileState {
     float* master;
     float* exp_avg;
-    float* exp_avg_sq;
+    float* exp_avg_sq;  // null for Lion
   };
 
   OffloadedAdam() = default;
@@ -124,8 +130,8 @@ class OffloadedAdam {
   TileState StateOf(int64_t tile, int slot) const;
   std::string DescribeTile(int64_t tile) const;
   Status TileError(int64_t tile, Status status, std::string_view doing) const;
-  TilePipelineHooks StepHooks(const void* grads, const kernels::AdamHyperparams& hyper,
-                              float grad_scale);
+  // `step`: the 1-based step being taken.
+  TilePipelineHooks StepHooks(const void* grads, double lr, int64_t step, float grad_scale);
   // Serial, outside Step: brings tile `tile`'s state into slot 0 (NVMe) or points at it (host).
   Status FetchStateSerial(int64_t tile) const;
   Status StoreStateSerial(int64_t tile);

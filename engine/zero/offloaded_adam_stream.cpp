@@ -69,8 +69,9 @@ Status OffloadedAdam::StreamState(int64_t begin, int64_t n, const OptimizerState
   auto hand_over = [&](int64_t tile, int slot) -> Status {
     const auto [within, take] = piece_of(tile);
     const TileState state = StateOf(tile, slot);
+    float* const exp_avg_sq = state.exp_avg_sq == nullptr ? nullptr : state.exp_avg_sq + within;
     Status status = sink(grid_.begin(tile) + within, take, state.master + within,
-                         state.exp_avg + within, state.exp_avg_sq + within);
+                         state.exp_avg + within, exp_avg_sq);
     return TileError(tile, std::move(status), "handing over the state of");
   };
 

@@ -18,7 +18,7 @@ OptimizerStateSink StateArraysSink(int64_t begin, float* master, float* exp_avg,
     const int64_t out = at - begin;
     if (master != nullptr) std::memcpy(master + out, m, bytes);
     if (exp_avg != nullptr) std::memcpy(exp_avg + out, a, bytes);
-    if (exp_avg_sq != nullptr) std::memcpy(exp_avg_sq + out, v, bytes);
+    if (exp_avg_sq != nullptr && v != nullptr) std::memcpy(exp_avg_sq + out, v, bytes);
     return OkStatus();
   };
 }
@@ -30,6 +30,11 @@ OptimizerStateSource StateArraysSource(const float* master, const float* exp_avg
     const size_t bytes = static_cast<size_t>(n) * sizeof(float);
     std::memcpy(m, master + begin, bytes);
     std::memcpy(a, exp_avg + begin, bytes);
+    if (v == nullptr) return OkStatus();  // an optimizer without a second moment (Lion)
+    if (exp_avg_sq == nullptr) {
+      return InvalidArgumentError(
+          "the optimizer keeps exp_avg_sq but the restored state has none (it is Lion's)");
+    }
     std::memcpy(v, exp_avg_sq + begin, bytes);
     return OkStatus();
   };

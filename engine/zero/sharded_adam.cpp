@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/zero/adam_hyperparams.h"
+#include "engine/zero/optimizer_step.h"
 #include "engine/zero/zeroed_buffer.h"
 
 namespace sluice::zero {
@@ -21,15 +22,20 @@ Result<DeviceBuffer> AllocateState(Stream& stream, int64_t count, std::string_vi
 Result<std::unique_ptr<ShardedAdam>> ShardedAdam::Create(ops::OpsBackend& ops, Stream& stream,
                                                          const OptimizerConfig& config,
                                                          DType param_dtype, void* param_shard,
-                                                         int64_t count, bool param_shard_on_host) {
+                                                         int64_t count, bool param_shard_on_host,
+                                                         int num_threads) {
+  if (config.type == OptimizerType::kLion) SLUICE_RETURN_IF_ERROR(CheckLionOnDevice(ops));
   std::unique_ptr<ShardedAdam> adam(new ShardedAdam());
   adam->ops_ = &ops;
   adam->config_ = config;
   adam->param_dtype_ = param_dtype;
   adam->param_shard_ = param_shard;
   adam->count_ = count;
+  adam->num_threads_ = num_threads;
   SLUICE_ASSIGN_OR_RETURN(adam->exp_avg_, AllocateState(stream, count, "exp_avg"));
-  SLUICE_ASSIGN_OR_RETURN(adam->exp_avg_sq_, AllocateState(stream, count, "exp_avg_sq"));
+  if (!adam->lion()) {
+    SLUICE_ASSIGN_OR_RETURN(adam->exp_avg_sq_, AllocateState(stream, count, "exp_avg_sq"));
+  }
   if (param_dtype == DType::kF32) {
     adam->master_ = static_cast<float*>(param_shard);
     adam->master_on_host_ = param_shard_on_host;
@@ -53,7 +59,20 @@ Status ShardedAdam::LoadMasterFromParams(Stream& stream) {
 
 Status ShardedAdam::Step(Stream& stream, const float* grads, double lr, double grad_scale) {
   const kernels::AdamHyperparams hyper = AdamHyperparamsFor(config_, lr, step_ + 1);
-  if (count_ > 0) {
+  if (count_ > 0 && lion()) {
+    const kernels::LionTensors t{.params = master_,
+                                 .exp_avg = exp_avg_.data_as<float>(),
+                                 .grads = grads,
+                                 .param_copy = param_dtype_ == DType::kF32 ? nullptr : param_shard_,
+                                 .copy_type = AdamCopyTypeFor(param_dtype_),
+                                 .count = static_cast<size_t>(count_)};
+    Status launched =
+        EnqueueLionStep(*ops_, stream, t, LionHyperparamsFor(config_, lr),
+                        static_cast<float>(grad_scale), {.num_threads = num_threads_});
+    if (!launched.ok()) {
+      return std::move(launched).WithContext(fmt::format("ZeRO optimizer step {}", hyper.step));
+    }
+  } else if (count_ > 0) {
     Status launched = ops_->AdamStep(
         stream,
         {.params = View(master_, DType::kF32),
@@ -78,20 +97,21 @@ Status ShardedAdam::StreamState(Stream& stream, int64_t begin, int64_t n, int64_
   Device& device = ops_->device();
   const int64_t chunk = std::min(n, std::max<int64_t>(piece, 1));
   std::vector<float> master(static_cast<size_t>(chunk)), exp_avg(master.size()),
-      exp_avg_sq(master.size());
+      exp_avg_sq(lion() ? 0 : master.size());
   const float* sources[] = {master_, exp_avg_.data_as<float>(), exp_avg_sq_.data_as<float>()};
-  float* targets[] = {master.data(), exp_avg.data(), exp_avg_sq.data()};
+  float* targets[] = {master.data(), exp_avg.data(), lion() ? nullptr : exp_avg_sq.data()};
   const CopyKind kinds[] = {master_on_host_ ? CopyKind::kH2H : CopyKind::kD2H, CopyKind::kD2H,
                             CopyKind::kD2H};
+  const int tensors = lion() ? 2 : 3;
   for (int64_t at = begin; at < begin + n; at += chunk) {
     const int64_t take = std::min(chunk, begin + n - at);
-    for (int t = 0; t < 3; ++t) {
+    for (int t = 0; t < tensors; ++t) {
       SLUICE_RETURN_IF_ERROR(device.CopyAsync(targets[t], sources[t] + at,
                                               static_cast<size_t>(take) * sizeof(float), kinds[t],
                                               stream));
     }
     SLUICE_RETURN_IF_ERROR(stream.Synchronize());
-    SLUICE_RETURN_IF_ERROR(sink(at, take, master.data(), exp_avg.data(), exp_avg_sq.data()));
+    SLUICE_RETURN_IF_ERROR(sink(at, take, master.data(), exp_avg.data(), targets[2]));
   }
   return OkStatus();
 }
@@ -104,8 +124,10 @@ Status ShardedAdam::RestoreState(Stream& stream, const float* master, const floa
   SLUICE_RETURN_IF_ERROR(device.CopyAsync(
       master_, master, bytes, master_on_host_ ? CopyKind::kH2H : CopyKind::kH2D, stream));
   SLUICE_RETURN_IF_ERROR(device.CopyAsync(exp_avg_.data(), exp_avg, bytes, CopyKind::kH2D, stream));
-  SLUICE_RETURN_IF_ERROR(
-      device.CopyAsync(exp_avg_sq_.data(), exp_avg_sq, bytes, CopyKind::kH2D, stream));
+  if (!lion()) {
+    SLUICE_RETURN_IF_ERROR(
+        device.CopyAsync(exp_avg_sq_.data(), exp_avg_sq, bytes, CopyKind::kH2D, stream));
+  }
   if (param_dtype_ != DType::kF32 && count_ > 0) {
     SLUICE_RETURN_IF_ERROR(
         ops_->Convert(stream, View(master_, DType::kF32), View(param_shard_, param_dtype_)));
@@ -122,12 +144,11 @@ uint64_t ShardedAdam::state_bytes() const {
 Status RestoreShardedAdam(ShardedAdam& adam, Stream& stream, const OptimizerStateSource& source,
                           int64_t step) {
   const size_t count = static_cast<size_t>(adam.count());
-  std::vector<float> master(count), exp_avg(count), exp_avg_sq(count);
-  if (count > 0) {
-    SLUICE_RETURN_IF_ERROR(
-        source(0, adam.count(), master.data(), exp_avg.data(), exp_avg_sq.data()));
-  }
-  return adam.RestoreState(stream, master.data(), exp_avg.data(), exp_avg_sq.data(), step);
+  const bool with_sq = adam.state_tensors() == 3;
+  std::vector<float> master(count), exp_avg(count), exp_avg_sq(with_sq ? count : 0);
+  float* sq = with_sq ? exp_avg_sq.data() : nullptr;
+  if (count > 0) SLUICE_RETURN_IF_ERROR(source(0, adam.count(), master.data(), exp_avg.data(), sq));
+  return adam.RestoreState(stream, master.data(), exp_avg.data(), sq, step);
 }
 
 }  // namespace sluice::zero

@@ -1,12 +1,15 @@
-// Sluice's one Adam wrapper: the ZeRO engine's at every stage (hence `sluice train`'s) and the
-// tests' flat single-rank reference. Adam / AdamW over this rank's shard (stages 1-3) or the
-// whole flat buffer (stage 0), with fp32 master weights, exp_avg and exp_avg_sq on the device
+// Sluice's one device optimizer wrapper: the ZeRO engine's at every stage (hence `sluice train`'s)
+// and the tests' flat single-rank reference. Adam / AdamW over this rank's shard (stages 1-3) or
+// the whole flat buffer (stage 0), with fp32 master weights, exp_avg and exp_avg_sq on the device
 // (category optimizer), one fused Adam op of the ops backend per step (runtime/ops/ops_backend.h:
-// kernels/cpu/adam.h on the cpu device), enqueued on the caller's stream. The
+// kernels/cpu/adam.h on the cpu device), enqueued on the caller's stream; or Lion
+// (optimizer.type Lion) with exp_avg only, stepped by EnqueueLionStep (optimizer_step.h: not on a
+// CUDA device yet, which Create refuses). The
 // updated parameters are written in the parameter dtype into the parameter shard, the source of
 // the next all-gather: in f32 the master weights are that shard itself; in bf16 / f16 the kernel
 // writes the rounded copy there. Adam is elementwise, so a shard steps exactly as the same
-// elements of an unsharded run would; padding elements (gradient 0, value 0) stay 0.
+// elements of an unsharded run would; padding elements (gradient 0, value 0) stay 0 (Lion's
+// sign(0) is 0).
 #pragma once
 
 #include <cstdint>
@@ -28,12 +31,12 @@ class ShardedAdam {
   // `param_shard` holds `count` values of `param_dtype` in `ops`' device memory, or in host memory
   // with `param_shard_on_host` (offload_param cpu: in f32 the master weights are that host shard),
   // and must outlive the optimizer, as must `ops`. The state is zeroed on `stream` before this
-  // returns. ResourceExhausted when the state does not fit the device.
-  static Result<std::unique_ptr<ShardedAdam>> Create(ops::OpsBackend& ops, Stream& stream,
-                                                     const OptimizerConfig& config,
-                                                     DType param_dtype, void* param_shard,
-                                                     int64_t count,
-                                                     bool param_shard_on_host = false);
+  // returns. ResourceExhausted when the state does not fit the device; Unimplemented for Lion on a
+  // CUDA device. `num_threads`: the CPU Lion kernel's threads (0: OpenMP's default), as the cpu
+  // ops backend's own team (device.threads) runs Adam's.
+  static Result<std::unique_ptr<ShardedAdam>> Create(
+      ops::OpsBackend& ops, Stream& stream, const OptimizerConfig& config, DType param_dtype,
+      void* param_shard, int64_t count, bool param_shard_on_host = false, int num_threads = 0);
 
   // Master weights := the parameter shard's values (after it was initialized or loaded), on
   // `stream`.
@@ -43,10 +46,12 @@ class ShardedAdam {
   // not call this. Work on other streams that reads the parameter shard waits for `stream`.
   Status Step(Stream& stream, const float* grads, double lr, double grad_scale);
   // Hands elements [begin, begin + n) of the state to `sink` in host memory, in pieces of at most
-  // `piece` elements, in increasing order (copied from the device on `stream`).
+  // `piece` elements, in increasing order (copied from the device on `stream`); exp_avg_sq null
+  // for Lion.
   Status StreamState(Stream& stream, int64_t begin, int64_t n, int64_t piece,
                      const OptimizerStateSink& sink) const;
-  // Replaces the whole state (each pointer: `count` values of host memory) and the step counter,
+  // Replaces the whole state (each pointer: `count` values of host memory; exp_avg_sq is not read
+  // for Lion and may be null) and the step counter,
   // and sets the parameter shard to the master weights in the parameter dtype, rounded as Step()
   // writes them: a checkpoint restore (OffloadedAdam::RestoreState's counterpart). Returns once
   // done on `stream`.
@@ -55,6 +60,8 @@ class ShardedAdam {
 
   int64_t step() const { return step_; }
   int64_t count() const { return count_; }
+  // fp32 values per element in a state stream: master, exp_avg and (Adam) exp_avg_sq.
+  int state_tensors() const { return lion() ? 2 : 3; }
   // Bytes of optimizer state on the device (master weights only when kept apart).
   uint64_t state_bytes() const;
 
@@ -62,6 +69,7 @@ class ShardedAdam {
   ShardedAdam() = default;
 
   Tensor View(const void* data, DType dtype) const;
+  bool lion() const { return config_.type == OptimizerType::kLion; }
 
   ops::OpsBackend* ops_ = nullptr;
   OptimizerConfig config_;
@@ -72,8 +80,9 @@ class ShardedAdam {
   DeviceBuffer master_buffer_;  // empty in f32
   float* master_ = nullptr;
   bool master_on_host_ = false;  // f32 with the parameter shard in host memory
+  int num_threads_ = 0;          // Lion's kernel threads
   DeviceBuffer exp_avg_;
-  DeviceBuffer exp_avg_sq_;
+  DeviceBuffer exp_avg_sq_;  // empty for Lion
 };
 
 // RestoreState from a source (offloaded_adam.h) through host copies of the whole state: the

@@ -185,7 +185,10 @@ Status ZeroEngine::Build(Comm& world) {
   }
   if (stage <= 1) {
     reducer_ = std::make_unique<AllReduceReducer>(
-        registry, *queue_, compute(), full_grads_.data_as<float>(), options_.reduce_bucket_size);
+        registry, *queue_, compute(), model_->ops(), full_grads_.data_as<float>(),
+        options_.reduce_bucket_size,
+        GradientScalingFor(options_.prescale_gradients, options_.gradient_predivide_factor,
+                           world.size()));
   } else {
     reducer_ =
         std::make_unique<ReduceScatterReducer>(registry, layout_, *queue_, compute(), binding_,
@@ -682,11 +685,14 @@ std::vector<ZeroStateRange> ZeroEngine::SavedStateRanges() const {
 Status ZeroEngine::ImportState(const ZeroStateReaders& readers) {
   SLUICE_RETURN_IF_ERROR(CheckUsable());
   const bool moments = static_cast<bool>(readers.exp_avg);
-  if (!readers.master || moments != static_cast<bool>(readers.exp_avg_sq) ||
-      (!moments && readers.optimizer_step != 0)) {
+  // Lion keeps exp_avg only; Adam both moments.
+  const bool second_moment = OptimizerMoments(options_.optimizer.type) == 2;
+  if (!readers.master || (moments && second_moment != static_cast<bool>(readers.exp_avg_sq)) ||
+      (!moments && (readers.exp_avg_sq || readers.optimizer_step != 0))) {
     return InvalidArgumentError(
-        "ImportState needs master weights, and exp_avg and exp_avg_sq together (without them "
-        "the optimizer step count must be 0, not {})",
+        "ImportState needs master weights, and {} (without them the optimizer step count must "
+        "be 0, not {})",
+        second_moment ? "exp_avg and exp_avg_sq together" : "for Lion exp_avg alone",
         readers.optimizer_step);
   }
   // Tile by tile, as the optimizer asks: each piece of the shard is filled from the readers of
@@ -698,7 +704,7 @@ Status ZeroEngine::ImportState(const ZeroStateReaders& readers) {
     const size_t bytes = static_cast<size_t>(n) * sizeof(float);
     std::memset(master, 0, bytes);
     std::memset(exp_avg, 0, bytes);
-    std::memset(exp_avg_sq, 0, bytes);
+    if (exp_avg_sq != nullptr) std::memset(exp_avg_sq, 0, bytes);
     // The first partition ending after `begin` (partitions are in shard order).
     auto it = std::upper_bound(
         partitions.begin(), partitions.end(), begin,
@@ -721,7 +727,9 @@ Status ZeroEngine::ImportState(const ZeroStateReaders& readers) {
       SLUICE_RETURN_IF_ERROR(read(readers.master, master, "the master weights"));
       if (moments) {
         SLUICE_RETURN_IF_ERROR(read(readers.exp_avg, exp_avg, "exp_avg"));
-        SLUICE_RETURN_IF_ERROR(read(readers.exp_avg_sq, exp_avg_sq, "exp_avg_sq"));
+        if (exp_avg_sq != nullptr) {
+          SLUICE_RETURN_IF_ERROR(read(readers.exp_avg_sq, exp_avg_sq, "exp_avg_sq"));
+        }
       }
     }
     return OkStatus();

@@ -96,7 +96,8 @@ struct ZeroStateRange {
 using ZeroRangeReader = std::function<Status(int param, int64_t begin, int64_t end, float* dst)>;
 
 // What ZeroEngine::ImportState loads. Without `exp_avg` / `exp_avg_sq` (weights only:
-// model.init_from) the moments start at zero and `optimizer_step` must be 0.
+// model.init_from) the moments start at zero and `optimizer_step` must be 0. Lion
+// (optimizer.type) keeps no second moment: it takes `exp_avg` alone.
 struct ZeroStateReaders {
   ZeroRangeReader master;
   ZeroRangeReader exp_avg;
@@ -111,7 +112,7 @@ struct ZeroMemory {
   uint64_t full_params = 0;      // stages 0-2: the replicated fp32 compute copy
   uint64_t full_grads = 0;       // stages 0-1: the replicated fp32 gradients
   uint64_t grad_shard = 0;       // stages 1-3: the fp32 gradient shard
-  uint64_t optimizer_state = 0;  // master weights (when kept apart), exp_avg, exp_avg_sq
+  uint64_t optimizer_state = 0;  // master weights (when kept apart), exp_avg, exp_avg_sq (Adam)
   // What offload keeps off the device instead (host memory, pinned staging, NVMe).
   uint64_t host_param_shard = 0;  // offload_param cpu
   uint64_t param_nvme = 0;        // offload_param nvme: the parameter swap extents

@@ -90,9 +90,9 @@ Result<std::unique_ptr<ZeroOptimizer>> CreateZeroOptimizer(ops::OpsBackend& ops,
         << "ValidateZeroOptions refuses offload_param nvme with the optimizer on the device";
     SLUICE_ASSIGN_OR_RETURN(const int64_t piece,
                             CheckedOffloadTileElements(options.sub_group_size));
-    SLUICE_ASSIGN_OR_RETURN(auto adam,
-                            ShardedAdam::Create(ops, stream, options.optimizer, options.param_dtype,
-                                                params.shard, count, params.host));
+    SLUICE_ASSIGN_OR_RETURN(
+        auto adam, ShardedAdam::Create(ops, stream, options.optimizer, options.param_dtype,
+                                       params.shard, count, params.host, options.num_threads));
     return std::unique_ptr<ZeroOptimizer>(
         std::make_unique<DeviceOptimizer>(std::move(adam), stream, piece));
   }

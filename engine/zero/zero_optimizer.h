@@ -1,7 +1,8 @@
 // The optimizer behind the ZeRO engine, whichever tier holds its state: ShardedAdam (fp32 master
 // weights, exp_avg and exp_avg_sq on the device) or OffloadedAdam (in host memory or on NVMe,
 // zero_optimization.offload_optimizer.device cpu | nvme). Both step the same elements with the
-// same kernel arithmetic, so a run's losses do not depend on the tier.
+// same kernel arithmetic, so a run's losses do not depend on the tier. Both run Adam / AdamW or
+// Lion (optimizer.type; Lion keeps no exp_avg_sq, and its state streams hand out a null one).
 //
 //   SLUICE_ASSIGN_OR_RETURN(auto adam, CreateZeroOptimizer(ops, stream, options, params,
 //                                                          count, rank));

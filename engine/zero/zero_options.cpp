@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <bit>
+#include <cmath>
 #include <string_view>
 
 #include "engine/zero/adam_hyperparams.h"
@@ -35,6 +36,8 @@ Result<ZeroOptions> ZeroOptionsFromConfig(const Config& config) {
   o.stage3_max_live_parameters = z.stage3_max_live_parameters;
   o.stage3_max_reuse_distance = z.stage3_max_reuse_distance;
   o.gradient_accumulation_steps = config.batch.gradient_accumulation_steps;
+  o.prescale_gradients = config.prescale_gradients;
+  o.gradient_predivide_factor = config.gradient_predivide_factor;
   o.param_dtype = config.model.dtype;
   o.optimizer = config.optimizer;
   o.num_threads = config.device.threads;
@@ -43,6 +46,16 @@ Result<ZeroOptions> ZeroOptionsFromConfig(const Config& config) {
   o.sub_group_size = z.sub_group_size;
   o.aio = config.aio;
   SLUICE_RETURN_IF_ERROR(ValidateZeroOptions(o));
+  if (o.optimizer.type == OptimizerType::kLion &&
+      o.offload_optimizer.device == OffloadDevice::kNone &&
+      config.device.type == DeviceType::kCuda) {
+    // Found here, before anything is allocated; ShardedAdam::Create refuses it too.
+    return UnimplementedError(
+        "optimizer.type Lion with zero_optimization.offload_optimizer.device none keeps Lion's "
+        "state on the cuda device, and Sluice has no Lion kernel for it yet: set "
+        "zero_optimization.offload_optimizer.device to cpu or nvme (Lion then runs as the fused "
+        "CPU kernel, as DeepSpeed's DeepSpeedCPULion does), or use optimizer.type AdamW");
+  }
   return o;
 }
 
@@ -72,6 +85,21 @@ Status ValidateZeroOptions(const ZeroOptions& o) {
   if (o.gradient_accumulation_steps < 1) {
     return InvalidArgumentError("gradient_accumulation_steps = {} must be at least 1",
                                 o.gradient_accumulation_steps);
+  }
+  if (!(std::isfinite(o.gradient_predivide_factor) && o.gradient_predivide_factor > 0.0)) {
+    return InvalidArgumentError("gradient_predivide_factor = {} must be a finite number > 0",
+                                o.gradient_predivide_factor);
+  }
+  if (o.stage >= 2 && (o.prescale_gradients || o.gradient_predivide_factor != 1.0)) {
+    // As DeepSpeed's stage 2 and 3 optimizers assert with reduce_scatter on, which Sluice always
+    // is (gradient_scaling.h).
+    return InvalidArgumentError(
+        "{} needs zero_optimization.stage 0 or 1: stage {} reduce-scatters the gradients, where "
+        "DeepSpeed refuses it too",
+        o.prescale_gradients
+            ? "prescale_gradients = true"
+            : fmt::format("gradient_predivide_factor = {}", o.gradient_predivide_factor),
+        o.stage);
   }
   if (o.offload_optimizer.device != OffloadDevice::kNone && o.stage == 0) {
     return InvalidArgumentError(
@@ -125,6 +153,21 @@ Status ValidateZeroOptions(const ZeroOptions& o) {
         "zero_optimization.offload_param.device = nvme needs "
         "zero_optimization.offload_param.nvme_path");
   }
+  if (o.optimizer.type == OptimizerType::kLion) {
+    if (o.offload_optimizer.partial()) {
+      // The split's device-budget arithmetic (offload_ratio.h) counts Adam's two moments.
+      return InvalidArgumentError(
+          "optimizer.type Lion with zero_optimization.offload_optimizer.ratio {} (a partial "
+          "offload) is not supported yet: set the ratio to 1, or offload_optimizer.device none",
+          o.offload_optimizer.ratio_auto ? std::string("\"auto\"")
+                                         : fmt::format("{}", o.offload_optimizer.ratio));
+    }
+    const kernels::LionHyperparams hyper = LionHyperparamsFor(o.optimizer, o.optimizer.lr);
+    if (std::string error = kernels::LionHyperparamsError(hyper); !error.empty()) {
+      return InvalidArgumentError("optimizer.params: {}", error);
+    }
+    return OkStatus();
+  }
   const kernels::AdamHyperparams hyper = AdamHyperparamsFor(o.optimizer, o.optimizer.lr, 1);
   if (std::string error = kernels::AdamHyperparamsError(hyper); !error.empty()) {
     return InvalidArgumentError("optimizer.params: {}", error);
@@ -145,7 +188,10 @@ std::vector<AgreedValue> AgreedValuesOf(const ZeroOptions& o) {
       {"zero_optimization.stage3_max_live_parameters", o.stage3_max_live_parameters},
       {"zero_optimization.stage3_max_reuse_distance", o.stage3_max_reuse_distance},
       {"gradient_accumulation_steps", o.gradient_accumulation_steps},
+      {"prescale_gradients", o.prescale_gradients ? 1 : 0},
+      {"gradient_predivide_factor (bits)", bits(o.gradient_predivide_factor)},
       {"model.dtype (parameter precision)", static_cast<int64_t>(o.param_dtype)},
+      {"optimizer.type", static_cast<int64_t>(o.optimizer.type)},
       {"optimizer.type (adam_w_mode)", o.optimizer.adam_w_mode ? 1 : 0},
       {"optimizer.params.bias_correction", o.optimizer.bias_correction ? 1 : 0},
       {"optimizer.params.betas[0] (bits)", bits(o.optimizer.beta1)},

@@ -26,6 +26,10 @@ struct ZeroOptions {
   int64_t stage3_max_live_parameters = 1000000000;
   int64_t stage3_max_reuse_distance = 1000000000;
   int64_t gradient_accumulation_steps = 1;
+  // DeepSpeed's prescale_gradients and gradient_predivide_factor: how stages 0 and 1 scale the
+  // gradients around their all-reduce (gradient_scaling.h); stages 2 and 3 take the defaults only.
+  bool prescale_gradients = false;
+  double gradient_predivide_factor = 1.0;
   // How parameters are stored in the shards and travel in all-gathers: kF32, kBF16 or kF16. The
   // compute copy the model reads is always fp32; the optimizer keeps fp32 master weights.
   DType param_dtype = DType::kF32;
@@ -44,8 +48,9 @@ struct ZeroOptions {
   AioConfig aio;
 };
 
-// From a resolved config: zero_optimization.*, gradient_accumulation_steps, the model dtype
-// (fp16/bf16 sections), the optimizer, device.threads and the offload sections.
+// From a resolved config: zero_optimization.*, gradient_accumulation_steps, prescale_gradients,
+// gradient_predivide_factor, the model dtype (fp16/bf16 sections), the optimizer, device.threads
+// and the offload sections.
 Result<ZeroOptions> ZeroOptionsFromConfig(const Config& config);
 
 // Stages 1-3 with the optimizer offloaded: the fp32 gradient shard lives in host memory, where

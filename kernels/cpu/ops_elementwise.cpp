@@ -16,6 +16,12 @@ void Accumulate(const float* x, float* y, int64_t n, int num_threads) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
+void Scale(float* y, float s, int64_t n, int num_threads) {
+  const int threads = internal::OpsThreads(num_threads, n);
+#pragma omp parallel for simd num_threads(threads) if (threads > 1) schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] *= s;
+}
+
 void BiasAddForward(const float* bias, float* y, int64_t rows, int64_t cols, int num_threads) {
   const int threads = internal::OpsThreads(num_threads, rows * cols);
 #pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)

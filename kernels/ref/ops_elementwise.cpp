@@ -13,6 +13,11 @@ void Accumulate(const T* x, T* y, int64_t n) {
 }
 
 template <typename T>
+void Scale(T* y, T s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] *= s;
+}
+
+template <typename T>
 void BiasAddForward(const T* bias, T* y, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) y[r * cols + c] += bias[c];
@@ -31,6 +36,7 @@ void BiasAddBackward(const T* dy, T* dbias, int64_t rows, int64_t cols) {
 #define SLUICE_INSTANTIATE(T)                                      \
   template void Add<T>(const T*, const T*, T*, int64_t);           \
   template void Accumulate<T>(const T*, T*, int64_t);              \
+  template void Scale<T>(T*, T, int64_t);                          \
   template void BiasAddForward<T>(const T*, T*, int64_t, int64_t); \
   template void BiasAddBackward<T>(const T*, T*, int64_t, int64_t);
 SLUICE_INSTANTIATE(float)

@@ -1,4 +1,5 @@
-// Scalar reference: the residual add, gradient accumulation and the bias add, fp32 or fp64.
+// Scalar reference: the residual add, gradient accumulation, scaling and the bias add, fp32 or
+// fp64.
 // All tensors are dense row-major arrays; shapes are in each comment.
 #pragma once
 
@@ -14,6 +15,11 @@ void Add(const T* a, const T* b, T* y, int64_t n);
 // y[i] += x[i] for i < n: sums the gradients of a tensor that feeds two consumers.
 template <typename T>
 void Accumulate(const T* x, T* y, int64_t n);
+
+// y[i] = y[i] * s for i < n, each product rounded once to T: the scaling of gradients around
+// their reduction (DeepSpeed's gradient_predivide_factor and prescale_gradients).
+template <typename T>
+void Scale(T* y, T s, int64_t n);
 
 // y [rows, cols]: y[r, c] += bias[c].
 template <typename T>

@@ -3,7 +3,8 @@
 // f64). Both columns differ only in their kernel set K, so the launch code is written once here.
 //
 // K provides: `using T` (the compute type), `kCompute` (its DType), `kName`, and functions with
-// kernels/ref's signatures for the layer ops, plus AdamStep and the four 16-bit conversions. The
+// kernels/ref's signatures for the layer ops, plus AdamStep, the four 16-bit conversions and
+// ScaleF32 (the flat ops take f32 tensors on every column). The
 // backend keeps one K value and each launch captures a copy of it: K's members are the column's
 // settings (the CPU column's OpenMP team size). Every host function reads and writes device memory
 // only from the stream's worker, never from the enqueuing thread.
@@ -18,6 +19,7 @@
 
 #include "kernels/ref/half.h"
 #include "kernels/ref/ops_attention.h"
+#include "kernels/ref/ops_elementwise.h"
 #include "kernels/ref/ops_embedding.h"
 #include "kernels/ref/ops_loss.h"
 #include "runtime/ops/ops_backend.h"
@@ -376,6 +378,16 @@ class HostOpsBackend : public OpsBackend {
     return Launch(s, "Fill", [=] {
       for (int64_t i = 0; i < n; ++i) StoreElement(y, dtype, i, value);
     });
+  }
+  Status DoScale(Stream& s, const Tensor& ty, double factor) override {
+    const int64_t n = ty.numel();
+    if (ty.dtype() == DType::kF32) {
+      float* y = F(ty);
+      const float f = static_cast<float>(factor);
+      return Launch(s, "Scale", [=, kset = kernels_] { kset.ScaleF32(y, f, n); });
+    }
+    double* y = static_cast<double*>(ty.raw_data());
+    return Launch(s, "Scale", [=] { kernels::ref::Scale<double>(y, factor, n); });
   }
   Status DoCopySegments(Stream& s, const Tensor& src, const Tensor& dst,
                         const CopySegmentList& segments) override {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -518,6 +519,19 @@ Status OpsBackend::FlagInfOrNan(Stream& stream, const Tensor& x, int32_t* flag) 
 Status OpsBackend::Fill(Stream& stream, const Tensor& y, double value) {
   SLUICE_RETURN_IF_ERROR(ArgCheck("Fill", device(), "y", y).Place("y", y).status());
   return DoFill(stream, y, value);
+}
+
+Status OpsBackend::Scale(Stream& stream, const Tensor& y, double factor) {
+  ArgCheck check("Scale", device(), "y", y);
+  check
+      .Require(!IsAbsent(y) && (y.dtype() == DType::kF32 || y.dtype() == DType::kF64), "y", y,
+               "an f32 or f64 tensor")
+      .Place("y", y);
+  SLUICE_RETURN_IF_ERROR(check.status());
+  if (!std::isfinite(factor)) {
+    return InvalidArgumentError("Scale: factor {} is not finite (y is {})", factor, Describe(y));
+  }
+  return DoScale(stream, y, factor);
 }
 
 Status OpsBackend::CopySegments(Stream& stream, const Tensor& src, const Tensor& dst,

@@ -244,6 +244,11 @@ class OpsBackend {
   Status FlagInfOrNan(Stream& stream, const Tensor& x, int32_t* flag);
   // Every element of y = value rounded to y's dtype.
   Status Fill(Stream& stream, const Tensor& y, double value);
+  // y[i] *= factor in place, the factor rounded to y's dtype first and each product rounded once
+  // (kernels/ref/ops_elementwise.h): ZeRO's gradient scaling around the reduction
+  // (prescale_gradients, gradient_predivide_factor). y is f32 on every column, or f64 on the host
+  // columns (cpu, ref); factor must be finite.
+  Status Scale(Stream& stream, const Tensor& y, double factor);
   // ZeRO pack/unpack: the segments of `segments` from src into dst (same dtype, or f32 <-> bf16 /
   // f16 converting). Segments must not overlap each other's destination ranges or src. Ranges
   // outside src or dst are the stream's sticky error on the CPU backends; the CUDA launcher
@@ -286,6 +291,7 @@ class OpsBackend {
   virtual Status DoSquaredSum(Stream& stream, const Tensor& x, const Tensor& out) = 0;
   virtual Status DoFlagInfOrNan(Stream& stream, const Tensor& x, int32_t* flag) = 0;
   virtual Status DoFill(Stream& stream, const Tensor& y, double value) = 0;
+  virtual Status DoScale(Stream& stream, const Tensor& y, double factor) = 0;
   virtual Status DoCopySegments(Stream& stream, const Tensor& src, const Tensor& dst,
                                 const CopySegmentList& segments) = 0;
 

@@ -57,17 +57,17 @@ TEST(ConfigCliTest, AllListsEveryProblemAtOnce) {
   std::string path =
       WriteTemp("migrate.json",
                 "{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Lamb\", \"params\": "
-                "{\"max_coeff\": 0.3}}, \"prescale_gradients\": true, \"zero_optimization\": "
+                "{\"max_coeff\": 0.3}}, \"sparse_gradients\": true, \"zero_optimization\": "
                 "{\"stage\": 2, \"mics_shard_size\": 8}}");
   CommandResult first = RunSluice("config check " + path);
   EXPECT_EQ(first.exit_code, 1) << first.output;
-  EXPECT_EQ(first.output.find("prescale_gradients"), std::string::npos) << first.output;
+  EXPECT_EQ(first.output.find("sparse_gradients"), std::string::npos) << first.output;
   CommandResult all = RunSluice("config check --all " + path);
   EXPECT_EQ(all.exit_code, 1) << all.output;
   EXPECT_NE(all.output.find("3 settings Sluice will not run as given"), std::string::npos)
       << all.output;
   for (const char* key :
-       {"optimizer.type: \"Lamb\"", "prescale_gradients", "zero_optimization.mics_shard_size"}) {
+       {"optimizer.type: \"Lamb\"", "sparse_gradients", "zero_optimization.mics_shard_size"}) {
     EXPECT_NE(all.output.find(key), std::string::npos) << key << "\n" << all.output;
   }
   // A config without problems prints the resolved config, as without --all.

@@ -151,7 +151,7 @@ const ErrorCase kCases[] = {
      kYaml,
      "train_batch_size: 8\noptimizer: {type: Lamb}\n",
      {"optimizer.type: \"Lamb\" is a DeepSpeed optimizer that Sluice does not support yet (one "
-      "of: Adam, AdamW (any case))"},
+      "of: Adam, AdamW, Lion (any case))"},
      {},
      {},
      1,

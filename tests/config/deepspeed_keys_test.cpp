@@ -1,7 +1,7 @@
-// DeepSpeed keys that Sluice honours (bias_correction, adam_w_mode), accepts where they describe
-// what Sluice does (fp32 reduction and accumulation, torch_adam), ignores with a warning where
-// DeepSpeed ignores them, or refuses naming the key; "auto" as the Hugging Face Trainer fills it;
-// and config check --all.
+// DeepSpeed keys that Sluice honours (bias_correction, adam_w_mode, optimizer.type Lion), accepts
+// where they describe what Sluice does (fp32 reduction and accumulation, torch_adam), ignores with
+// a warning where DeepSpeed ignores them, or refuses naming the key; "auto" as the Hugging Face
+// Trainer fills it; and config check --all.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include "engine/config/config.h"
 #include "engine/zero/adam_hyperparams.h"
 #include "kernels/cpu/adam.h"
+#include "kernels/cpu/lion.h"
 #include "tests/config/config_test_util.h"
 
 namespace sluice {
@@ -79,6 +80,50 @@ TEST(DeepSpeedKeys, AdamWModeAndTorchAdamDescribeSluicesAdam) {
       << Notes(adam);
 }
 
+// DeepSpeed's {"type": "Lion", "params": {lr, betas, weight_decay}}: its defaults are DeepSpeed's
+// (FusedLion and DeepSpeedCPULion both default to betas (0.9, 0.999) and weight_decay 0), and the
+// parameters reach the Lion kernel: one step of sign(c) with decoupled decay.
+TEST(DeepSpeedKeys, LionIsDeepSpeedsLion) {
+  Result<Config> json = LoadJson(
+      R"({"train_batch_size": 1, "optimizer": {"type": "Lion", "params": {"lr": 0.1,
+          "betas": [0.5, 0.75], "weight_decay": 0.25}}})");
+  ASSERT_TRUE(json.ok()) << json.status().ToString();
+  EXPECT_EQ(json->optimizer.type, OptimizerType::kLion);
+  EXPECT_EQ(json->optimizer.beta1, 0.5);
+  EXPECT_EQ(json->optimizer.beta2, 0.75);
+  EXPECT_EQ(json->optimizer.weight_decay, 0.25);
+  EXPECT_EQ(OptimizerMoments(json->optimizer.type), 1);
+
+  Config lower = MustLoadYaml("train_batch_size: 1\noptimizer: {type: lion}\n");
+  EXPECT_EQ(lower.optimizer.type, OptimizerType::kLion) << "any case, as DeepSpeed's lower()";
+  EXPECT_EQ(lower.optimizer.beta1, 0.9);
+  EXPECT_EQ(lower.optimizer.beta2, 0.999);
+  EXPECT_EQ(lower.optimizer.weight_decay, 0.0);
+
+  // p = 2 * (1 - 0.1 * 0.25) - 0.1 * sign(0.5 * 0 + 0.5 * -3) = 1.95 + 0.1; m = 0.25 * -3.
+  float param = 2.0f, exp_avg = 0.0f;
+  const float grad = -3.0f;
+  kernels::LionTensors t{.params = &param, .exp_avg = &exp_avg, .grads = &grad, .count = 1};
+  kernels::LionStep(t, zero::LionHyperparamsFor(json->optimizer, json->optimizer.lr), 1.0f);
+  EXPECT_NEAR(param, 2.05, 1e-6);
+  EXPECT_EQ(exp_avg, -0.75f);
+}
+
+// eps, adam_w_mode and bias_correction are Adam's: DeepSpeed's Lion constructors reject them (a
+// TypeError), and so does Sluice, naming the key.
+TEST(DeepSpeedKeys, AdamOnlyParametersAreRefusedForLion) {
+  for (const char* param : {"eps: 1.0e-8", "adam_w_mode: true", "bias_correction: false"}) {
+    const std::string message = Refusal(std::string("train_batch_size: 1\noptimizer: {type: Lion, "
+                                                    "params: {lr: 0.001, ") +
+                                        param + "}}\n");
+    const std::string key = std::string("optimizer.params.") +
+                            std::string(param).substr(0, std::string(param).find(':'));
+    EXPECT_NE(message.find(key), std::string::npos) << message;
+    EXPECT_NE(message.find("is not a parameter of optimizer.type Lion"), std::string::npos)
+        << message;
+  }
+}
+
 TEST(DeepSpeedKeys, Fp32ReductionAndAccumulationAreAccepted) {
   Config c = MustLoadYaml(
       "train_batch_size: 1\ncommunication_data_type: FP32\n"
@@ -106,15 +151,58 @@ TEST(DeepSpeedKeys, HalfPrecisionReductionIsRefusedTruthfully) {
   }
 }
 
-TEST(DeepSpeedKeys, GradientScalingKeysAreAcceptedAtTheirMeanAndRefusedOtherwise) {
-  Config c = MustLoadYaml(
-      "train_batch_size: 1\nprescale_gradients: false\ngradient_predivide_factor: 1.0\n");
-  EXPECT_TRUE(HasNote(c, "prescale_gradients is accepted")) << Notes(c);
-  std::string message = Refusal("train_batch_size: 1\nprescale_gradients: true\n");
-  EXPECT_NE(message.find("prescale_gradients"), std::string::npos) << message;
-  EXPECT_NE(message.find("fp32 gradients inside the reduction"), std::string::npos) << message;
-  message = Refusal("train_batch_size: 1\ngradient_predivide_factor: 8\n");
-  EXPECT_NE(message.find("gradient_predivide_factor"), std::string::npos) << message;
+// prescale_gradients and gradient_predivide_factor are honoured at stages 0 and 1 (the
+// all-reduce, as DeepSpeed's engine honours them) and refused at stages 2 and 3, as DeepSpeed's
+// ZeRO optimizers refuse them with reduce_scatter on, which Sluice always is there.
+TEST(DeepSpeedKeys, GradientScalingKeysAreHonouredWhereDeepSpeedHonoursThem) {
+  Config defaults = MustLoadYaml(
+      "train_batch_size: 1\nprescale_gradients: false\ngradient_predivide_factor: 1.0\n"
+      "zero_optimization: {stage: 3}\n");
+  EXPECT_FALSE(defaults.prescale_gradients);
+  EXPECT_EQ(defaults.gradient_predivide_factor, 1.0);
+  EXPECT_FALSE(HasNote(defaults, "prescale_gradients")) << Notes(defaults);
+
+  Config prescale = MustLoadYaml("train_batch_size: 1\nprescale_gradients: true\n");
+  EXPECT_TRUE(prescale.prescale_gradients);
+  EXPECT_EQ(prescale.values.entry("prescale_gradients").source, ValueSource::kFile);
+  Config factor = MustLoadYaml(
+      "train_batch_size: 1\ngradient_predivide_factor: 8\nzero_optimization: {stage: 1}\n");
+  EXPECT_EQ(factor.gradient_predivide_factor, 8.0);
+  EXPECT_TRUE(HasNote(factor,
+                      "gradient_predivide_factor 8 (set at <config>:2:1) is honoured at "
+                      "zero_optimization.stage 1"))
+      << Notes(factor);
+  // With prescale the factor has no part, in DeepSpeed as here.
+  Config both =
+      MustLoadYaml("train_batch_size: 1\nprescale_gradients: true\ngradient_predivide_factor: 4\n");
+  EXPECT_TRUE(HasNote(both,
+                      "gradient_predivide_factor 4 (set at <config>:3:1) is ignored with "
+                      "prescale_gradients true, as DeepSpeed ignores it"))
+      << Notes(both);
+
+  for (int stage : {2, 3}) {
+    const std::string zero = "zero_optimization: {stage: " + std::to_string(stage) + "}\n";
+    std::string message = Refusal("train_batch_size: 1\nprescale_gradients: true\n" + zero);
+    EXPECT_NE(message.find("prescale_gradients true (set at <config>:2:1) is refused at "
+                           "zero_optimization.stage " +
+                           std::to_string(stage)),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("pre-scale gradients is not yet supported with ZeRO-" +
+                           std::to_string(stage) + " with reduce scatter enabled"),
+              std::string::npos)
+        << message;
+    message = Refusal("train_batch_size: 1\ngradient_predivide_factor: 8\n" + zero);
+    EXPECT_NE(message.find("gradient_predivide_factor 8 (set at <config>:2:1) is refused at "
+                           "zero_optimization.stage " +
+                           std::to_string(stage)),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("set gradient_predivide_factor: 1.0"), std::string::npos) << message;
+  }
+  EXPECT_NE(Refusal("train_batch_size: 1\ngradient_predivide_factor: 0\n")
+                .find("gradient_predivide_factor"),
+            std::string::npos);
 }
 
 TEST(DeepSpeedKeys, KeysDeepSpeedIgnoresWarn) {
@@ -217,7 +305,7 @@ TEST(DeepSpeedKeys, CheckAllListsEveryKeySluiceWillNotRun) {
   Result<ConfigNode> root = ParseConfigText(R"({
   "train_batch_size": 8,
   "optimizer": {"type": "Lamb", "params": {"lr": 0.001}},
-  "prescale_gradients": true,
+  "sparse_gradients": true,
   "zero_optimization": {"stage": 2, "zero_quantized_weights": true, "reduce_bucket_sise": 5},
   "communication_data_type": "fp16",
   "fp16": {"enabled": true}
@@ -233,7 +321,7 @@ TEST(DeepSpeedKeys, CheckAllListsEveryKeySluiceWillNotRun) {
   for (const Status& s : report.problems) messages.push_back(s.message());
   ASSERT_EQ(messages.size(), 6u) << ::testing::PrintToString(messages);
   EXPECT_NE(messages[0].find("optimizer.type: \"Lamb\""), std::string::npos) << messages[0];
-  EXPECT_NE(messages[1].find("prescale_gradients"), std::string::npos) << messages[1];
+  EXPECT_NE(messages[1].find("sparse_gradients"), std::string::npos) << messages[1];
   EXPECT_NE(messages[2].find("zero_quantized_weights"), std::string::npos) << messages[2];
   EXPECT_NE(messages[3].find("did you mean zero_optimization.reduce_bucket_size"),
             std::string::npos)

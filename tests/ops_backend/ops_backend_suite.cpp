@@ -348,6 +348,61 @@ TEST_P(OpsBackendTest, FlatOpsAdamConvertNormFlagFillSegments) {
   ExpectClose(Download(tdst), want, 0.0, "copy segments");
 }
 
+// Scale multiplies in place by the factor rounded to the tensor's dtype, one rounding per
+// product: every column gives the bits of that product. 1/3 is inexact in both dtypes, and n is
+// odd so that the CUDA kernel's unvectorized tail runs too.
+TEST_P(OpsBackendTest, ScaleMultipliesInPlaceRoundingOnce) {
+  const int64_t n = 1003;
+  Rng rng(11);
+  const double factor = 1.0 / 3.0;
+  std::vector<DType> dtypes = {DType::kF32};
+  if (accum() != DType::kF32) dtypes.push_back(accum());  // ref: its own f64 gradients
+  for (DType dtype : dtypes) {
+    const std::vector<double> x = Rounded(rng.Uniform<double>(n, -100, 100), dtype);
+    Tensor y = Upload(x, dtype, {n});
+    ASSERT_OK(ops_->Scale(*stream_, y, factor));
+    std::vector<double> want(n);
+    for (int64_t i = 0; i < n; ++i) {
+      want[i] = dtype == DType::kF32
+                    ? static_cast<double>(static_cast<float>(x[i]) * static_cast<float>(factor))
+                    : x[i] * factor;
+    }
+    ExpectClose(Download(y), want, 0.0, "scale " + std::string(DTypeName(dtype)));
+    // Not the product in fp64 rounded once at the end: the factor was rounded first.
+    if (dtype == DType::kF32) {
+      int64_t differ = 0;
+      for (int64_t i = 0; i < n; ++i) differ += want[i] != static_cast<float>(x[i] * factor);
+      EXPECT_GT(differ, 0) << "the test cannot tell the two roundings apart";
+    }
+  }
+
+  // Scaling by 1/8 before a sum and by 8 after it keeps two values near FLT_MAX finite, where
+  // their plain sum overflows (what prescale_gradients guards against in 16-bit reductions).
+  const double big = 3e38;
+  Tensor pair = Upload({big, big}, DType::kF32, {2});
+  ASSERT_OK(ops_->Scale(*stream_, pair, 0.125));
+  const std::vector<double> scaled = Download(pair);
+  EXPECT_EQ(scaled[0], static_cast<double>(static_cast<float>(big) * 0.125f));
+  EXPECT_TRUE(std::isfinite(static_cast<float>(scaled[0] + scaled[1])));
+
+  // Arguments: a 16-bit tensor, no tensor, a factor that is not finite.
+  Status status = ops_->Scale(*stream_, Zeros(DType::kBF16, {4}), 2.0);
+  ASSERT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+  EXPECT_NE(status.message().find("Scale: y is bf16[4], expected an f32 or f64 tensor"),
+            std::string::npos)
+      << status.message();
+  EXPECT_EQ(ops_->Scale(*stream_, Tensor(), 2.0).code(), StatusCode::kInvalidArgument);
+  status = ops_->Scale(*stream_, Zeros(DType::kF32, {4}), std::numeric_limits<double>::infinity());
+  ASSERT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+  EXPECT_NE(status.message().find("Scale: factor inf is not finite"), std::string::npos)
+      << status.message();
+  if (ops_->name() == "cuda") {
+    status = ops_->Scale(*stream_, Zeros(DType::kF64, {4}), 2.0);
+    EXPECT_EQ(status.code(), StatusCode::kUnimplemented) << status.ToString();
+  }
+  ASSERT_OK(stream_->Synchronize());
+}
+
 // A missing or wrong-rank weight is an error naming it, not an abort while the expected shapes
 // are built from it.
 TEST_P(OpsBackendTest, MissingOrWrongRankWeightsAreErrorsNamingThem) {

@@ -240,6 +240,61 @@ TEST_F(ResumeIntegrityTest, AChangedTrajectoryIsRefusedNamingEverySettingUnlessA
   EXPECT_TRUE(fs::exists(Manifest(6)));
 }
 
+// Adam's state (exp_avg, exp_avg_sq) and Lion's (exp_avg, a momentum of other meaning) cannot
+// continue each other: refused both ways naming both optimizers, even with --allow-config-change;
+// the weights alone (model.init_from) start the other optimizer fresh.
+TEST_F(ResumeIntegrityTest, AnAdamCheckpointDoesNotResumeALionRunNorTheReverse) {
+  auto lion_config = [&](int steps, const std::vector<std::string>& more = {}) {
+    std::vector<std::string> overrides = {"train_micro_batch_size_per_gpu=2", "run.eval_interval=0",
+                                          "checkpoint.save_interval=3",
+                                          "run.steps=" + std::to_string(steps)};
+    overrides.insert(overrides.end(), more.begin(), more.end());
+    return test_util::LoadTestConfig(
+        test_util::WithLionOptimizer(test_util::TinyGptYaml(corpus_, run_dir_)), overrides);
+  };
+  ASSERT_TRUE(Train(MakeConfig(3), Options()).ok());
+  const Json saved = Json::parse(ReadText(Manifest()));
+  EXPECT_EQ(saved["states"]["optimizer"]["type"], "AdamW");
+  for (bool allow : {false, true}) {
+    TrainerOptions options = Options("latest");
+    options.allow_config_change = allow;
+    Status s = Train(lion_config(6), options);
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+    for (const char* text :
+         {"optimizer.type AdamW (exp_avg and exp_avg_sq)", "this run's optimizer.type is Lion",
+          "--allow-config-change", "model.init_from", "step_3"}) {
+      EXPECT_TRUE(Contains(s, text)) << text << ": " << s.ToString();
+    }
+  }
+
+  // A Lion run saves exp_avg without exp_avg_sq, and does not resume an AdamW run.
+  TrainerOptions fresh = Options();
+  fresh.overwrite = true;
+  ASSERT_TRUE(Train(lion_config(3), fresh).ok());
+  const Json lion = Json::parse(ReadText(Manifest()));
+  EXPECT_EQ(lion["states"]["optimizer"]["type"], "Lion");
+  int exp_avg = 0;
+  for (const Json& t : lion["tensors"]) {
+    EXPECT_NE(t["kind"], "exp_avg_sq") << t.dump();
+    exp_avg += t["kind"] == "exp_avg" ? 1 : 0;
+  }
+  EXPECT_GT(exp_avg, 0);
+  Status s = Resume({}, /*allow_change=*/true);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  EXPECT_TRUE(Contains(s, "optimizer.type Lion (exp_avg only)")) << s.ToString();
+  EXPECT_TRUE(Contains(s, "this run's optimizer.type is AdamW")) << s.ToString();
+  // Lion resumes Lion.
+  TrainerOptions resume = Options("latest");
+  EXPECT_TRUE(Train(lion_config(6), resume).ok());
+
+  // The Lion checkpoint's weights start a fresh AdamW run elsewhere.
+  const std::string lion_step = StepDir(6).string();
+  run_dir_ = TempPath("adam_from_lion");
+  fs::remove_all(run_dir_);
+  s = Train(MakeConfig(3, {"model.init_from=" + lion_step}), Options());
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
 TEST_F(ResumeIntegrityTest, OtherTrainingDataIsRefusedAndTheSameDataElsewhereIsNot) {
   ASSERT_TRUE(Train(MakeConfig(3), Options()).ok());
   // The same size, other text.

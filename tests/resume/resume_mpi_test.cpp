@@ -7,6 +7,7 @@
 // field).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -27,9 +28,15 @@ namespace fs = std::filesystem;
 
 using ::sluice::testing::TestWorld;
 
+// In `more`: train with Lion (test_util::WithLionOptimizer) instead of AdamW.
+constexpr const char* kLion = "optimizer.type=Lion";
+
 // The tiny GPT (2 sequences per rank), its corpus in a file of this rank's own, evaluating every
 // 3 steps, saving every 3 steps and at the end.
-Config ResumeConfig(const std::string& run_dir, int stage, const std::vector<std::string>& more) {
+Config ResumeConfig(const std::string& run_dir, int stage, std::vector<std::string> more) {
+  const auto lion = std::find(more.begin(), more.end(), std::string(kLion));
+  const bool with_lion = lion != more.end();
+  if (with_lion) more.erase(lion);
   const std::string corpus =
       test_util::WriteFile(test_util::TempPath("corpus_rank" + std::to_string(TestWorld().rank())),
                            test_util::SyntheticCorpus(64 * 1024));
@@ -42,7 +49,9 @@ Config ResumeConfig(const std::string& run_dir, int stage, const std::vector<std
                                         "run.eval_interval=3",
                                         "checkpoint.save_interval=3"};
   overrides.insert(overrides.end(), more.begin(), more.end());
-  return test_util::LoadTestConfig(test_util::TinyGptYaml(corpus, run_dir), overrides);
+  std::string yaml = test_util::TinyGptYaml(corpus, run_dir);
+  if (with_lion) yaml = test_util::WithLionOptimizer(std::move(yaml));
+  return test_util::LoadTestConfig(yaml, overrides);
 }
 
 // A fresh directory for this test on every rank.
@@ -88,7 +97,8 @@ constexpr const char* kExactKeys[] = {"step",      "loss",         "lr",
                                       "tokens",    "total_tokens", "val_loss"};
 
 // stage, and a variant: the precision ("f32", "bf16"), then optionally where the optimizer state
-// ("_adam_cpu", "_adam_nvme") and the parameter shard ("_params_cpu", "_params_nvme") live.
+// ("_adam_cpu", "_adam_nvme"; Lion's: "_lion", "_lion_cpu", "_lion_nvme") and the parameter shard
+// ("_params_cpu", "_params_nvme") live.
 using Case = std::tuple<int, std::string>;
 
 class ResumeTest : public ::testing::TestWithParam<Case> {
@@ -97,12 +107,13 @@ class ResumeTest : public ::testing::TestWithParam<Case> {
     const std::string& v = std::get<1>(GetParam());
     std::vector<std::string> overrides;
     if (v.starts_with("bf16")) overrides.push_back("bf16.enabled=true");
-    if (v.find("_adam_cpu") != std::string::npos) {
+    if (v.find("_lion") != std::string::npos) overrides.push_back(kLion);
+    if (v.find("_adam_cpu") != std::string::npos || v.find("_lion_cpu") != std::string::npos) {
       overrides.push_back("zero_optimization.offload_optimizer.device=cpu");
     }
     // Each rank's swap files are its own (rank in the name): the ranks may share the folder.
     const std::string swap = test_util::TempPath("swap");
-    if (v.find("_adam_nvme") != std::string::npos) {
+    if (v.find("_adam_nvme") != std::string::npos || v.find("_lion_nvme") != std::string::npos) {
       overrides.push_back("zero_optimization.offload_optimizer.device=nvme");
       overrides.push_back("zero_optimization.offload_optimizer.nvme_path=" + swap);
     }
@@ -175,6 +186,13 @@ INSTANTIATE_TEST_SUITE_P(Offload, ResumeTest,
                                            Case{3, "bf16_adam_nvme_params_cpu"},
                                            Case{3, "bf16_adam_cpu_params_nvme"},
                                            Case{3, "f32_adam_nvme_params_nvme"}),
+                         CaseName);
+
+// Lion: the checkpoint holds master weights and exp_avg only, and resumes as exactly.
+INSTANTIATE_TEST_SUITE_P(Lion, ResumeTest,
+                         ::testing::Values(Case{0, "f32_lion"}, Case{1, "bf16_lion"},
+                                           Case{2, "f32_lion_cpu"}, Case{3, "bf16_lion"},
+                                           Case{3, "bf16_lion_nvme_params_cpu"}),
                          CaseName);
 
 // Saves a 3-step stage-3 checkpoint and damages it with `damage` (rank 0, on the checkpoint

@@ -86,6 +86,23 @@ inline std::string TinyGptYaml(const std::string& corpus, const std::string& run
          run_dir + ", steps: 20, seed: 1234, eval_interval: 10, log_interval: 5}\n";
 }
 
+// `yaml` (TinyGptYaml's) with its AdamW section replaced by Lion's (lr 1e-3, betas [0.9, 0.99],
+// weight decay 0.1, warming up to that lr): Lion takes no eps, so an override cannot make it.
+inline std::string WithLionOptimizer(std::string yaml) {
+  const std::string adam =
+      "  type: AdamW\n"
+      "  params: {lr: 3.0e-3, betas: [0.9, 0.95], eps: 1.0e-8, weight_decay: 0.01}\n";
+  const std::string warmup = "warmup_max_lr: 3.0e-3";
+  const size_t at = yaml.find(adam);
+  const size_t warmup_at = yaml.find(warmup);
+  SLUICE_CHECK(at != std::string::npos && warmup_at != std::string::npos)
+      << "not TinyGptYaml's optimizer and scheduler";
+  yaml.replace(warmup_at, warmup.size(), "warmup_max_lr: 1.0e-3");
+  yaml.replace(yaml.find(adam), adam.size(),
+               "  type: Lion\n  params: {lr: 1.0e-3, betas: [0.9, 0.99], weight_decay: 0.1}\n");
+  return yaml;
+}
+
 inline Config LoadTestConfig(const std::string& yaml, const std::vector<std::string>& overrides) {
   ConfigSources sources;
   sources.env.emplace();

@@ -102,6 +102,7 @@ struct CpuKernels {
   }
   void Add(const T* a, const T* b, T* y, int64_t n) const { kc::Add(a, b, y, n, threads); }
   void Accumulate(const T* x, T* y, int64_t n) const { kc::Accumulate(x, y, n, threads); }
+  void ScaleF32(float* y, float s, int64_t n) const { kc::Scale(y, s, n, threads); }
   void AdamStep(const kernels::AdamTensors& t, const kernels::AdamHyperparams& hyper,
                 float grad_scale) const {
     kernels::AdamStep(t, hyper, grad_scale, {.num_threads = threads});

@@ -351,6 +351,11 @@ class CudaOpsBackend : public OpsBackend {
     }
     return UnsupportedDType("Fill", "y", y);
   }
+  Status DoScale(Stream& s, const Tensor& y, double factor) override {
+    // f32 only: the f64 of the host columns has no CUDA kernel.
+    if (y.dtype() != DType::kF32) return UnsupportedDType("Scale", "y", y);
+    return FromLaunch("Scale", kc::Scale(F(y), static_cast<float>(factor), y.numel(), Native(s)));
+  }
   Status DoCopySegments(Stream& s, const Tensor& src, const Tensor& dst,
                         const CopySegmentList& list) override {
     const auto* segs = reinterpret_cast<const kc::FlatSegment*>(list.data);

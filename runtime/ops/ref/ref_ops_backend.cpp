@@ -104,6 +104,7 @@ struct RefKernels {
   }
   static void Add(const T* a, const T* b, T* y, int64_t n) { kr::Add(a, b, y, n); }
   static void Accumulate(const T* x, T* y, int64_t n) { kr::Accumulate(x, y, n); }
+  static void ScaleF32(float* y, float s, int64_t n) { kr::Scale(y, s, n); }
   static void AdamStep(const kernels::AdamTensors& t, const kernels::AdamHyperparams& hyper,
                        float grad_scale) {
     kernels::AdamStepReference(t, hyper, grad_scale);

@@ -1,0 +1,70 @@
+#include "engine/zero/optimizer_step.h"
+
+#include <fmt/format.h>
+
+#include "engine/zero/adam_hyperparams.h"
+#include "kernels/cpu/lion.h"
+
+namespace sluice::zero {
+
+kernels::LionTensors LionTensorsOf(const kernels::AdamTensors& t) {
+  return kernels::LionTensors{.params = t.params,
+                              .exp_avg = t.exp_avg,
+                              .grads = t.grads,
+                              .grad_type = t.grad_type,
+                              .param_copy = t.param_copy,
+                              .copy_type = t.copy_type,
+                              .count = t.count};
+}
+
+std::string CpuOptimizerStepError(const OptimizerConfig& config, const kernels::AdamTensors& t,
+                                  double lr, int64_t step,
+                                  const kernels::AdamThreading& threading) {
+  if (config.type == OptimizerType::kLion) {
+    return kernels::LionStepArgsError(LionTensorsOf(t), LionHyperparamsFor(config, lr), threading);
+  }
+  return kernels::AdamStepArgsError(t, AdamHyperparamsFor(config, lr, step), threading);
+}
+
+void CpuOptimizerStep(const OptimizerConfig& config, const kernels::AdamTensors& t, double lr,
+                      int64_t step, float grad_scale, const kernels::AdamThreading& threading) {
+  if (config.type == OptimizerType::kLion) {
+    kernels::LionStep(LionTensorsOf(t), LionHyperparamsFor(config, lr), grad_scale, threading);
+    return;
+  }
+  kernels::AdamStep(t, AdamHyperparamsFor(config, lr, step), grad_scale, threading);
+}
+
+Status CheckLionOnDevice(const ops::OpsBackend& ops) {
+  if (ops.kind() != DeviceKind::kCuda) return OkStatus();
+  return UnimplementedError(
+      "optimizer.type Lion with zero_optimization.offload_optimizer.device none keeps Lion's "
+      "state on the {} device, and Sluice has no Lion kernel for it yet: set "
+      "zero_optimization.offload_optimizer.device to cpu or nvme (Lion then runs as the "
+      "fused CPU kernel, as DeepSpeed's DeepSpeedCPULion does), or use optimizer.type AdamW",
+      DeviceKindName(ops.kind()));
+}
+
+Status EnqueueLionStep(ops::OpsBackend& ops, Stream& stream, const kernels::LionTensors& t,
+                       const kernels::LionHyperparams& hyper, float grad_scale,
+                       const kernels::AdamThreading& threading) {
+  SLUICE_RETURN_IF_ERROR(CheckLionOnDevice(ops));
+  if (std::string error = kernels::LionStepArgsError(t, hyper, threading); !error.empty()) {
+    return InvalidArgumentError("LionStep: {}", error);
+  }
+  // The ref column steps in the scalar reference, as its AdamStep does; results are the same bits.
+  const bool reference = ops.name() == "ref";
+  return ops.device().LaunchHostFunc(
+      stream,
+      [t, hyper, grad_scale, threading, reference]() {
+        if (reference) {
+          kernels::LionStepReference(t, hyper, grad_scale);
+        } else {
+          kernels::LionStep(t, hyper, grad_scale, threading);
+        }
+        return OkStatus();
+      },
+      "LionStep");
+}
+
+}  // namespace sluice::zero
