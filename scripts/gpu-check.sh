@@ -6,10 +6,11 @@
 #   scripts/gpu-check.sh [BUNDLE=.gpubundle/sluice-gpu-bundle.tar.xz] [OUT=gpu-check-out]
 #
 # Runs `sluice env`, every test labelled gpu (one log and JUnit XML each), compute-sanitizer
-# memcheck over the CUDA kernel tests, `sluice bench comm` (MPI and NCCL) and the kernel
-# benchmark; writes every log and record into OUT and a one-line verdict per step into
-# OUT/summary.txt. Exits non-zero if any step failed. SLUICE_GPU_CHECK_ONLY='model|attention'
-# runs only the steps whose names match.
+# memcheck over the CUDA kernel tests, `sluice bench comm` (MPI and NCCL), the demo trained on
+# the GPU and on the CPU (where data/demo_corpus.txt exists), and the kernel benchmark; writes
+# every log and record into OUT and a one-line verdict per step into OUT/summary.txt. Exits
+# non-zero if any step failed. SLUICE_GPU_CHECK_ONLY='model|attention' runs only the steps whose
+# names match.
 set -uo pipefail
 
 bundle=${1:-.gpubundle/sluice-gpu-bundle.tar.xz}
@@ -90,6 +91,16 @@ fi
 if [[ -x $root/bin/sluice ]]; then
   step bench_comm 120 "${mpirun[@]:-mpirun}" -np 1 "$root/bin/sluice" bench comm --backends mpi,nccl \
     -b 1M -e 256M -f 4 -n 10 -w 3 --json "$out/bench_comm.json"
+fi
+
+# The demo trained on the GPU and on this machine's CPU device, from the same corpus (make it
+# first: scripts/make-demo-corpus.sh data/demo_corpus.txt), for the loss curves side by side.
+if [[ -x $root/bin/sluice && -f data/demo_corpus.txt ]]; then
+  for device in cuda cpu; do
+    step "train_demo_$device" 300 "$root/bin/sluice" train --config configs/demo_gpt.yaml \
+      --run-dir "$out/demo_$device" --overwrite --set "device.type=$device" \
+      --set "run.steps=${SLUICE_GPU_CHECK_DEMO_STEPS:-600}"
+  done
 fi
 
 if [[ -x $root/bin/bench_kernels ]]; then
