@@ -52,13 +52,7 @@ Status RunTrainDryRun(const DryRunRequest& request, std::FILE* out) {
   const int ranks = request.sources.world_size;
   SLUICE_ASSIGN_OR_RETURN(Config config, train::LoadTrainConfig(request.sources));
   SLUICE_RETURN_IF_ERROR(train::FitBatchToWorld(config, ranks));
-  if (config.device.type != DeviceType::kCpu) {
-    return UnimplementedError(
-        "device.type is {}, but sluice train runs the model on the CPU ops for now: set "
-        "device.type: cpu with a device.memory_limit",
-        DeviceTypeName(config.device.type));
-  }
-  if (!config.device.memory_limit.has_value()) {
+  if (config.device.type == DeviceType::kCpu && !config.device.memory_limit.has_value()) {
     return InvalidArgumentError(
         "device.memory_limit is not set: the cpu device needs a capacity (e.g. 512MiB)");
   }

@@ -234,6 +234,8 @@ class Device {
   DeviceKind kind() const { return kind_; }
   int index() const { return index_; }
   const std::string& name() const { return name_; }  // "cpu:0", "cuda:1"
+  // The hardware as its driver names it ("NVIDIA H100 80GB HBM3"); empty for the cpu device.
+  const std::string& product() const { return product_; }
 
   // Device memory, usable by work on any stream at once. bytes == 0 gives an empty buffer.
   virtual Result<DeviceBuffer> Allocate(size_t bytes, MemoryCategory category) = 0;
@@ -273,6 +275,7 @@ class Device {
 
  protected:
   Device(DeviceKind kind, int index);
+  void set_product(std::string product) { product_ = std::move(product); }
 
   // Backend hooks behind DeviceBuffer / PinnedBuffer.
   // Frees device memory now, or on the stream `stream_id` if it still exists (0: now).
@@ -294,6 +297,7 @@ class Device {
   DeviceKind kind_;
   int index_;
   std::string name_;
+  std::string product_;
 };
 
 // Rounds up to a multiple of `alignment` (a power of two).

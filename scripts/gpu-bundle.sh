@@ -68,6 +68,7 @@ if [[ -d $ompi/lib/openmpi3 ]]; then
 fi
 
 mkdir -p "$out"
-tar -C "$stage" -cJf "$out/sluice-gpu-bundle.tar.xz" sluice-gpu
+# xz on every core: the bundle is built just before each GPU lease.
+XZ_OPT="${XZ_OPT:--T0}" tar -C "$stage" -cJf "$out/sluice-gpu-bundle.tar.xz" sluice-gpu
 echo "gpu-bundle: $out/sluice-gpu-bundle.tar.xz ($(du -h "$out/sluice-gpu-bundle.tar.xz" | cut -f1)):" \
   "$(ls "$root/tests" | wc -l) test binaries, $(ls "$root/lib" | wc -l) libraries"

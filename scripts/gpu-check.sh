@@ -6,8 +6,11 @@
 #   scripts/gpu-check.sh [BUNDLE=.gpubundle/sluice-gpu-bundle.tar.xz] [OUT=gpu-check-out]
 #
 # Runs `sluice env`, every test labelled gpu (one log and JUnit XML each), compute-sanitizer
-# memcheck over the CUDA kernel tests, and the kernel benchmark; writes every log and record into
-# OUT and a one-line verdict per step into OUT/summary.txt. Exits non-zero if any step failed.
+# memcheck over the CUDA kernel tests, `sluice bench comm` (MPI and NCCL), the demo trained on
+# the GPU and on the CPU (where data/demo_corpus.txt exists), and the kernel benchmark; writes
+# every log and record into OUT and a one-line verdict per step into OUT/summary.txt. Exits
+# non-zero if any step failed. SLUICE_GPU_CHECK_ONLY='model|attention' runs only the steps whose
+# names match.
 set -uo pipefail
 
 bundle=${1:-.gpubundle/sluice-gpu-bundle.tar.xz}
@@ -44,6 +47,8 @@ failed=0
 step() {  # step NAME TIMEOUT_S COMMAND...: runs it, logs to OUT/NAME.log, records the verdict
   local name=$1 limit=$2
   shift 2
+  # SLUICE_GPU_CHECK_ONLY (an extended regex over step names) reruns a few steps in a short lease.
+  if [[ -n ${SLUICE_GPU_CHECK_ONLY:-} && ! $name =~ $SLUICE_GPU_CHECK_ONLY ]]; then return; fi
   local t0=$(date +%s.%N) rc
   timeout --kill-after=10 "$limit" "$@" >"$out/$name.log" 2>&1
   rc=$?
@@ -80,6 +85,22 @@ if [[ -n $sanitizer ]]; then
   done
 else
   echo "SKIP memcheck: compute-sanitizer not found" | tee -a "$summary"
+fi
+
+# NCCL beside MPI on this machine's one GPU (a second rank would share the GPU, which NCCL refuses).
+if [[ -x $root/bin/sluice ]]; then
+  step bench_comm 120 "${mpirun[@]:-mpirun}" -np 1 "$root/bin/sluice" bench comm --backends mpi,nccl \
+    -b 1M -e 256M -f 4 -n 10 -w 3 --json "$out/bench_comm.json"
+fi
+
+# The demo trained on the GPU and on this machine's CPU device, from the same corpus (make it
+# first: scripts/make-demo-corpus.sh data/demo_corpus.txt), for the loss curves side by side.
+if [[ -x $root/bin/sluice && -f data/demo_corpus.txt ]]; then
+  for device in cuda cpu; do
+    step "train_demo_$device" 300 "$root/bin/sluice" train --config configs/demo_gpt.yaml \
+      --run-dir "$out/demo_$device" --overwrite --set "device.type=$device" \
+      --set "run.steps=${SLUICE_GPU_CHECK_DEMO_STEPS:-600}"
+  done
 fi
 
 if [[ -x $root/bin/bench_kernels ]]; then

@@ -288,12 +288,6 @@ Result<std::unique_ptr<Model<T>>> Model<T>::Create(const ModelOptions& options,
     return InvalidArgumentError("the {} ops backend does not compute in {}, which this model needs",
                                 ops.name(), DTypeName(kCompute));
   }
-  if (!allocator.host_accessible()) {
-    return FailedPreconditionError(
-        "the model's parameters are initialized and read from the host, which cannot reach the "
-        "memory of device {}; training on a cuda device is not available yet, use device.type cpu",
-        ops.device().name());
-  }
   std::unique_ptr<Model<T>> model(new Model<T>(options, allocator, ops));
   SLUICE_ASSIGN_OR_RETURN(model->stream_, ops.device().CreateStream());
   model->impl_ = std::make_unique<Impl>(*model);
@@ -310,8 +304,8 @@ Result<std::unique_ptr<Model<T>>> Model<T>::Create(const ModelOptions& options,
   SLUICE_ASSIGN_OR_RETURN(model->params_, allocator.Allocate(param_bytes, MemoryCategory::kParams));
   SLUICE_ASSIGN_OR_RETURN(model->grads_, allocator.Allocate(static_cast<size_t>(count) * sizeof(T),
                                                             MemoryCategory::kGrads));
-  if (param_bytes > 0) std::memset(model->params_.data(), 0, param_bytes);
-  model->ZeroGrads();
+  SLUICE_RETURN_IF_ERROR(model->Zero(model->params_));
+  SLUICE_RETURN_IF_ERROR(model->Zero(model->grads_));
   model->impl_->Bind();
   return model;
 }
@@ -333,6 +327,7 @@ Tensor Model<T>::grads() const {
 template <typename T>
 T Model<T>::ParameterValue(int param, int64_t element) const {
   SLUICE_CHECK(storage_ == ModelStorage::kFlat) << "ParameterValue of a model without flat buffers";
+  SLUICE_CHECK(allocator_->host_accessible()) << "ParameterValue of a model in device memory";
   const ParameterInfo& info = registry_.parameter(param);
   SLUICE_CHECK(element >= 0 && element < info.numel) << info.name << " element " << element;
   const int64_t at = info.offset + element;
@@ -346,6 +341,7 @@ template <typename T>
 void Model<T>::SetParameterValue(int param, int64_t element, T value) {
   SLUICE_CHECK(storage_ == ModelStorage::kFlat)
       << "SetParameterValue of a model without flat buffers";
+  SLUICE_CHECK(allocator_->host_accessible()) << "SetParameterValue of a model in device memory";
   const ParameterInfo& info = registry_.parameter(param);
   SLUICE_CHECK(element >= 0 && element < info.numel) << info.name << " element " << element;
   const int64_t at = info.offset + element;
@@ -361,30 +357,59 @@ void Model<T>::InitializeParameters(uint64_t seed) {
   SLUICE_CHECK(storage_ == ModelStorage::kFlat)
       << "InitializeParameters of a model without flat buffers: the owner of the parameters "
          "initializes them (init.h)";
+  // Memory the host cannot reach (a GPU's) is filled chunk by chunk through a host buffer.
   constexpr int64_t kChunk = int64_t{1} << 20;
+  const bool bf16 = registry_.dtype() == DType::kBF16;
+  const size_t element_bytes = bf16 ? sizeof(uint16_t) : sizeof(T);
+  const bool direct = allocator_->host_accessible();
   std::vector<float> widened;
+  std::vector<std::byte> staged;
   for (const ParameterInfo& info : registry_.parameters()) {
     if (info.is_alias()) continue;
-    if (registry_.dtype() != DType::kBF16) {
-      InitializeRange<T>(info, seed, options_.init_std, options_.n_layer, 0, info.numel,
-                         params_.data_as<T>() + info.offset);
-      continue;
-    }
-    widened.resize(static_cast<size_t>(std::min(kChunk, info.numel)));
     for (int64_t begin = 0; begin < info.numel; begin += kChunk) {
       const int64_t end = std::min(info.numel, begin + kChunk);
-      InitializeRange<float>(info, seed, options_.init_std, options_.n_layer, begin, end,
-                             widened.data());
-      kernels::cpu::ConvertF32ToBf16(widened.data(),
-                                     params_.data_as<uint16_t>() + info.offset + begin, end - begin,
-                                     options_.num_threads);
+      auto* dst = static_cast<std::byte*>(params_.data()) + (info.offset + begin) * element_bytes;
+      std::byte* out = dst;
+      if (!direct) {
+        staged.resize(static_cast<size_t>(end - begin) * element_bytes);
+        out = staged.data();
+      }
+      if (bf16) {
+        widened.resize(static_cast<size_t>(end - begin));
+        InitializeRange<float>(info, seed, options_.init_std, options_.n_layer, begin, end,
+                               widened.data());
+        kernels::cpu::ConvertF32ToBf16(widened.data(), reinterpret_cast<uint16_t*>(out),
+                                       end - begin, options_.num_threads);
+      } else {
+        InitializeRange<T>(info, seed, options_.init_std, options_.n_layer, begin, end,
+                           reinterpret_cast<T*>(out));
+      }
+      if (!direct) {
+        Status uploaded =
+            ops_->device().CopyAsync(dst, out, staged.size(), CopyKind::kH2D, *stream_);
+        if (uploaded.ok()) uploaded = stream_->Synchronize();
+        SLUICE_CHECK(uploaded.ok())
+            << "uploading the initial " << info.name << ": " << uploaded.ToString();
+      }
     }
   }
 }
 
 template <typename T>
 void Model<T>::ZeroGrads() {
-  if (!grads_.empty()) std::memset(grads_.data(), 0, grads_.size());
+  const Status zeroed = Zero(grads_);
+  SLUICE_CHECK(zeroed.ok()) << "zeroing the gradients: " << zeroed.ToString();
+}
+
+// Host memory directly; device memory on the model's stream, ordered before the next pass.
+template <typename T>
+Status Model<T>::Zero(Buffer& buffer) {
+  if (buffer.empty()) return OkStatus();
+  if (allocator_->host_accessible()) {
+    std::memset(buffer.data(), 0, buffer.size());
+    return OkStatus();
+  }
+  return ops_->device().MemsetAsync(buffer.data(), 0, buffer.size(), *stream_);
 }
 
 template <typename T>

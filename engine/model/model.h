@@ -75,9 +75,10 @@ template <typename T>
 class Model {
  public:
   // Validates the options, registers the parameters and allocates the flat parameter (category
-  // params) and gradient (category grads) buffers from `allocator`, which must be host-accessible
-  // (the parameter accessors and InitializeParameters write them from the host) and outlive the
-  // model, as must `ops`, whose device runs the passes on a stream the model creates. `ops` must
+  // params) and gradient (category grads) buffers from `allocator`, which must outlive the model,
+  // as must `ops`, whose device runs the passes on a stream the model creates. Where the host
+  // cannot reach the allocator's memory (a GPU), InitializeParameters uploads through a host
+  // buffer and the single-element accessors must not be used. `ops` must
   // compute in T (cpu: float; the reference backend: double). Parameters and gradients start at
   // zero; call InitializeParameters (or load values into params_data()). With
   // ModelStorage::kExternal nothing is allocated: params_data() and grads_data() are null, the
@@ -147,6 +148,7 @@ class Model {
  private:
   Model(const ModelOptions& options, BufferAllocator& allocator, ops::OpsBackend& ops);
   class Impl;
+  Status Zero(Buffer& buffer);
 
   ModelOptions options_;
   BufferAllocator* allocator_;

@@ -125,12 +125,23 @@ PeakFlops MeasureCpuGemmPeak(int threads) {
   return it->second;
 }
 
-Result<RunPeak> MeasureRunPeak(Comm& world, int cpu_threads) {
+Result<RunPeak> MeasureRunPeak(Comm& world, const Device& device, int cpu_threads) {
   RunPeak run;
   run.ranks = world.size();
-  // Ranks sharing a machine time their GEMMs together, as they will run the model.
-  if (world.size() > 1) SLUICE_RETURN_IF_ERROR(world.Barrier());
-  run.rank = MeasureCpuGemmPeak(cpu_threads);
+  if (device.kind() == DeviceKind::kCuda) {
+    // The model computes in fp32 on the GPU (cuBLASLt without TF32): the fp32 rate is its peak.
+    std::optional<PeakFlops> table = CudaPeakFromTable(device.product(), Precision::kF32);
+    if (table.has_value()) {
+      run.rank = *table;
+    } else {
+      run.rank.device = device.product();
+      run.rank.source = "not in the datasheet table (engine/train/device_peak.cpp): no MFU";
+    }
+  } else {
+    // Ranks sharing a machine time their GEMMs together, as they will run the model.
+    if (world.size() > 1) SLUICE_RETURN_IF_ERROR(world.Barrier());
+    run.rank = MeasureCpuGemmPeak(cpu_threads);
+  }
   // Exact sums and the rank 0 values on every rank: the same record whoever writes it.
   SLUICE_ASSIGN_OR_RETURN(run.total_flops_per_s, zero::SumInRankOrder(world, run.rank.flops_per_s));
   return run;

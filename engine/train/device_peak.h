@@ -17,6 +17,7 @@
 
 #include "engine/train/precision.h"
 #include "runtime/comm.h"
+#include "runtime/device.h"
 #include "runtime/status.h"
 
 namespace sluice::train {
@@ -47,6 +48,6 @@ struct RunPeak {
   double total_flops_per_s = 0.0;  // summed over the ranks; 0 when any rank's is unknown
   int ranks = 1;
 };
-Result<RunPeak> MeasureRunPeak(Comm& world, int cpu_threads);
+Result<RunPeak> MeasureRunPeak(Comm& world, const Device& device, int cpu_threads);
 
 }  // namespace sluice::train

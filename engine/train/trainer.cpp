@@ -117,14 +117,6 @@ Result<double> TimedForwardBackward(PhaseClock& clock, zero::ZeroEngine& engine,
   return loss;
 }
 
-Status DeviceTypeSupported(const Config& config) {
-  if (config.device.type == DeviceType::kCpu) return OkStatus();
-  return UnimplementedError(
-      "device.type is cuda, but sluice train runs the model on the CPU ops for now: set "
-      "device.type: cpu with a device.memory_limit (for a DeepSpeed ds_config.json: --set "
-      "device.type=cpu --set device.memory_limit=1GiB)");
-}
-
 // Where this rank's training state lives, e.g. "per rank: cpu:0 12.5 MiB (parameters 4.0 MiB,
 // gradients 8.5 MiB, optimizer 0 B), host 2.1 GiB, NVMe 1.2 GiB, pinned staging 17.2 MiB".
 std::string DescribeStatePlacement(const zero::ZeroMemory& m, double offloaded_fraction,
@@ -185,7 +177,6 @@ TrainIntervals IntervalsFromConfig(const Config& config) {
 
 Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
                                                  const TrainerOptions& options) {
-  SLUICE_RETURN_IF_ERROR(DeviceTypeSupported(config));
   SLUICE_ASSIGN_OR_RETURN(LrSchedule schedule,
                           LrSchedule::Create(config.scheduler, config.optimizer.lr));
   const Precision precision = PrecisionOf(config.model.dtype);
@@ -247,7 +238,7 @@ Status Trainer::Build() {
   SLUICE_RETURN_IF_ERROR(
       AgreeAcrossRanks(*world_, BuildModel(), "setting up the device and the model"));
   // What MFU is measured against: the GEMM this run computes with, on its threads.
-  SLUICE_ASSIGN_OR_RETURN(peak_, MeasureRunPeak(*world_, num_threads_));
+  SLUICE_ASSIGN_OR_RETURN(peak_, MeasureRunPeak(*world_, *device_, num_threads_));
   SLUICE_RETURN_IF_ERROR(AgreeAcrossRanks(*world_, BuildEngine(), "creating the ZeRO engine"));
   SLUICE_RETURN_IF_ERROR(AgreeAcrossRanks(*world_, OpenData(), "opening the data"));
   SLUICE_RETURN_IF_ERROR(LoadStartingState());
@@ -280,14 +271,17 @@ Status Trainer::LockRunDirectory() {
 }
 
 Status Trainer::BuildModel() {
-  if (!config_.device.memory_limit.has_value()) {
+  const bool cuda = config_.device.type == DeviceType::kCuda;
+  if (!cuda && !config_.device.memory_limit.has_value()) {
     return InvalidArgumentError(
         "device.memory_limit is not set: the cpu device needs a capacity (e.g. 512MiB)");
   }
   DeviceOptions device_options;
-  device_options.kind = DeviceKind::kCpu;
+  device_options.kind = cuda ? DeviceKind::kCuda : DeviceKind::kCpu;
   device_options.index = config_.device.index;
-  device_options.memory_limit_bytes = static_cast<uint64_t>(*config_.device.memory_limit);
+  // A GPU without a limit offers its whole memory.
+  device_options.memory_limit_bytes =
+      static_cast<uint64_t>(config_.device.memory_limit.value_or(0));
   SLUICE_ASSIGN_OR_RETURN(device_options.memory_protection,
                           ParseDeviceMemoryProtection(config_.device.memory_protection));
   SLUICE_ASSIGN_OR_RETURN(device_, CreateDevice(device_options));

@@ -15,6 +15,7 @@
 #include "engine/zero/rank_agreement.h"
 #include "engine/zero/reduce_scatter_reducer.h"
 #include "engine/zero/shard_grad_norm.h"
+#include "engine/zero/shard_norm_plan.h"
 #include "engine/zero/word_gather.h"
 #include "engine/zero/zeroed_buffer.h"
 #include "runtime/check.h"
@@ -65,6 +66,36 @@ ZeroEngine::~ZeroEngine() {
   if (queue_ != nullptr) (void)queue_->Synchronize();
 }
 
+namespace {
+
+// What the engine runs on a GPU so far: one rank at stage 0 without offload. The rest still has
+// host code on device memory (ZeRO's pack and unpack around the collectives, the fp16 rounding)
+// or needs NCCL in the comm queue; each refusal names the setting to change.
+Status CheckGpuSupported(const ZeroOptions& options, const Comm& world) {
+  const char* missing = nullptr;
+  if (options.stage != 0) {
+    missing =
+        "zero_optimization.stage 1-3 (the shard packing around the collectives runs on the "
+        "host yet): set zero_optimization.stage 0";
+  } else if (world.size() > 1) {
+    missing = "more than one rank (the collectives need NCCL in the ZeRO comm queue): run one rank";
+  } else if (options.offload_optimizer.device != OffloadDevice::kNone ||
+             options.offload_param.device != OffloadDevice::kNone) {
+    missing =
+        "offload_optimizer / offload_param (the offload tiers are CPU-only yet): set their "
+        "device to none";
+  } else if (options.param_dtype == DType::kF16) {
+    missing = "fp16 (its gradient rounding runs on the host): use bf16 or fp32";
+  }
+  if (missing == nullptr) return OkStatus();
+  return UnimplementedError(
+      "training on a cuda device runs one rank at ZeRO stage 0 so far; not "
+      "yet: {}",
+      missing);
+}
+
+}  // namespace
+
 Result<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(const ZeroOptions& options,
                                                        model::Model<float>& model, Comm& world,
                                                        Device& device) {
@@ -73,12 +104,7 @@ Result<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(const ZeroOptions& option
     return FailedPreconditionError(
         "the ZeRO engine owns the parameters: create the model with ModelStorage::kExternal");
   }
-  if (device.kind() != DeviceKind::kCpu) {
-    return UnimplementedError(
-        "the ZeRO engine runs its collectives and offload tiers on the cpu device only; device {} "
-        "is not a cpu device",
-        device.name());
-  }
+  if (device.kind() != DeviceKind::kCpu) SLUICE_RETURN_IF_ERROR(CheckGpuSupported(options, world));
   if (&model.ops().device() != &device) {
     return InvalidArgumentError("the model runs on device {}, the ZeRO engine was given {}",
                                 model.ops().device().name(), device.name());
@@ -207,6 +233,9 @@ Status ZeroEngine::Build(Comm& world) {
   }
   if (staging > 0) {
     SLUICE_RETURN_IF_ERROR(queue_->Staging(staging, "the collectives' staging buffer").status());
+  }
+  if (!GradShardOnHost(options_)) {
+    SLUICE_ASSIGN_OR_RETURN(norm_plan_, ShardNormPlan::Create(compute(), layout_));
   }
   hooks_ = std::make_unique<Hooks>(*this);
   if (world.rank() == 0) {
@@ -549,20 +578,28 @@ Result<ZeroStepResult> ZeroEngine::Step(const ZeroStepInput& input) {
   const ShardLayout* layout = &layout_;
   const bool fp16 = options_.param_dtype == DType::kF16;
   const int threads = options_.num_threads;
-  Status launched = device_->LaunchHostFunc(
-      compute(),
-      [this, layout, grads, fp16, threads] {
-        if (fp16) {
-          // What an fp16 backward would have produced: a scaled gradient past 65504 becomes inf.
+  Status launched;
+  if (fp16) {
+    // What an fp16 backward would have produced: a scaled gradient past 65504 becomes inf.
+    launched = device_->LaunchHostFunc(
+        compute(),
+        [layout, grads, threads] {
           RoundThrough(grads, layout->shard_elements(), DType::kF16, threads);
-        }
-        local_squared_sum_ = LocalSquaredSum(*layout, grads);
-        return OkStatus();
-      },
-      "gradient squared sum");
-  if (launched.ok()) launched = compute().Synchronize();
+          return OkStatus();
+        },
+        "fp16 rounding of the gradients");
+  }
+  double local = 0.0;
+  if (launched.ok() && norm_plan_ != nullptr) {
+    Result<double> sum = norm_plan_->LocalSquaredSum(model_->ops(), compute(), grads);
+    if (sum.ok()) local = *sum;
+    launched = sum.status();
+  } else if (launched.ok()) {
+    // The offloaded optimizer's host shard: the host sums it once the passes wrote it.
+    launched = compute().Synchronize();
+    if (launched.ok()) local = LocalSquaredSum(*layout, grads);
+  }
   if (!launched.ok()) return Fail(launched);
-  const double local = local_squared_sum_;
   double total = local;
   if (options_.stage > 0) {
     Status status = queue_->Run("all_gather gradient norm", [&total, local](Comm& comm) {

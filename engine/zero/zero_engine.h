@@ -50,6 +50,7 @@
 #include "engine/zero/host_shard_buffer.h"
 #include "engine/zero/parameter_coordinator.h"
 #include "engine/zero/shard_layout.h"
+#include "engine/zero/shard_norm_plan.h"
 #include "engine/zero/sharded_adam.h"
 #include "engine/zero/zero_binding.h"
 #include "engine/zero/zero_optimizer.h"
@@ -240,7 +241,6 @@ class ZeroEngine {
   // With offload_optimizer: the fp32 gradient shard in host memory instead of grad_shard_.
   HostShardBuffer host_grad_shard_;
   float* grad_shard_data_ = nullptr;  // grad_shard_ or host_grad_shard_ (stages 1-3)
-  double local_squared_sum_ = 0;      // written on the compute stream, read after it
   // With offload_param cpu: the parameter shard in host memory instead of param_shard_.
   HostShardBuffer host_param_shard_;
   // With offload_param nvme: the parameter shard's only home (param_shard_data_ is null).
@@ -251,6 +251,7 @@ class ZeroEngine {
   std::unique_ptr<ParameterCoordinator> coordinator_;
   std::unique_ptr<GradientReducer> reducer_;
   std::unique_ptr<Hooks> hooks_;
+  std::unique_ptr<ShardNormPlan> norm_plan_;  // device-resident gradients only
   model::UnitHooks* user_hooks_ = nullptr;
   int64_t micro_batches_ = 0;              // of the current step
   PassKind pass_kind_ = PassKind::kTrain;  // of the pass running

@@ -45,18 +45,14 @@ __global__ void __launch_bounds__(32 * kDeltaRowsPerBlock)
   }
 }
 
-bool HeadDimSupported(int64_t head_dim) {
-  return head_dim == 32 || head_dim == 64 || head_dim == 80 || head_dim == 96 || head_dim == 128;
-}
-
 // InvalidArgument for dims the kernels do not take, naming the launcher.
 LaunchStatus CheckDims(const AttentionDims& dims, const char* op) {
   const std::string error = AttentionDimsError(dims);
   if (!error.empty()) return LaunchStatus::InvalidArgument(std::string(op) + ": " + error);
-  if (!HeadDimSupported(dims.head_dim)) {
+  if (internal::SimtAttentionWidth(dims.head_dim) == 0) {
     return LaunchStatus::InvalidArgument(std::string(op) +
                                          ": head_dim = " + std::to_string(dims.head_dim) +
-                                         " is not supported (32, 64, 80, 96 or 128)");
+                                         " is not supported (1 to 128)");
   }
   // The 1-D grids (tiles x q_heads x batch blocks) and the int arithmetic of the kernels.
   const int64_t max_blocks = internal::kAttentionMaxBlocks;

@@ -4,7 +4,8 @@
 //   q, out, dq, dout [batch, seq, q_heads, head_dim];  k, v, dk, dv [batch, seq, kv_heads,
 //   head_dim];  lse [batch, q_heads, seq] fp32;  scale 1 / sqrt(head_dim);  query head h reads
 //   key/value head h / (q_heads / kv_heads).  dq, dk and dv are overwritten.
-// head_dim must be 32, 64, 80, 96 or 128; any seq >= 1 (tiles have masked tails).
+// head_dim 1 to 128 (the SIMT kernels are compiled for 32, 64, 80, 96 and 128 and run other
+// head_dims zero-padded to the next of those); any seq >= 1 (tiles have masked tails).
 //
 // Two implementations: a tiled SIMT one (fp32 math on CUDA cores) for every supported shape and
 // both dtypes, and, for bf16 with head_dim 64 or 128 and 16-byte aligned tensors, one on the

@@ -35,11 +35,15 @@ struct AttentionShape {
   int seq;
   int q_heads;
   int kv_heads;
+  int head_dim;
   float scale;  // 1 / sqrt(head_dim)
 };
 inline AttentionShape MakeAttentionShape(const AttentionDims& dims) {
-  return AttentionShape{static_cast<int>(dims.batch), static_cast<int>(dims.seq),
-                        static_cast<int>(dims.q_heads), static_cast<int>(dims.kv_heads),
+  return AttentionShape{static_cast<int>(dims.batch),
+                        static_cast<int>(dims.seq),
+                        static_cast<int>(dims.q_heads),
+                        static_cast<int>(dims.kv_heads),
+                        static_cast<int>(dims.head_dim),
                         static_cast<float>(1.0 / std::sqrt(static_cast<double>(dims.head_dim)))};
 }
 
@@ -79,6 +83,15 @@ __device__ __forceinline__ QueryTileBlock DecodeQueryTileBlock(const AttentionSh
   return QueryTileBlock{qt, block.head, block.batch, block.head / (shape.q_heads / shape.kv_heads)};
 }
 #endif
+
+// The compiled width of the SIMT kernels that a head_dim runs at: the next of 32, 64, 80, 96 and
+// 128 (the columns past head_dim are zero padding), or 0 past 128.
+inline int SimtAttentionWidth(int64_t head_dim) {
+  for (int width : {32, 64, 80, 96, 128}) {
+    if (head_dim >= 1 && head_dim <= width) return width;
+  }
+  return 0;
+}
 
 // head_dim 64 or 128: the tensor-core kernels' shapes.
 inline bool MmaAttentionSupports(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }

@@ -3,8 +3,10 @@
 //
 // Every block is 256 threads over a 64 x 64 tile of scores: thread (ty, tx) = (tid / 16,
 // tid % 16) owns rows ty + 16 i and columns tx + 16 j (i, j < 4), so a row's 16 owners are one
-// half-warp and its reductions are shuffles. Tiles live in shared memory as fp32, rows padded to
-// head_dim + 1 so that reading a column of 16 rows hits 16 banks.
+// half-warp and its reductions are shuffles. Tiles live in shared memory as fp32, kD columns wide
+// plus one so that reading a column of 16 rows hits 16 banks. kD is the head_dim rounded up to
+// one of the compiled widths (32, 64, 80, 96, 128): columns past the real head_dim load as zeros,
+// which leave every dot product as it is, and are never stored.
 #include <cmath>
 #include <string>
 
@@ -29,16 +31,18 @@ constexpr int TileFloats() {
 using internal::FromFloat;
 using internal::ToFloat;
 
-// Rows [row0, row0 + 64) of one head (rows token_stride elements apart) into a padded fp32
-// tile; rows at or past seq read as 0, so that the products of the masked tails stay finite.
+// Rows [row0, row0 + 64) of one head (rows token_stride elements apart, head_dim of them read)
+// into a padded fp32 tile; rows at or past seq and columns at or past head_dim read as 0, so that
+// the products of the masked tails stay finite and the padding adds nothing.
 template <typename T, int kD>
 __device__ __forceinline__ void LoadTile(float* tile, const T* head, int64_t token_stride, int row0,
-                                         int seq) {
+                                         int seq, int head_dim) {
   for (int idx = threadIdx.x; idx < kTile * kD; idx += kThreads) {
     const int r = idx / kD;
     const int d = idx % kD;
     const int row = row0 + r;
-    tile[r * (kD + 1) + d] = row < seq ? ToFloat(head[row * token_stride + d]) : 0.f;
+    tile[r * (kD + 1) + d] =
+        row < seq && (kD == head_dim || d < head_dim) ? ToFloat(head[row * token_stride + d]) : 0.f;
   }
 }
 
@@ -96,16 +100,19 @@ __global__ void __launch_bounds__(kThreads)
 
   const int seq = shape.seq;
   const auto [qt, h, b, kvh] = DecodeQueryTileBlock(shape);
-  const int64_t q_stride = static_cast<int64_t>(shape.q_heads) * kD;
-  const int64_t kv_stride = static_cast<int64_t>(shape.kv_heads) * kD;
-  const T* q_head = q + static_cast<int64_t>(b) * seq * q_stride + static_cast<int64_t>(h) * kD;
-  const T* k_head = k + static_cast<int64_t>(b) * seq * kv_stride + static_cast<int64_t>(kvh) * kD;
-  const T* v_head = v + static_cast<int64_t>(b) * seq * kv_stride + static_cast<int64_t>(kvh) * kD;
+  const int64_t q_stride = static_cast<int64_t>(shape.q_heads) * shape.head_dim;
+  const int64_t kv_stride = static_cast<int64_t>(shape.kv_heads) * shape.head_dim;
+  const T* q_head =
+      q + static_cast<int64_t>(b) * seq * q_stride + static_cast<int64_t>(h) * shape.head_dim;
+  const T* k_head =
+      k + static_cast<int64_t>(b) * seq * kv_stride + static_cast<int64_t>(kvh) * shape.head_dim;
+  const T* v_head =
+      v + static_cast<int64_t>(b) * seq * kv_stride + static_cast<int64_t>(kvh) * shape.head_dim;
   const int tx = threadIdx.x % 16;
   const int ty = threadIdx.x / 16;
   const int q0 = qt * kTile;
 
-  LoadTile<T, kD>(sq, q_head, q_stride, q0, seq);
+  LoadTile<T, kD>(sq, q_head, q_stride, q0, seq, shape.head_dim);
   float m[4];
   float l[4];  // this thread's part of the row sum, reduced at the end
   float o[4][kCols];
@@ -121,8 +128,8 @@ __global__ void __launch_bounds__(kThreads)
   // running max is finite from the first tile on.
   for (int kt = 0; kt <= qt; ++kt) {
     __syncthreads();
-    LoadTile<T, kD>(sk, k_head, kv_stride, kt * kTile, seq);
-    LoadTile<T, kD>(sv, v_head, kv_stride, kt * kTile, seq);
+    LoadTile<T, kD>(sk, k_head, kv_stride, kt * kTile, seq, shape.head_dim);
+    LoadTile<T, kD>(sv, v_head, kv_stride, kt * kTile, seq, shape.head_dim);
     __syncthreads();
     float s[4][4];
     TileDot<kD>(sq, sk, ty, tx, s);
@@ -174,9 +181,12 @@ __global__ void __launch_bounds__(kThreads)
     const int row = q0 + ty + 16 * i;
     if (row >= seq) continue;
     const float inv = 1.f / sum;
-    T* dst = out + (static_cast<int64_t>(b) * seq + row) * q_stride + static_cast<int64_t>(h) * kD;
+    T* dst = out + (static_cast<int64_t>(b) * seq + row) * q_stride +
+             static_cast<int64_t>(h) * shape.head_dim;
 #pragma unroll
-    for (int j = 0; j < kCols; ++j) dst[tx + 16 * j] = FromFloat<T>(o[i][j] * inv);
+    for (int j = 0; j < kCols; ++j) {
+      if (tx + 16 * j < shape.head_dim) dst[tx + 16 * j] = FromFloat<T>(o[i][j] * inv);
+    }
     if (tx == 0) lse[(static_cast<int64_t>(b) * shape.q_heads + h) * seq + row] = m[i] + logf(sum);
   }
 }
@@ -206,17 +216,17 @@ __global__ void __launch_bounds__(kThreads)
   const int kvh = block.head;
   const int b = block.batch;
   const int group = shape.q_heads / shape.kv_heads;
-  const int64_t q_stride = static_cast<int64_t>(shape.q_heads) * kD;
-  const int64_t kv_stride = static_cast<int64_t>(shape.kv_heads) * kD;
+  const int64_t q_stride = static_cast<int64_t>(shape.q_heads) * shape.head_dim;
+  const int64_t kv_stride = static_cast<int64_t>(shape.kv_heads) * shape.head_dim;
   const int64_t kv_offset =
-      static_cast<int64_t>(b) * seq * kv_stride + static_cast<int64_t>(kvh) * kD;
+      static_cast<int64_t>(b) * seq * kv_stride + static_cast<int64_t>(kvh) * shape.head_dim;
   const int tx = threadIdx.x % 16;
   const int ty = threadIdx.x / 16;
   const int k0 = kt * kTile;
   const int n_qt = (seq + kTile - 1) / kTile;
 
-  LoadTile<T, kD>(sk, k + kv_offset, kv_stride, k0, seq);
-  LoadTile<T, kD>(sv, v + kv_offset, kv_stride, k0, seq);
+  LoadTile<T, kD>(sk, k + kv_offset, kv_stride, k0, seq, shape.head_dim);
+  LoadTile<T, kD>(sv, v + kv_offset, kv_stride, k0, seq, shape.head_dim);
   // Thread owns keys ty + 16 i and dims tx + 16 j.
   float dk_acc[4][kCols];
   float dv_acc[4][kCols];
@@ -232,14 +242,14 @@ __global__ void __launch_bounds__(kThreads)
   for (int hh = 0; hh < group; ++hh) {
     const int h = kvh * group + hh;
     const int64_t q_offset =
-        static_cast<int64_t>(b) * seq * q_stride + static_cast<int64_t>(h) * kD;
+        static_cast<int64_t>(b) * seq * q_stride + static_cast<int64_t>(h) * shape.head_dim;
     const float* lse_h = lse + (static_cast<int64_t>(b) * shape.q_heads + h) * seq;
     const float* delta_h = delta + (static_cast<int64_t>(b) * shape.q_heads + h) * seq;
     for (int qt = kt; qt < n_qt; ++qt) {
       const int q0 = qt * kTile;
       __syncthreads();
-      LoadTile<T, kD>(sq, q + q_offset, q_stride, q0, seq);
-      LoadTile<T, kD>(sdo, dout + q_offset, q_stride, q0, seq);
+      LoadTile<T, kD>(sq, q + q_offset, q_stride, q0, seq, shape.head_dim);
+      LoadTile<T, kD>(sdo, dout + q_offset, q_stride, q0, seq, shape.head_dim);
       if (threadIdx.x < kTile) {
         const int row = q0 + threadIdx.x;
         slse[threadIdx.x] = row < seq ? lse_h[row] : 0.f;
@@ -300,6 +310,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t offset = kv_offset + key * kv_stride;
 #pragma unroll
     for (int j = 0; j < kCols; ++j) {
+      if (tx + 16 * j >= shape.head_dim) continue;
       dk[offset + tx + 16 * j] = FromFloat<T>(dk_acc[i][j] * shape.scale);
       dv[offset + tx + 16 * j] = FromFloat<T>(dv_acc[i][j]);
     }
@@ -323,17 +334,18 @@ __global__ void __launch_bounds__(kThreads)
 
   const int seq = shape.seq;
   const auto [qt, h, b, kvh] = DecodeQueryTileBlock(shape);
-  const int64_t q_stride = static_cast<int64_t>(shape.q_heads) * kD;
-  const int64_t kv_stride = static_cast<int64_t>(shape.kv_heads) * kD;
-  const int64_t q_offset = static_cast<int64_t>(b) * seq * q_stride + static_cast<int64_t>(h) * kD;
+  const int64_t q_stride = static_cast<int64_t>(shape.q_heads) * shape.head_dim;
+  const int64_t kv_stride = static_cast<int64_t>(shape.kv_heads) * shape.head_dim;
+  const int64_t q_offset =
+      static_cast<int64_t>(b) * seq * q_stride + static_cast<int64_t>(h) * shape.head_dim;
   const int64_t kv_offset =
-      static_cast<int64_t>(b) * seq * kv_stride + static_cast<int64_t>(kvh) * kD;
+      static_cast<int64_t>(b) * seq * kv_stride + static_cast<int64_t>(kvh) * shape.head_dim;
   const int tx = threadIdx.x % 16;
   const int ty = threadIdx.x / 16;
   const int q0 = qt * kTile;
 
-  LoadTile<T, kD>(sq, q + q_offset, q_stride, q0, seq);
-  LoadTile<T, kD>(sdo, dout + q_offset, q_stride, q0, seq);
+  LoadTile<T, kD>(sq, q + q_offset, q_stride, q0, seq, shape.head_dim);
+  LoadTile<T, kD>(sdo, dout + q_offset, q_stride, q0, seq, shape.head_dim);
   float row_lse[4];
   float row_delta[4];
   float dq_acc[4][kCols];
@@ -350,8 +362,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int kt = 0; kt <= qt; ++kt) {
     const int k0 = kt * kTile;
     __syncthreads();
-    LoadTile<T, kD>(sk, k + kv_offset, kv_stride, k0, seq);
-    LoadTile<T, kD>(sv, v + kv_offset, kv_stride, k0, seq);
+    LoadTile<T, kD>(sk, k + kv_offset, kv_stride, k0, seq, shape.head_dim);
+    LoadTile<T, kD>(sv, v + kv_offset, kv_stride, k0, seq, shape.head_dim);
     __syncthreads();
     float s[4][4];
     float dp[4][4];
@@ -391,8 +403,11 @@ __global__ void __launch_bounds__(kThreads)
     if (row >= seq) continue;
     const int64_t offset = q_offset + row * q_stride;
 #pragma unroll
-    for (int j = 0; j < kCols; ++j)
-      dq[offset + tx + 16 * j] = FromFloat<T>(dq_acc[i][j] * shape.scale);
+    for (int j = 0; j < kCols; ++j) {
+      if (tx + 16 * j < shape.head_dim) {
+        dq[offset + tx + 16 * j] = FromFloat<T>(dq_acc[i][j] * shape.scale);
+      }
+    }
   }
 }
 
@@ -440,7 +455,7 @@ LaunchStatus Backward(const T* q, const T* k, const T* v, const float* lse, cons
 template <typename T>
 LaunchStatus SimtAttentionForward(const T* q, const T* k, const T* v, T* out, float* lse,
                                   const AttentionDims& dims, cudaStream_t stream) {
-  switch (dims.head_dim) {
+  switch (SimtAttentionWidth(dims.head_dim)) {
     case 32:
       return Forward<T, 32>(q, k, v, out, lse, dims, stream);
     case 64:
@@ -461,7 +476,7 @@ template <typename T>
 LaunchStatus SimtAttentionBackward(const T* q, const T* k, const T* v, const float* lse,
                                    const float* delta, const T* dout, T* dq, T* dk, T* dv,
                                    const AttentionDims& dims, cudaStream_t stream) {
-  switch (dims.head_dim) {
+  switch (SimtAttentionWidth(dims.head_dim)) {
     case 32:
       return Backward<T, 32>(q, k, v, lse, delta, dout, dq, dk, dv, dims, stream);
     case 64:

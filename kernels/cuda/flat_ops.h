@@ -54,6 +54,19 @@ template <typename T>
 LaunchStatus SquaredSum(const T* x, int64_t n, double* out, void* workspace, size_t workspace_bytes,
                         cudaStream_t stream);
 
+// The squared sums of blocks of x, each block made of pieces: out[j] = sum of double(x[i])^2 over
+// the elements of pieces[first[j]] .. pieces[first[j + 1] - 1] (first: blocks + 1 entries, device
+// memory like pieces, built once per layout). The blocked gradient norm of a ZeRO shard
+// (engine/zero/shard_grad_norm.h), whose blocks of the model's flat index are split between
+// partitions and ranks. One thread block per sum block, threads striding each piece, then a fixed
+// tree: deterministic, the CPU's bits within double rounding. An empty block writes +0.
+struct SumPiece {
+  int64_t offset = 0;
+  int64_t count = 0;
+};
+LaunchStatus BlockSquaredSums(const float* x, const SumPiece* pieces, const int64_t* first,
+                              int64_t blocks, double* out, cudaStream_t stream);
+
 // Sets *flag = 1 if any x[i] (i < n) is +-inf or NaN, and leaves it as it is otherwise: zero the
 // flag once, then several buffers may OR into it. T: float, __nv_bfloat16. `flag` is device memory.
 template <typename T>

@@ -358,6 +358,32 @@ class HostOpsBackend : public OpsBackend {
       *result = sum;
     });
   }
+  Status DoBlockSquaredSums(Stream& s, const Tensor& tx, const BlockSumList& list,
+                            const Tensor& out) override {
+    const float* x = static_cast<const float*>(tx.raw_data());
+    const int64_t n = tx.numel();
+    double* sums = static_cast<double*>(out.raw_data());
+    return Launch(s, "BlockSquaredSums", [=]() -> Status {
+      for (int64_t j = 0; j < list.blocks; ++j) {
+        double sum = 0.0;
+        for (int64_t p = list.first[j]; p < list.first[j + 1]; ++p) {
+          const SumPiece piece = list.pieces[p];
+          if (piece.offset < 0 || piece.count < 0 || piece.offset + piece.count > n) {
+            return OutOfRangeError(
+                "BlockSquaredSums: piece {} of block {} (offset {}, count {}) is outside x ({} "
+                "elements)",
+                p, j, piece.offset, piece.count, n);
+          }
+          for (int64_t i = piece.offset; i < piece.offset + piece.count; ++i) {
+            const double v = x[i];
+            sum += v * v;
+          }
+        }
+        sums[j] = sum;
+      }
+      return OkStatus();
+    });
+  }
   Status DoFlagInfOrNan(Stream& s, const Tensor& tx, int32_t* flag) override {
     const void* x = tx.raw_data();
     const DType dtype = tx.dtype();

@@ -509,6 +509,24 @@ Status OpsBackend::SquaredSum(Stream& stream, const Tensor& x, const Tensor& out
   return DoSquaredSum(stream, x, out);
 }
 
+Status OpsBackend::BlockSquaredSums(Stream& stream, const Tensor& x, const BlockSumList& list,
+                                    const Tensor& out) {
+  ArgCheck check("BlockSquaredSums", device(), "x", x);
+  SLUICE_RETURN_IF_ERROR(check.Place("x", x)
+                             .Require(x.dtype() == DType::kF32, "x", x, "f32")
+                             .Numel("out", out, DType::kF64, list.blocks,
+                                    fmt::format("[{}] (one per block)", list.blocks))
+                             .status());
+  if (list.blocks < 0 || (list.blocks > 0 && (list.pieces == nullptr || list.first == nullptr))) {
+    return InvalidArgumentError(
+        "BlockSquaredSums: {} blocks, pieces at {}, first at {}: expected "
+        "device arrays",
+        list.blocks, static_cast<const void*>(list.pieces), static_cast<const void*>(list.first));
+  }
+  if (list.blocks == 0) return OkStatus();
+  return DoBlockSquaredSums(stream, x, list, out);
+}
+
 Status OpsBackend::FlagInfOrNan(Stream& stream, const Tensor& x, int32_t* flag) {
   SLUICE_RETURN_IF_ERROR(ArgCheck("FlagInfOrNan", device(), "x", x).Place("x", x).status());
   if (flag == nullptr)

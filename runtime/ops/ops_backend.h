@@ -77,6 +77,19 @@ struct CopySegmentList {
   int64_t max_segment_elements = 0;
 };
 
+// The pieces of a blocked squared sum (laid out as kernels::cuda::SumPiece): block j is
+// pieces[first[j]] .. pieces[first[j + 1] - 1], each `count` elements of x from `offset`. Both
+// arrays in device memory, built once per layout (the host never reads them).
+struct SumPiece {
+  int64_t offset = 0;
+  int64_t count = 0;
+};
+struct BlockSumList {
+  const SumPiece* pieces = nullptr;
+  const int64_t* first = nullptr;  // blocks + 1 entries
+  int64_t blocks = 0;
+};
+
 // --- Arguments of the layer ops. Shapes: `...` is any leading dimensions (rows = their product).
 
 // x [..., in], w [out, in], b [out] or empty, y [..., out]: y = x·wᵀ + b.
@@ -240,6 +253,11 @@ class OpsBackend {
   // *out = sum of double(x[i])^2 (out: one f64 element, overwritten): the local part of the
   // global gradient norm.
   Status SquaredSum(Stream& stream, const Tensor& x, const Tensor& out);
+  // out[j] = sum of double(x[i])^2 over block j of `list` (x f32, out f64[list.blocks],
+  // overwritten): the blocked gradient norm of a ZeRO shard (engine/zero/shard_grad_norm.h). The
+  // host columns add a block's elements one after another in piece order; CUDA in a fixed tree.
+  Status BlockSquaredSums(Stream& stream, const Tensor& x, const BlockSumList& list,
+                          const Tensor& out);
   // *flag = 1 when any x[i] is inf or NaN, left as it is otherwise (zero it once, OR many in).
   Status FlagInfOrNan(Stream& stream, const Tensor& x, int32_t* flag);
   // Every element of y = value rounded to y's dtype.
@@ -289,6 +307,8 @@ class OpsBackend {
   virtual Status DoAdamStep(Stream& stream, const AdamStepArgs& args) = 0;
   virtual Status DoConvert(Stream& stream, const Tensor& src, const Tensor& dst) = 0;
   virtual Status DoSquaredSum(Stream& stream, const Tensor& x, const Tensor& out) = 0;
+  virtual Status DoBlockSquaredSums(Stream& stream, const Tensor& x, const BlockSumList& list,
+                                    const Tensor& out) = 0;
   virtual Status DoFlagInfOrNan(Stream& stream, const Tensor& x, int32_t* flag) = 0;
   virtual Status DoFill(Stream& stream, const Tensor& y, double value) = 0;
   virtual Status DoScale(Stream& stream, const Tensor& y, double factor) = 0;

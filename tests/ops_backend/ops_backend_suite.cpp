@@ -405,6 +405,54 @@ TEST_P(OpsBackendTest, ScaleMultipliesInPlaceRoundingOnce) {
 
 // A missing or wrong-rank weight is an error naming it, not an abort while the expected shapes
 // are built from it.
+// The blocked norm of a ZeRO shard: blocks of pieces, one of them empty, pieces out of order and
+// of one element, a block longer than a CUDA thread block's stride.
+TEST_P(OpsBackendTest, BlockSquaredSumsAddEachBlocksPieces) {
+  const int64_t n = 3000;
+  Rng rng(21);
+  const std::vector<double> x = Rounded(rng.Uniform<double>(n, -2.0, 2.0), DType::kF32);
+  const std::vector<std::vector<SumPiece>> blocks = {
+      {{.offset = 0, .count = 700}, {.offset = 1500, .count = 300}},
+      {},
+      {{.offset = 900, .count = 513}},
+      {{.offset = 2999, .count = 1}, {.offset = 1000, .count = 100}}};
+  std::vector<SumPiece> pieces;
+  std::vector<int64_t> first = {0};
+  std::vector<double> expected;
+  for (const std::vector<SumPiece>& block : blocks) {
+    double sum = 0.0;
+    for (const SumPiece& piece : block) {
+      pieces.push_back(piece);
+      for (int64_t i = piece.offset; i < piece.offset + piece.count; ++i) sum += x[i] * x[i];
+    }
+    first.push_back(static_cast<int64_t>(pieces.size()));
+    expected.push_back(sum);
+  }
+  const auto upload = [this](const auto& values) {
+    std::vector<uint8_t> bytes(values.size() * sizeof(values[0]));
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    return UploadBytes(std::move(bytes));
+  };
+  const BlockSumList list{.pieces = static_cast<const SumPiece*>(upload(pieces)),
+                          .first = static_cast<const int64_t*>(upload(first)),
+                          .blocks = static_cast<int64_t>(blocks.size())};
+  Tensor sums = Zeros(DType::kF64, {list.blocks});
+  ASSERT_OK(ops_->BlockSquaredSums(*stream_, Upload(x, DType::kF32, {n}), list, sums));
+  const std::vector<double> got = Download(sums);
+  if (GetParam().device == DeviceKind::kCpu) {
+    EXPECT_EQ(got, expected) << "the host columns add in piece order, as the reference does";
+  } else {
+    ExpectClose(got, expected, 1e-13, "block squared sums");
+  }
+  EXPECT_EQ(got[1], 0.0);
+
+  // Out-of-range pieces are the stream's error on the host columns; bad arguments fail at once.
+  EXPECT_FALSE(
+      ops_->BlockSquaredSums(*stream_, Upload(x, DType::kF32, {n}), list, Zeros(DType::kF64, {2}))
+          .ok());
+  EXPECT_FALSE(ops_->BlockSquaredSums(*stream_, Upload(x, DType::kF64, {n}), list, sums).ok());
+}
+
 TEST_P(OpsBackendTest, MissingOrWrongRankWeightsAreErrorsNamingThem) {
   Tensor x = Zeros(compute(), {8, 32});
   Tensor y = Zeros(compute(), {8, 64});

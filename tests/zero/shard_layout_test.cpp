@@ -14,6 +14,7 @@
 #include "engine/train/grad_clip.h"
 #include "engine/zero/partition_copy.h"
 #include "engine/zero/shard_grad_norm.h"
+#include "engine/zero/shard_norm_plan.h"
 #include "kernels/ref/half.h"
 #include "tests/common/test_ops.h"
 #include "zero_test_util.h"
@@ -251,6 +252,46 @@ TEST(ShardGradNorm, OneRankSumsLikeTheReferenceNorm) {
 
   shard[17] = std::numeric_limits<float>::infinity();
   EXPECT_FALSE(std::isfinite(LocalSquaredSum(one, shard.data())));
+}
+
+// The device path of the norm: the blocks as pieces, summed by the cpu column on a stream, added
+// in block order on the host: LocalSquaredSum's bits for one rank (persistent parameters
+// reordering the shard) and for each of three ranks (partitions split between ranks, padding).
+TEST(ShardGradNorm, ThePlanOnTheDeviceSumsLikeTheHost) {
+  model::ModelOptions options = TinyGpt();
+  options.d_model = 64;
+  options.d_ff = 256;
+  model::HostAllocator host;
+  auto net = model::Model<float>::Create(options, host, sluice::testing::OpsFor<float>(),
+                                         model::ModelStorage::kExternal);
+  ASSERT_TRUE(net.ok());
+  const model::ParameterRegistry& registry = (*net)->registry();
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1e-2f);
+  std::vector<float> grads(static_cast<size_t>(registry.total_elements()));
+  for (float& g : grads) g = normal(rng);
+  ops::OpsBackend& ops = sluice::testing::OpsFor<float>();
+  Device& device = ops.device();
+  auto stream = device.CreateStream();
+  ASSERT_TRUE(stream.ok());
+  for (const ShardLayout& layout :
+       {ShardLayout::Build(registry, 1, 0, 100), ShardLayout::Build(registry, 3, 0, -1),
+        ShardLayout::Build(registry, 3, 1, -1), ShardLayout::Build(registry, 3, 2, -1)}) {
+    std::vector<float> shard(static_cast<size_t>(layout.shard_elements()), 0.0f);
+    ExtractOwned(layout, grads.data(), shard.data());
+    auto on_device = device.Allocate(shard.size() * sizeof(float), MemoryCategory::kGrads);
+    ASSERT_TRUE(on_device.ok());
+    ASSERT_TRUE(device
+                    .CopyAsync(on_device->data(), shard.data(), shard.size() * sizeof(float),
+                               CopyKind::kH2D, **stream)
+                    .ok());
+    auto plan = ShardNormPlan::Create(**stream, layout);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    EXPECT_GT(BuildNormBlocks(layout).blocks(), 1);
+    Result<double> sum = (*plan)->LocalSquaredSum(ops, **stream, on_device->data_as<float>());
+    ASSERT_TRUE(sum.ok()) << sum.status().ToString();
+    EXPECT_EQ(*sum, LocalSquaredSum(layout, shard.data())) << "rank " << layout.rank();
+  }
 }
 
 TEST(ShardGradNorm, ClipCoefficientAsTorch) {

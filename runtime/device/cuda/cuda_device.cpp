@@ -93,7 +93,11 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::Create(int index, uint64_t memor
   SLUICE_TRY_CUDA(cudaDeviceGetDefaultMemPool(&pool, index));
   uint64_t threshold = capacity;
   SLUICE_TRY_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
-  return std::unique_ptr<CudaDevice>(new CudaDevice(index, capacity));
+  cudaDeviceProp properties{};
+  SLUICE_TRY_CUDA(cudaGetDeviceProperties(&properties, index));
+  std::unique_ptr<CudaDevice> device(new CudaDevice(index, capacity));
+  device->set_product(properties.name);
+  return device;
 }
 
 CudaDevice::CudaDevice(int index, uint64_t capacity)

@@ -33,14 +33,19 @@ static_assert(sizeof(CopySegment) == sizeof(kc::FlatSegment) &&
                   offsetof(CopySegment, count) == offsetof(kc::FlatSegment, count) &&
                   offsetof(CopySegment, zero_fill) == offsetof(kc::FlatSegment, zero_fill),
               "CopySegment must be laid out as kernels::cuda::FlatSegment");
+static_assert(sizeof(SumPiece) == sizeof(kc::SumPiece) &&
+                  offsetof(SumPiece, offset) == offsetof(kc::SumPiece, offset) &&
+                  offsetof(SumPiece, count) == offsetof(kc::SumPiece, count),
+              "SumPiece must be laid out as kernels::cuda::SumPiece");
 
-// A rejected argument stays InvalidArgument; anything CUDA or cuBLAS said is Internal.
+// A rejected argument stays InvalidArgument; anything CUDA or cuBLAS said is Internal. The op
+// is named once: most launchers' messages start with it already.
 Status FromLaunch(std::string_view op, const kc::LaunchStatus& s) {
   if (s.ok()) return OkStatus();
-  if (s.code() == kc::LaunchStatus::Code::kInvalidArgument) {
-    return InvalidArgumentError("{}: {}", op, s.message());
-  }
-  return InternalError("{}: {}", op, s.message());
+  const std::string& message = s.message();
+  const std::string text = message.starts_with(op) ? message : fmt::format("{}: {}", op, message);
+  if (s.code() == kc::LaunchStatus::Code::kInvalidArgument) return InvalidArgumentError("{}", text);
+  return InternalError("{}", text);
 }
 
 cudaStream_t Native(Stream& stream) { return static_cast<cudaStream_t>(stream.native()); }
@@ -355,6 +360,12 @@ class CudaOpsBackend : public OpsBackend {
     // f32 only: the f64 of the host columns has no CUDA kernel.
     if (y.dtype() != DType::kF32) return UnsupportedDType("Scale", "y", y);
     return FromLaunch("Scale", kc::Scale(F(y), static_cast<float>(factor), y.numel(), Native(s)));
+  }
+  Status DoBlockSquaredSums(Stream& s, const Tensor& x, const BlockSumList& list,
+                            const Tensor& out) override {
+    return FromLaunch("BlockSquaredSums",
+                      kc::BlockSquaredSums(F(x), reinterpret_cast<const kc::SumPiece*>(list.pieces),
+                                           list.first, list.blocks, P<double>(out), Native(s)));
   }
   Status DoCopySegments(Stream& s, const Tensor& src, const Tensor& dst,
                         const CopySegmentList& list) override {

@@ -1,0 +1,97 @@
+#include "engine/zero/shard_norm_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "engine/zero/shard_grad_norm.h"
+
+namespace sluice::zero {
+
+NormBlocks BuildNormBlocks(const ShardLayout& layout) {
+  std::vector<const PartitionInfo*> in_flat_order;
+  in_flat_order.reserve(layout.partitions().size());
+  for (const PartitionInfo& p : layout.partitions()) in_flat_order.push_back(&p);
+  std::sort(in_flat_order.begin(), in_flat_order.end(),
+            [](const PartitionInfo* a, const PartitionInfo* b) {
+              return a->full_offset < b->full_offset;
+            });
+  NormBlocks out;
+  int64_t block = -1;
+  for (const PartitionInfo* p : in_flat_order) {
+    const ShardSpan owned = layout.Owned(*p);
+    int64_t at = p->shard_offset;
+    int64_t flat = p->full_offset + static_cast<int64_t>(owned.offset);
+    const int64_t flat_end = flat + static_cast<int64_t>(owned.count);
+    while (flat < flat_end) {
+      const int64_t b = flat / kNormBlock;
+      if (b != block) {
+        if (block >= 0) out.first.push_back(static_cast<int64_t>(out.pieces.size()));
+        block = b;
+      }
+      const int64_t end = std::min(flat_end, (b + 1) * kNormBlock);
+      out.pieces.push_back({.offset = at, .count = end - flat});
+      at += end - flat;
+      flat = end;
+    }
+  }
+  if (block >= 0) out.first.push_back(static_cast<int64_t>(out.pieces.size()));
+  return out;
+}
+
+namespace {
+
+template <typename V>
+Result<DeviceBuffer> Upload(Stream& stream, const std::vector<V>& values, const char* what) {
+  Device& device = stream.device();
+  const size_t bytes = std::max<size_t>(values.size() * sizeof(V), 1);
+  Result<DeviceBuffer> buffer = device.Allocate(bytes, MemoryCategory::kBuffers);
+  if (!buffer.ok()) {
+    return Status(buffer.status()).WithContext(fmt::format("allocating the norm's {}", what));
+  }
+  if (!values.empty()) {
+    SLUICE_RETURN_IF_ERROR(device.CopyAsync(buffer->data(), values.data(),
+                                            values.size() * sizeof(V), CopyKind::kH2D, stream));
+  }
+  return buffer;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ShardNormPlan>> ShardNormPlan::Create(Stream& stream,
+                                                             const ShardLayout& layout) {
+  const NormBlocks blocks = BuildNormBlocks(layout);
+  std::unique_ptr<ShardNormPlan> plan(new ShardNormPlan());
+  plan->shard_elements_ = layout.shard_elements();
+  plan->blocks_ = blocks.blocks();
+  SLUICE_ASSIGN_OR_RETURN(plan->pieces_, Upload(stream, blocks.pieces, "block pieces"));
+  SLUICE_ASSIGN_OR_RETURN(plan->first_, Upload(stream, blocks.first, "block index"));
+  SLUICE_ASSIGN_OR_RETURN(plan->sums_,
+                          Upload(stream, std::vector<double>(blocks.blocks(), 0.0), "block sums"));
+  plan->host_sums_.resize(static_cast<size_t>(blocks.blocks()));
+  // The host vectors go out of scope here: the copies must be done.
+  SLUICE_RETURN_IF_ERROR(stream.Synchronize());
+  return plan;
+}
+
+Result<double> ShardNormPlan::LocalSquaredSum(ops::OpsBackend& ops, Stream& stream,
+                                              const float* grad_shard) {
+  if (blocks_ == 0) return 0.0;
+  const int index = stream.device().index();
+  SLUICE_RETURN_IF_ERROR(ops.BlockSquaredSums(
+      stream,
+      Tensor(const_cast<float*>(grad_shard), DType::kF32, {shard_elements_}, MemoryTier::kDevice,
+             index),
+      {.pieces = pieces_.data_as<ops::SumPiece>(),
+       .first = first_.data_as<int64_t>(),
+       .blocks = blocks_},
+      Tensor(sums_.data(), DType::kF64, {blocks_}, MemoryTier::kDevice, index)));
+  SLUICE_RETURN_IF_ERROR(stream.device().CopyAsync(
+      host_sums_.data(), sums_.data(), host_sums_.size() * sizeof(double), CopyKind::kD2H, stream));
+  SLUICE_RETURN_IF_ERROR(stream.Synchronize());
+  double total = 0.0;
+  for (double sum : host_sums_) total += sum;
+  return total;
+}
+
+}  // namespace sluice::zero
