@@ -115,6 +115,8 @@ std::string_view OptimizerTypeName(OptimizerType type) {
       return "AdamW";
     case OptimizerType::kLion:
       return "Lion";
+    case OptimizerType::kLamb:
+      return "Lamb";
   }
   return "?";
 }

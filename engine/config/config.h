@@ -37,8 +37,9 @@ struct BatchConfig {
   int64_t gradient_accumulation_steps = 0;
 };
 
-// Lion (kernels/ref/lion_ref.h) keeps one moment (exp_avg), Adam and AdamW two.
-enum class OptimizerType { kAdam, kAdamW, kLion };
+// Lion (kernels/ref/lion_ref.h) keeps one moment (exp_avg), Adam, AdamW and Lamb
+// (kernels/ref/lamb_ref.h) two.
+enum class OptimizerType { kAdam, kAdamW, kLion, kLamb };
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::kAdamW;  // as written ("adam" and "Adam" are kAdam)
   // Effective decoupled weight decay: type AdamW, or Adam with adam_w_mode (DeepSpeed's rule).
@@ -47,15 +48,20 @@ struct OptimizerConfig {
   double lr = 1e-3;
   double beta1 = 0.9;
   double beta2 = 0.999;
-  double eps = 1e-8;  // Adam only
+  double eps = 1e-8;  // Adam and Lamb
   double weight_decay = 0.0;
-  bool bias_correction = true;  // Adam only; off: the moments are used without 1 - beta^t
+  bool bias_correction = true;  // Adam and Lamb; off: the moments are used without 1 - beta^t
+  // Lamb only (DeepSpeed's FusedLamb): the trust ratio's clamp, and eps under the square root.
+  double max_coeff = 10.0;
+  double min_coeff = 0.01;
+  bool eps_inside_sqrt = false;
 };
 
-// "Adam", "AdamW", "Lion": the config's spelling (optimizer.type), for messages and checkpoints.
+// "Adam", "AdamW", "Lion", "Lamb": the config's spelling (optimizer.type), for messages and
+// checkpoints.
 std::string_view OptimizerTypeName(OptimizerType type);
-// The moment tensors the optimizer keeps per element besides the fp32 master weights: 2 for Adam
-// and AdamW (exp_avg, exp_avg_sq), 1 for Lion (exp_avg).
+// The moment tensors the optimizer keeps per element besides the fp32 master weights: 2 for Adam,
+// AdamW and Lamb (exp_avg, exp_avg_sq), 1 for Lion (exp_avg).
 inline int OptimizerMoments(OptimizerType type) { return type == OptimizerType::kLion ? 1 : 2; }
 
 enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
@@ -246,6 +252,8 @@ struct Config {
   // and 3, as DeepSpeed refuses them.
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;
+  // DeepSpeed's gate for optimizers it has not tested with ZeRO: Lamb at stages 1-3 needs it.
+  bool zero_allow_untested_optimizer = false;
   bool wall_clock_breakdown = false;
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;

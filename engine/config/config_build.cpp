@@ -42,6 +42,7 @@ void BuildBatchAndTopLevel(const SettingValues& v, Config* c) {
   c->gradient_clipping = v.GetFloat("gradient_clipping");
   c->prescale_gradients = v.GetBool("prescale_gradients");
   c->gradient_predivide_factor = v.GetFloat("gradient_predivide_factor");
+  c->zero_allow_untested_optimizer = v.GetBool("zero_allow_untested_optimizer");
   c->steps_per_print = v.FindInt("steps_per_print");
   c->wall_clock_breakdown = v.GetBool("wall_clock_breakdown");
 }
@@ -51,6 +52,7 @@ void BuildOptimizer(const SettingValues& v, Config* c) {
   const std::string& type = v.GetString("optimizer.type");
   o.type = type == "Adam"   ? OptimizerType::kAdam
            : type == "Lion" ? OptimizerType::kLion
+           : type == "Lamb" ? OptimizerType::kLamb
                             : OptimizerType::kAdamW;
   bool adam_w_mode = v.GetBool("optimizer.params.adam_w_mode");
   o.adam_w_mode = o.type != OptimizerType::kAdam || adam_w_mode;
@@ -61,6 +63,9 @@ void BuildOptimizer(const SettingValues& v, Config* c) {
   o.eps = v.GetFloat("optimizer.params.eps");
   o.weight_decay = v.GetFloat("optimizer.params.weight_decay");
   o.bias_correction = v.GetBool("optimizer.params.bias_correction");
+  o.max_coeff = v.GetFloat("optimizer.params.max_coeff");
+  o.min_coeff = v.GetFloat("optimizer.params.min_coeff");
+  o.eps_inside_sqrt = v.GetBool("optimizer.params.eps_inside_sqrt");
 }
 
 void BuildScheduler(const SettingValues& v, Config* c) {

@@ -443,6 +443,21 @@ class Resolver {
             path, At(path));
       }
     }
+    if (type != "Lamb") {
+      // At their defaults they change nothing (a config record lists every setting).
+      const std::pair<const char*, bool> lamb_only[] = {
+          {"optimizer.params.max_coeff", v_.GetFloat("optimizer.params.max_coeff") == 10.0},
+          {"optimizer.params.min_coeff", v_.GetFloat("optimizer.params.min_coeff") == 0.01},
+          {"optimizer.params.eps_inside_sqrt", !v_.GetBool("optimizer.params.eps_inside_sqrt")}};
+      for (const auto& [path, at_default] : lamb_only) {
+        if (!v_.IsGiven(path) || at_default) continue;
+        return Error(
+            "{}{} is a parameter of optimizer.type Lamb only (DeepSpeed's FusedLamb), not of {}: "
+            "remove it, or set optimizer.type Lamb",
+            path, At(path), type);
+      }
+    }
+    if (type == "Lamb") SLUICE_RETURN_IF_ERROR(Lamb());
     if (type == "AdamW" && v_.IsGiven("optimizer.params.adam_w_mode") &&
         !v_.GetBool("optimizer.params.adam_w_mode")) {
       v_.Set("optimizer.params.adam_w_mode", true, ValueSource::kDerived,
@@ -470,6 +485,52 @@ class Resolver {
     for (const TrainerDefault& d : defaults) {
       if (!v_.IsAuto(d.path)) continue;
       v_.Resolve(d.path, d.value, fmt::format("the Hugging Face Trainer's {} default", d.argument));
+    }
+    return OkStatus();
+  }
+
+  // What DeepSpeed's engine and FusedLamb accept with optimizer.type Lamb; FusedLamb runs on the
+  // device only, so Sluice refuses what has no host LAMB there (offload_optimizer).
+  Status Lamb() {
+    constexpr const char* kAdamWMode = "optimizer.params.adam_w_mode";
+    if (v_.IsGiven(kAdamWMode)) {
+      return Error(
+          "{}{} is not a parameter of optimizer.type Lamb (its parameters: lr, betas, eps, "
+          "weight_decay, bias_correction, eps_inside_sqrt, max_coeff, min_coeff; its weight decay "
+          "is L2 inside the update, scaled by the trust ratio): remove it",
+          kAdamWMode, At(kAdamWMode));
+    }
+    const double max_coeff = v_.GetFloat("optimizer.params.max_coeff");
+    const double min_coeff = v_.GetFloat("optimizer.params.min_coeff");
+    if (min_coeff > max_coeff) {
+      return Error(
+          "optimizer.params.min_coeff {}{} exceeds optimizer.params.max_coeff {}{}: Lamb clamps "
+          "its trust ratio to [min_coeff, max_coeff]",
+          min_coeff, At("optimizer.params.min_coeff"), max_coeff, At("optimizer.params.max_coeff"));
+    }
+    if (v_.GetBool("fp16.enabled") && v_.GetFloat("fp16.loss_scale") != 0.0) {
+      return Error(
+          "optimizer.type Lamb with fp16.loss_scale {}{} (a static loss scale) is refused, as "
+          "DeepSpeed refuses it (\"DeepSpeed lamb optimizer requires dynamic loss scaling\"): set "
+          "fp16.loss_scale 0",
+          v_.GetFloat("fp16.loss_scale"), At("fp16.loss_scale"));
+    }
+    const int64_t stage = v_.GetInt("zero_optimization.stage");
+    if (stage >= 1 && !v_.GetBool("zero_allow_untested_optimizer")) {
+      return Error(
+          "optimizer.type Lamb at zero_optimization.stage {}{} needs zero_allow_untested_optimizer "
+          "true, as DeepSpeed requires (\"You are using an untested ZeRO Optimizer. Please add "
+          "<\"zero_allow_untested_optimizer\": true> in the configuration file to use it.\"); "
+          "Sluice's trust ratio is per parameter at every stage, the norms summed over the shards",
+          stage, At("zero_optimization.stage"));
+    }
+    constexpr const char* kOffload = "zero_optimization.offload_optimizer.device";
+    if (const std::string& device = v_.GetString(kOffload); device != "none") {
+      return Error(
+          "optimizer.type Lamb with {} {}{} is not supported: DeepSpeed's FusedLamb has no CPU "
+          "kernel for offloaded state, and Sluice's LAMB runs with the optimizer state beside the "
+          "parameters only; set {} none, or use optimizer.type AdamW or Lion",
+          kOffload, device, At(kOffload), kOffload);
     }
     return OkStatus();
   }

@@ -46,6 +46,10 @@ void AddBatchAndTopLevel(SettingsRegistry& r) {
         "other than 1 at stages 2 and 3, with reduce_scatter)")
       .Default(1.0)
       .Min(0, /*exclusive=*/true);
+  r.Add("zero_allow_untested_optimizer", T::kBool,
+        "Let ZeRO (stage 1-3) run an optimizer DeepSpeed has not tested with it; DeepSpeed and "
+        "Sluice require true for optimizer.type Lamb at stages 1-3")
+      .Default(false);
   r.Add("steps_per_print", T::kInt, "Log training progress every N optimizer steps")
       .Unset("never (DeepSpeed's code default is None)")
       .Min(1);
@@ -57,10 +61,11 @@ void AddBatchAndTopLevel(SettingsRegistry& r) {
 void AddOptimizer(SettingsRegistry& r) {
   r.AddSection("optimizer", "Optimizer (DeepSpeed's optimizer.type and optimizer.params)");
   r.Add("optimizer.type", T::kEnum,
-        "Adam, AdamW or Lion (any case); Adam with adam_w_mode true is AdamW, as in DeepSpeed; "
-        "Lion keeps one moment instead of two")
+        "Adam, AdamW, Lion or Lamb (any case); Adam with adam_w_mode true is AdamW, as in "
+        "DeepSpeed; Lion keeps one moment instead of two; Lamb (DeepSpeed's FusedLamb) scales "
+        "each parameter's Adam update by a trust ratio")
       .Default(std::string("AdamW"))
-      .Allowed({"Adam", "AdamW", "Lion"}, /*case_insensitive=*/true);
+      .Allowed({"Adam", "AdamW", "Lion", "Lamb"}, /*case_insensitive=*/true);
   r.AddSection("optimizer.params", "Optimizer constructor arguments");
   r.Add("optimizer.params.lr", T::kFloat, "Learning rate (peak rate when a scheduler warms up)")
       .Default(1e-3)
@@ -75,7 +80,7 @@ void AddOptimizer(SettingsRegistry& r) {
       .Max(1, /*exclusive=*/true)
       .Auto("[0.9, 0.999] (the Trainer's adam_beta1, adam_beta2 defaults)");
   r.Add("optimizer.params.eps", T::kFloat,
-        "Term added to the denominator for stability (Adam only)")
+        "Term added to the denominator for stability (Adam and Lamb)")
       .Default(1e-8)
       .Min(0, /*exclusive=*/true)
       .Auto("1e-8 (the Trainer's adam_epsilon default)");
@@ -89,8 +94,20 @@ void AddOptimizer(SettingsRegistry& r) {
       .Default(true);
   r.Add("optimizer.params.bias_correction", T::kBool,
         "Divide the moments by 1 - beta^t (Adam's bias correction); false uses them as they are, "
-        "as DeepSpeed's FusedAdam and CPU Adam do (Adam only)")
+        "as DeepSpeed's FusedAdam and CPU Adam do (Adam and Lamb; Lamb folds it into the step "
+        "size, as DeepSpeed's FusedLamb does)")
       .Default(true);
+  r.Add("optimizer.params.max_coeff", T::kFloat,
+        "Upper clamp of Lamb's trust ratio ||p|| / ||update|| (Lamb only)")
+      .Default(10.0)
+      .Min(0);
+  r.Add("optimizer.params.min_coeff", T::kFloat,
+        "Lower clamp of Lamb's trust ratio (Lamb only; at most max_coeff)")
+      .Default(0.01)
+      .Min(0);
+  r.Add("optimizer.params.eps_inside_sqrt", T::kBool,
+        "Lamb's denominator sqrt(v + eps) instead of sqrt(v) + eps (Lamb only)")
+      .Default(false);
 }
 
 void AddScheduler(SettingsRegistry& r) {
@@ -560,10 +577,6 @@ const std::vector<UnsupportedConfigKey>& UnsupportedKeys() {
   static const std::vector<UnsupportedConfigKey> keys = {
       // Top level.
       {"managed_gradient_accumulation", false, {"true"}, ""},
-      {"zero_allow_untested_optimizer",
-       false,
-       {"true", "false"},
-       "Sluice has no client optimizers"},
       {"zero_force_ds_cpu_optimizer", false, {"true", "false"}, "Sluice has no client optimizers"},
       {"memory_breakdown", false, {"false"}, ""},
       {"dump_state", false, {"false"}, ""},
@@ -746,9 +759,9 @@ const char* UnsupportedConfigValue(std::string_view path, std::string_view value
   std::string lower(value);
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (path == "optimizer.type") {
-    static const char* kDeepSpeed[] = {"lamb",    "onebitadam", "zerooneadam", "onebitlamb",
-                                       "adagrad", "muadam",     "muadamw",     "musgd",
-                                       "muon",    "sgd"};
+    static const char* kDeepSpeed[] = {"onebitadam", "zerooneadam", "onebitlamb",
+                                       "adagrad",    "muadam",      "muadamw",
+                                       "musgd",      "muon",        "sgd"};
     for (const char* name : kDeepSpeed) {
       if (lower == name) return "a DeepSpeed optimizer";
     }

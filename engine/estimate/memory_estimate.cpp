@@ -185,8 +185,11 @@ void AddOptimizer(const Context& c, const Count& elements, bool master, ItemList
   const int64_t off = place.offloaded.elements;
   const bool lion = c.optimizer == OptimizerType::kLion;
   const int64_t moment_bytes = c.moments * kF32;
-  items.Add(lion ? "Lion exp_avg (fp32)" : "Adam exp_avg + exp_avg_sq (fp32)", MemoryTier::kDevice,
-            MemoryCategory::kOptimizer, moment_bytes * dev, Times(moment_bytes, place.device));
+  const char* moments = lion                                  ? "Lion exp_avg (fp32)"
+                        : c.optimizer == OptimizerType::kLamb ? "Lamb exp_avg + exp_avg_sq (fp32)"
+                                                              : "Adam exp_avg + exp_avg_sq (fp32)";
+  items.Add(moments, MemoryTier::kDevice, MemoryCategory::kOptimizer, moment_bytes * dev,
+            Times(moment_bytes, place.device));
   if (master) {
     items.Add("fp32 master weights", MemoryTier::kDevice, MemoryCategory::kOptimizer, kF32 * dev,
               Times(kF32, place.device));

@@ -54,9 +54,9 @@ std::string_view SavedOptimizerType(const nlohmann::json& optimizer) {
   return it->get_ref<const std::string&>();
 }
 
-// Adam's and AdamW's states are alike (their difference is a trajectory setting the config check
-// names); Lion's has no exp_avg_sq and its exp_avg means something else, so no resume may cross
-// between them, --allow-config-change or not.
+// Adam's, AdamW's and Lamb's states are alike (exp_avg and exp_avg_sq, the same averages; their
+// difference is a trajectory setting the config check names); Lion's has no exp_avg_sq and its
+// exp_avg means something else, so no resume may cross between them, --allow-config-change or not.
 Status CheckSameOptimizerState(std::string_view saved, OptimizerType now, const fs::path& dir) {
   const bool saved_lion = saved == OptimizerTypeName(OptimizerType::kLion);
   if (saved_lion == (now == OptimizerType::kLion)) return OkStatus();

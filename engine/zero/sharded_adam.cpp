@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/zero/adam_hyperparams.h"
+#include "engine/zero/lamb_step.h"
 #include "engine/zero/optimizer_step.h"
 #include "engine/zero/zeroed_buffer.h"
 
@@ -25,6 +26,7 @@ Result<std::unique_ptr<ShardedAdam>> ShardedAdam::Create(ops::OpsBackend& ops, S
                                                          int64_t count, bool param_shard_on_host,
                                                          int num_threads) {
   if (config.type == OptimizerType::kLion) SLUICE_RETURN_IF_ERROR(CheckLionOnDevice(ops));
+  if (config.type == OptimizerType::kLamb) SLUICE_RETURN_IF_ERROR(CheckLambOnDevice(ops));
   std::unique_ptr<ShardedAdam> adam(new ShardedAdam());
   adam->ops_ = &ops;
   adam->config_ = config;
@@ -59,7 +61,26 @@ Status ShardedAdam::LoadMasterFromParams(Stream& stream) {
 
 Status ShardedAdam::Step(Stream& stream, const float* grads, double lr, double grad_scale) {
   const kernels::AdamHyperparams hyper = AdamHyperparamsFor(config_, lr, step_ + 1);
-  if (count_ > 0 && lion()) {
+  if (config_.type == OptimizerType::kLamb) {
+    if (!lamb_plan_.has_value()) {
+      return FailedPreconditionError(
+          "optimizer.type Lamb needs the parameters' pieces of the shard (SetLambPlan) before "
+          "its first step: the trust ratio is per parameter");
+    }
+    const kernels::LambTensors t{.params = master_,
+                                 .exp_avg = exp_avg_.data_as<float>(),
+                                 .exp_avg_sq = exp_avg_sq_.data_as<float>(),
+                                 .grads = grads,
+                                 .param_copy = param_dtype_ == DType::kF32 ? nullptr : param_shard_,
+                                 .copy_type = AdamCopyTypeFor(param_dtype_),
+                                 .count = static_cast<size_t>(count_)};
+    Status done =
+        LambShardStep(*ops_, stream, *lamb_plan_, t, LambHyperparamsFor(config_, lr, step_ + 1),
+                      static_cast<float>(grad_scale), {.num_threads = num_threads_});
+    if (!done.ok()) {
+      return std::move(done).WithContext(fmt::format("ZeRO optimizer step {}", hyper.step));
+    }
+  } else if (count_ > 0 && lion()) {
     const kernels::LionTensors t{.params = master_,
                                  .exp_avg = exp_avg_.data_as<float>(),
                                  .grads = grads,

@@ -4,7 +4,8 @@
 // (category optimizer), one fused Adam op of the ops backend per step (runtime/ops/ops_backend.h:
 // kernels/cpu/adam.h on the cpu device), enqueued on the caller's stream; or Lion
 // (optimizer.type Lion) with exp_avg only, stepped by EnqueueLionStep (optimizer_step.h: not on a
-// CUDA device yet, which Create refuses). The
+// CUDA device yet, which Create refuses); or Lamb, both moments, in two passes per step with the
+// norms summed across ranks (lamb_step.h: the host waits for pass 1; cpu device only). The
 // updated parameters are written in the parameter dtype into the parameter shard, the source of
 // the next all-gather: in f32 the master weights are that shard itself; in bf16 / f16 the kernel
 // writes the rounded copy there. Adam is elementwise, so a shard steps exactly as the same
@@ -14,8 +15,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <utility>
 
 #include "engine/config/config.h"
+#include "engine/zero/lamb_step.h"
 #include "engine/zero/optimizer_state_stream.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
@@ -58,6 +62,10 @@ class ShardedAdam {
   Status RestoreState(Stream& stream, const float* master, const float* exp_avg,
                       const float* exp_avg_sq, int64_t step);
 
+  // optimizer.type Lamb: the parameters' pieces of the shard and how their norms are summed
+  // across ranks (lamb_step.h); Step refuses Lamb until this was called.
+  void SetLambPlan(LambPlan plan) { lamb_plan_ = std::move(plan); }
+
   int64_t step() const { return step_; }
   int64_t count() const { return count_; }
   // fp32 values per element in a state stream: master, exp_avg and (Adam) exp_avg_sq.
@@ -83,6 +91,7 @@ class ShardedAdam {
   int num_threads_ = 0;          // Lion's kernel threads
   DeviceBuffer exp_avg_;
   DeviceBuffer exp_avg_sq_;  // empty for Lion
+  std::optional<LambPlan> lamb_plan_;
 };
 
 // RestoreState from a source (offloaded_adam.h) through host copies of the whole state: the

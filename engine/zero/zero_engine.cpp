@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -198,6 +199,7 @@ Status ZeroEngine::Build(Comm& world) {
                  model_->ops(), compute(), options_,
                  {.shard = param_shard_data_, .host = host_params, .nvme = param_store_.get()},
                  layout_.shard_elements(), world.rank()));
+  if (options_.optimizer.type == OptimizerType::kLamb) SLUICE_RETURN_IF_ERROR(SetLambPlan());
 
   if (stage == 3) {
     CoordinatorOptions coordinator;
@@ -246,6 +248,35 @@ Status ZeroEngine::Build(Comm& world) {
                adam_->state_bytes());
   }
   return OkStatus();
+}
+
+Status ZeroEngine::SetLambPlan() {
+  LambPlan plan;
+  // Each parameter's partition (padding included) is one piece; the partitions tile the shard.
+  for (const PartitionInfo& p : layout_.partitions()) {
+    plan.segments.push_back({.offset = p.shard_offset, .count = p.partition});
+  }
+  if (options_.stage > 0 && queue_->comm().size() > 1) {
+    CommQueue* queue = queue_.get();
+    plan.sum_across_ranks = [queue](std::span<double> sums) {
+      if (sums.empty()) return OkStatus();
+      return queue->Run("all_gather LAMB norms", [sums](Comm& comm) -> Status {
+        std::vector<uint64_t> mine(sums.size());
+        for (size_t i = 0; i < sums.size(); ++i) mine[i] = std::bit_cast<uint64_t>(sums[i]);
+        SLUICE_ASSIGN_OR_RETURN(std::vector<uint64_t> all, AllGatherWords(comm, mine));
+        // As SumInRankOrder: from +0, rank 0 first, so every rank adds the same bits.
+        for (size_t i = 0; i < sums.size(); ++i) {
+          double total = 0.0;
+          for (size_t r = 0; r < all.size() / sums.size(); ++r) {
+            total += std::bit_cast<double>(all[r * sums.size() + i]);
+          }
+          sums[i] = total;
+        }
+        return OkStatus();
+      });
+    };
+  }
+  return adam_->SetLambPlan(std::move(plan));
 }
 
 Status ZeroEngine::CheckUsable() const {

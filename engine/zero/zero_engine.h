@@ -203,6 +203,8 @@ class ZeroEngine {
 
   ZeroEngine(const ZeroOptions& options, model::Model<float>& model, Device& device);
   Status Build(Comm& world);
+  // optimizer.type Lamb: hands the optimizer the partitions and the rank-order sum of the norms.
+  Status SetLambPlan();
   Status Fail(Status status);
   // Called by the model once a pass is enqueued: the last gradient reductions.
   Status BeforePassEnd();

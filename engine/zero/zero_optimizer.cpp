@@ -26,6 +26,10 @@ class DeviceOptimizer final : public ZeroOptimizer {
   Status RestoreState(const OptimizerStateSource& source, int64_t step) override {
     return RestoreShardedAdam(*adam_, *stream_, source, step);
   }
+  Status SetLambPlan(LambPlan plan) override {
+    adam_->SetLambPlan(std::move(plan));
+    return OkStatus();
+  }
   int64_t step() const override { return adam_->step(); }
   int64_t count() const override { return adam_->count(); }
   bool grads_in_host_memory() const override { return false; }

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 
+#include "engine/zero/lamb_step.h"
 #include "engine/zero/nvme_param_store.h"
 #include "engine/zero/offloaded_adam.h"
 #include "engine/zero/zero_options.h"
@@ -68,6 +69,15 @@ class ZeroOptimizer {
   virtual uint64_t host_bytes() const { return 0; }
   virtual uint64_t pinned_bytes() const { return 0; }
   virtual uint64_t nvme_bytes() const { return 0; }
+  // optimizer.type Lamb (lamb_step.h): where each parameter's piece of the shard lies and how the
+  // norms are summed across ranks. Only the state on the device takes it (the config refuses Lamb
+  // with offload_optimizer).
+  virtual Status SetLambPlan(LambPlan plan) {
+    (void)plan;
+    return UnimplementedError(
+        "optimizer.type Lamb with zero_optimization.offload_optimizer.device cpu or nvme is not "
+        "supported: set offload_optimizer.device none");
+  }
   // The last step's breakdown (offloaded only; null otherwise).
   virtual const OffloadStepTimings* last_step_timings() const { return nullptr; }
 };

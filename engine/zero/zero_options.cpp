@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "engine/zero/adam_hyperparams.h"
+#include "engine/zero/lamb_step.h"
 #include "kernels/ref/adam_ref.h"
 
 namespace sluice::zero {
@@ -55,6 +56,12 @@ Result<ZeroOptions> ZeroOptionsFromConfig(const Config& config) {
         "state on the cuda device, and Sluice has no Lion kernel for it yet: set "
         "zero_optimization.offload_optimizer.device to cpu or nvme (Lion then runs as the fused "
         "CPU kernel, as DeepSpeed's DeepSpeedCPULion does), or use optimizer.type AdamW");
+  }
+  if (o.optimizer.type == OptimizerType::kLamb && config.device.type == DeviceType::kCuda) {
+    return UnimplementedError(
+        "optimizer.type Lamb on device.type cuda is not supported: Sluice's LAMB is the fused "
+        "CPU kernel (two passes with the norms summed across ranks) and has no CUDA kernel yet; "
+        "set device.type cpu, or use optimizer.type AdamW");
   }
   return o;
 }
@@ -153,6 +160,21 @@ Status ValidateZeroOptions(const ZeroOptions& o) {
         "zero_optimization.offload_param.device = nvme needs "
         "zero_optimization.offload_param.nvme_path");
   }
+  if (o.optimizer.type == OptimizerType::kLamb) {
+    if (o.offload_optimizer.device != OffloadDevice::kNone) {
+      // Pass 2 needs every parameter's norms from pass 1: on NVMe it would re-read every tile, and
+      // DeepSpeed's FusedLamb has no CPU kernel for offloaded state.
+      return UnimplementedError(
+          "optimizer.type Lamb with zero_optimization.offload_optimizer.device {} is not "
+          "supported: set offload_optimizer.device none, or use optimizer.type AdamW or Lion",
+          OffloadDeviceName(o.offload_optimizer.device));
+    }
+    const kernels::LambHyperparams hyper = LambHyperparamsFor(o.optimizer, o.optimizer.lr, 1);
+    if (std::string error = kernels::LambHyperparamsError(hyper); !error.empty()) {
+      return InvalidArgumentError("optimizer.params: {}", error);
+    }
+    return OkStatus();
+  }
   if (o.optimizer.type == OptimizerType::kLion) {
     if (o.offload_optimizer.partial()) {
       // The split's device-budget arithmetic (offload_ratio.h) counts Adam's two moments.
@@ -198,6 +220,9 @@ std::vector<AgreedValue> AgreedValuesOf(const ZeroOptions& o) {
       {"optimizer.params.betas[1] (bits)", bits(o.optimizer.beta2)},
       {"optimizer.params.eps (bits)", bits(o.optimizer.eps)},
       {"optimizer.params.weight_decay (bits)", bits(o.optimizer.weight_decay)},
+      {"optimizer.params.max_coeff (bits)", bits(o.optimizer.max_coeff)},
+      {"optimizer.params.min_coeff (bits)", bits(o.optimizer.min_coeff)},
+      {"optimizer.params.eps_inside_sqrt", o.optimizer.eps_inside_sqrt ? 1 : 0},
       {"zero_optimization.offload_optimizer.device",
        static_cast<int64_t>(o.offload_optimizer.device)},
       {"zero_optimization.offload_param.device", static_cast<int64_t>(o.offload_param.device)},

@@ -105,7 +105,7 @@ TEST(ConfigAutoTest, AutoWhereNothingDefinesItIsRejected) {
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().message(),
             "<config>:2:13: optimizer.type: \"auto\" cannot be resolved: nothing in the config "
-            "defines this key; give one of: Adam, AdamW, Lion (any case)");
+            "defines this key; give one of: Adam, AdamW, Lion, Lamb (any case)");
   c = LoadYaml("train_batch_size: 8\ndevice: {type: cpu, memory_limit: auto}\n");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("device.memory_limit \"auto\" (set at <config>:2:21) has no "

@@ -56,7 +56,7 @@ TEST(ConfigCliTest, RejectsABadFileWithExitCodeOne) {
 TEST(ConfigCliTest, AllListsEveryProblemAtOnce) {
   std::string path =
       WriteTemp("migrate.json",
-                "{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Lamb\", \"params\": "
+                "{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"OneBitLamb\", \"params\": "
                 "{\"max_coeff\": 0.3}}, \"sparse_gradients\": true, \"zero_optimization\": "
                 "{\"stage\": 2, \"mics_shard_size\": 8}}");
   CommandResult first = RunSluice("config check " + path);
@@ -66,8 +66,8 @@ TEST(ConfigCliTest, AllListsEveryProblemAtOnce) {
   EXPECT_EQ(all.exit_code, 1) << all.output;
   EXPECT_NE(all.output.find("3 settings Sluice will not run as given"), std::string::npos)
       << all.output;
-  for (const char* key :
-       {"optimizer.type: \"Lamb\"", "sparse_gradients", "zero_optimization.mics_shard_size"}) {
+  for (const char* key : {"optimizer.type: \"OneBitLamb\"", "sparse_gradients",
+                          "zero_optimization.mics_shard_size"}) {
     EXPECT_NE(all.output.find(key), std::string::npos) << key << "\n" << all.output;
   }
   // A config without problems prints the resolved config, as without --all.

@@ -149,9 +149,9 @@ const ErrorCase kCases[] = {
      StatusCode::kUnimplemented},
     {"UnsupportedOptimizerType",
      kYaml,
-     "train_batch_size: 8\noptimizer: {type: Lamb}\n",
-     {"optimizer.type: \"Lamb\" is a DeepSpeed optimizer that Sluice does not support yet (one "
-      "of: Adam, AdamW, Lion (any case))"},
+     "train_batch_size: 8\noptimizer: {type: Adagrad}\n",
+     {"optimizer.type: \"Adagrad\" is a DeepSpeed optimizer that Sluice does not support yet (one "
+      "of: Adam, AdamW, Lion, Lamb (any case))"},
      {},
      {},
      1,

@@ -140,7 +140,7 @@ TEST(ConfigFormatsTest, DeprecatedDeepSpeedFormsAreMapped) {
 }
 
 TEST(ConfigFormatsTest, UnsupportedKeysWithSluiceBehaviourAreAccepted) {
-  Result<Config> c = LoadJson(R"({"train_batch_size": 8, "zero_allow_untested_optimizer": true,
+  Result<Config> c = LoadJson(R"({"train_batch_size": 8, "zero_force_ds_cpu_optimizer": true,
       "zero_optimization": {"stage": 2, "reduce_scatter": true, "allgather_partitions": true,
         "round_robin_gradients": false, "zero_quantized_weights": false},
       "comet": {"enabled": false, "project": "x"},

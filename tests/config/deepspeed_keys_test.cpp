@@ -1,4 +1,5 @@
-// DeepSpeed keys that Sluice honours (bias_correction, adam_w_mode, optimizer.type Lion), accepts
+// DeepSpeed keys that Sluice honours (bias_correction, adam_w_mode, optimizer.type Lion and Lamb,
+// zero_allow_untested_optimizer), accepts
 // where they describe what Sluice does (fp32 reduction and accumulation, torch_adam), ignores with
 // a warning where DeepSpeed ignores them, or refuses naming the key; "auto" as the Hugging Face
 // Trainer fills it; and config check --all.
@@ -11,7 +12,9 @@
 
 #include "engine/config/config.h"
 #include "engine/zero/adam_hyperparams.h"
+#include "engine/zero/lamb_step.h"
 #include "kernels/cpu/adam.h"
+#include "kernels/cpu/lamb.h"
 #include "kernels/cpu/lion.h"
 #include "tests/config/config_test_util.h"
 
@@ -122,6 +125,101 @@ TEST(DeepSpeedKeys, AdamOnlyParametersAreRefusedForLion) {
     EXPECT_NE(message.find("is not a parameter of optimizer.type Lion"), std::string::npos)
         << message;
   }
+}
+
+// DeepSpeed's {"type": "Lamb", "params": {...}} (FusedLamb's arguments): its defaults are
+// FusedLamb's (max_coeff 10, min_coeff 0.01, eps outside the square root, bias correction on),
+// and the parameters reach the LAMB kernel.
+TEST(DeepSpeedKeys, LambIsDeepSpeedsFusedLamb) {
+  Result<Config> json = LoadJson(
+      R"({"train_batch_size": 1, "optimizer": {"type": "Lamb", "params": {"lr": 0.1,
+          "betas": [0.5, 0.75], "eps": 1e-6, "weight_decay": 0.25, "bias_correction": false,
+          "max_coeff": 0.5, "min_coeff": 0.125, "eps_inside_sqrt": true}}})");
+  ASSERT_TRUE(json.ok()) << json.status().ToString();
+  EXPECT_EQ(json->optimizer.type, OptimizerType::kLamb);
+  EXPECT_EQ(OptimizerTypeName(json->optimizer.type), "Lamb");
+  EXPECT_EQ(json->optimizer.beta1, 0.5);
+  EXPECT_EQ(json->optimizer.beta2, 0.75);
+  EXPECT_EQ(json->optimizer.eps, 1e-6);
+  EXPECT_EQ(json->optimizer.weight_decay, 0.25);
+  EXPECT_FALSE(json->optimizer.bias_correction);
+  EXPECT_EQ(json->optimizer.max_coeff, 0.5);
+  EXPECT_EQ(json->optimizer.min_coeff, 0.125);
+  EXPECT_TRUE(json->optimizer.eps_inside_sqrt);
+  EXPECT_EQ(OptimizerMoments(json->optimizer.type), 2);
+
+  Config lower = MustLoadYaml("train_batch_size: 1\noptimizer: {type: lamb}\n");
+  EXPECT_EQ(lower.optimizer.type, OptimizerType::kLamb) << "any case, as DeepSpeed's lower()";
+  EXPECT_EQ(lower.optimizer.max_coeff, 10.0);
+  EXPECT_EQ(lower.optimizer.min_coeff, 0.01);
+  EXPECT_FALSE(lower.optimizer.eps_inside_sqrt);
+  EXPECT_TRUE(lower.optimizer.bias_correction);
+
+  // One element, one step: m = 0.5 * 2 = 1, v = 0.25 * 4 = 1, u = 1 / sqrt(1 + 1e-6) + 0.25 * 4;
+  // ||p|| / ||u|| = 4 / ~2 is clamped to max_coeff 0.5; p = 4 - 0.1 * 0.5 * u.
+  float param = 4.0f, exp_avg = 0.0f, exp_avg_sq = 0.0f;
+  const float grad = 2.0f;
+  kernels::LambTensors t{
+      .params = &param, .exp_avg = &exp_avg, .exp_avg_sq = &exp_avg_sq, .grads = &grad, .count = 1};
+  const kernels::LambHyperparams hyper =
+      zero::LambHyperparamsFor(json->optimizer, json->optimizer.lr, 1);
+  const kernels::LambNormSums sums = kernels::LambMoments(t, hyper, 1.0f);
+  EXPECT_EQ(kernels::LambTrustRatio(sums, hyper), 0.5f);
+  kernels::LambApply(t, hyper, kernels::LambTrustRatio(sums, hyper));
+  EXPECT_NEAR(param, 4.0 - 0.05 * (1.0 / std::sqrt(1.0 + 1e-6) + 1.0), 1e-6);
+}
+
+TEST(DeepSpeedKeys, LambIsRefusedWhereDeepSpeedRefusesIt) {
+  // ZeRO: DeepSpeed asks for zero_allow_untested_optimizer (FusedLamb is not in its
+  // ZERO_SUPPORTED_OPTIMIZERS).
+  std::string message =
+      Refusal("train_batch_size: 1\noptimizer: {type: Lamb}\nzero_optimization: {stage: 2}\n");
+  EXPECT_NE(message.find("optimizer.type Lamb"), std::string::npos) << message;
+  EXPECT_NE(message.find("zero_allow_untested_optimizer"), std::string::npos) << message;
+  for (int stage = 1; stage <= 3; ++stage) {
+    Result<Config> allowed = LoadYaml(
+        "train_batch_size: 1\nzero_allow_untested_optimizer: true\noptimizer: "
+        "{type: Lamb}\nzero_optimization: {stage: " +
+        std::to_string(stage) + "}\n");
+    EXPECT_TRUE(allowed.ok()) << "stage " << stage << ": " << allowed.status().ToString();
+  }
+  // A static loss scale: "DeepSpeed lamb optimizer requires dynamic loss scaling".
+  message = Refusal(
+      "train_batch_size: 1\noptimizer: {type: Lamb}\nfp16: {enabled: true, loss_scale: 128}\n");
+  EXPECT_NE(message.find("fp16.loss_scale"), std::string::npos) << message;
+  EXPECT_NE(message.find("dynamic loss scaling"), std::string::npos) << message;
+  EXPECT_EQ(Refusal("train_batch_size: 1\noptimizer: {type: Lamb}\nfp16: {enabled: true}\n"), "");
+  // Offloaded state: FusedLamb is a device kernel; Sluice's LAMB keeps the state beside the
+  // parameters.
+  for (const char* device : {"cpu", "nvme"}) {
+    message = Refusal(std::string("train_batch_size: 1\nzero_allow_untested_optimizer: true\n"
+                                  "optimizer: {type: Lamb}\nzero_optimization: {stage: 2, "
+                                  "offload_optimizer: {device: ") +
+                      device + ", nvme_path: /tmp}}\n");
+    EXPECT_NE(message.find("optimizer.type Lamb"), std::string::npos) << message;
+    EXPECT_NE(message.find("zero_optimization.offload_optimizer.device"), std::string::npos)
+        << message;
+  }
+  // FusedLamb has no adam_w_mode (a TypeError there); the others have no Lamb parameters.
+  message = Refusal("train_batch_size: 1\noptimizer: {type: Lamb, params: {adam_w_mode: true}}\n");
+  EXPECT_NE(message.find("optimizer.params.adam_w_mode"), std::string::npos) << message;
+  EXPECT_NE(message.find("not a parameter of optimizer.type Lamb"), std::string::npos) << message;
+  for (const char* param : {"max_coeff: 5", "min_coeff: 0.1", "eps_inside_sqrt: true"}) {
+    for (const char* type : {"AdamW", "Lion"}) {
+      message = Refusal(std::string("train_batch_size: 1\noptimizer: {type: ") + type +
+                        ", params: {" + param + "}}\n");
+      const std::string key = std::string("optimizer.params.") +
+                              std::string(param).substr(0, std::string(param).find(':'));
+      EXPECT_NE(message.find(key), std::string::npos) << message;
+      EXPECT_NE(message.find("Lamb only"), std::string::npos) << message;
+    }
+  }
+  message = Refusal(
+      "train_batch_size: 1\noptimizer: {type: Lamb, params: {max_coeff: 0.5, min_coeff: 1}}\n");
+  EXPECT_NE(message.find("min_coeff"), std::string::npos) << message;
+  EXPECT_NE(message.find("max_coeff"), std::string::npos) << message;
+  message = Refusal("train_batch_size: 1\noptimizer: {type: Lamb, params: {max_grad_norm: 1.0}}\n");
+  EXPECT_NE(message.find("gradient_clipping"), std::string::npos) << message;
 }
 
 TEST(DeepSpeedKeys, Fp32ReductionAndAccumulationAreAccepted) {
@@ -247,8 +345,8 @@ TEST(DeepSpeedKeys, RefusedOptimizerIsNamedBeforeItsParameters) {
             std::string::npos)
       << message;
   // A typo under a supported optimizer stays an error.
-  message = Refusal("train_batch_size: 1\noptimizer: {type: Adam, params: {max_coeff: 0.3}}\n");
-  EXPECT_NE(message.find("unknown key optimizer.params.max_coeff"), std::string::npos) << message;
+  message = Refusal("train_batch_size: 1\noptimizer: {type: Adam, params: {max_coef: 0.3}}\n");
+  EXPECT_NE(message.find("unknown key optimizer.params.max_coef"), std::string::npos) << message;
 }
 
 TEST(DeepSpeedKeys, AutoIsFilledAsTheHuggingFaceTrainerFillsIt) {
@@ -304,7 +402,7 @@ TEST(DeepSpeedKeys, CheckAllListsEveryKeySluiceWillNotRun) {
   std::vector<ConfigLayer> layers;
   Result<ConfigNode> root = ParseConfigText(R"({
   "train_batch_size": 8,
-  "optimizer": {"type": "Lamb", "params": {"lr": 0.001}},
+  "optimizer": {"type": "Adagrad", "params": {"lr": 0.001}},
   "sparse_gradients": true,
   "zero_optimization": {"stage": 2, "zero_quantized_weights": true, "reduce_bucket_sise": 5},
   "communication_data_type": "fp16",
@@ -320,7 +418,7 @@ TEST(DeepSpeedKeys, CheckAllListsEveryKeySluiceWillNotRun) {
   std::vector<std::string> messages;
   for (const Status& s : report.problems) messages.push_back(s.message());
   ASSERT_EQ(messages.size(), 6u) << ::testing::PrintToString(messages);
-  EXPECT_NE(messages[0].find("optimizer.type: \"Lamb\""), std::string::npos) << messages[0];
+  EXPECT_NE(messages[0].find("optimizer.type: \"Adagrad\""), std::string::npos) << messages[0];
   EXPECT_NE(messages[1].find("sparse_gradients"), std::string::npos) << messages[1];
   EXPECT_NE(messages[2].find("zero_quantized_weights"), std::string::npos) << messages[2];
   EXPECT_NE(messages[3].find("did you mean zero_optimization.reduce_bucket_size"),

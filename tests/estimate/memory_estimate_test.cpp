@@ -248,6 +248,18 @@ TEST(MemoryEstimateTest, LionKeepsOneMoment) {
   EXPECT_LT(nvme.tier_bytes(kNvme), nvme_adam.tier_bytes(kNvme));
 }
 
+// Lamb keeps Adam's two fp32 moments: the same device bytes as Adam's, under its own name.
+TEST(MemoryEstimateTest, LambKeepsTwoMoments) {
+  const std::string lamb =
+      "zero_allow_untested_optimizer: true\noptimizer: {type: Lamb, params: {lr: 1.0e-3}}\n";
+  const int64_t shard = Shard(2);
+  const MemoryEstimate device = Estimate(LoadYaml(BaseYaml("stage: 2", lamb), 2), 2);
+  EXPECT_EQ(ItemBytes(device, "Lamb exp_avg + exp_avg_sq (fp32)"), 8 * shard);
+  EXPECT_EQ(device.bytes(kDevice, kOptimizer), 12 * shard);
+  const MemoryEstimate adam = Estimate(LoadYaml(BaseYaml("stage: 2"), 2), 2);
+  EXPECT_EQ(adam.bytes(kDevice, kOptimizer), device.bytes(kDevice, kOptimizer));
+}
+
 // A Lion config whose state would stay on a cuda device is refused naming the keys (Sluice has
 // no Lion kernel for it yet), as is a partial offload ratio.
 TEST(MemoryEstimateTest, LionWhereItCannotRunIsRefused) {

@@ -30,6 +30,8 @@ using ::sluice::testing::TestWorld;
 
 // In `more`: train with Lion (test_util::WithLionOptimizer) instead of AdamW.
 constexpr const char* kLion = "optimizer.type=Lion";
+// In `more`: train with Lamb (test_util::WithLambOptimizer) instead of AdamW.
+constexpr const char* kLamb = "optimizer.type=Lamb";
 
 // The tiny GPT (2 sequences per rank), its corpus in a file of this rank's own, evaluating every
 // 3 steps, saving every 3 steps and at the end.
@@ -37,6 +39,9 @@ Config ResumeConfig(const std::string& run_dir, int stage, std::vector<std::stri
   const auto lion = std::find(more.begin(), more.end(), std::string(kLion));
   const bool with_lion = lion != more.end();
   if (with_lion) more.erase(lion);
+  const auto lamb = std::find(more.begin(), more.end(), std::string(kLamb));
+  const bool with_lamb = lamb != more.end();
+  if (with_lamb) more.erase(lamb);
   const std::string corpus =
       test_util::WriteFile(test_util::TempPath("corpus_rank" + std::to_string(TestWorld().rank())),
                            test_util::SyntheticCorpus(64 * 1024));
@@ -51,6 +56,7 @@ Config ResumeConfig(const std::string& run_dir, int stage, std::vector<std::stri
   overrides.insert(overrides.end(), more.begin(), more.end());
   std::string yaml = test_util::TinyGptYaml(corpus, run_dir);
   if (with_lion) yaml = test_util::WithLionOptimizer(std::move(yaml));
+  if (with_lamb) yaml = test_util::WithLambOptimizer(std::move(yaml));
   return test_util::LoadTestConfig(yaml, overrides);
 }
 
@@ -108,6 +114,7 @@ class ResumeTest : public ::testing::TestWithParam<Case> {
     std::vector<std::string> overrides;
     if (v.starts_with("bf16")) overrides.push_back("bf16.enabled=true");
     if (v.find("_lion") != std::string::npos) overrides.push_back(kLion);
+    if (v.find("_lamb") != std::string::npos) overrides.push_back(kLamb);
     if (v.find("_adam_cpu") != std::string::npos || v.find("_lion_cpu") != std::string::npos) {
       overrides.push_back("zero_optimization.offload_optimizer.device=cpu");
     }
@@ -193,6 +200,13 @@ INSTANTIATE_TEST_SUITE_P(Lion, ResumeTest,
                          ::testing::Values(Case{0, "f32_lion"}, Case{1, "bf16_lion"},
                                            Case{2, "f32_lion_cpu"}, Case{3, "bf16_lion"},
                                            Case{3, "bf16_lion_nvme_params_cpu"}),
+                         CaseName);
+
+// Lamb: both moments, the step count for the bias correction, and the per-parameter trust ratios
+// recomputed from them: resumes as exactly.
+INSTANTIATE_TEST_SUITE_P(Lamb, ResumeTest,
+                         ::testing::Values(Case{0, "f32_lamb"}, Case{1, "bf16_lamb"},
+                                           Case{2, "f32_lamb"}, Case{3, "bf16_lamb"}),
                          CaseName);
 
 // Saves a 3-step stage-3 checkpoint and damages it with `damage` (rank 0, on the checkpoint

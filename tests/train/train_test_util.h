@@ -103,6 +103,20 @@ inline std::string WithLionOptimizer(std::string yaml) {
   return yaml;
 }
 
+// TinyGptYaml with DeepSpeed's Lamb in place of its AdamW (zero_allow_untested_optimizer true, as
+// DeepSpeed and Sluice require for Lamb at ZeRO stages 1-3).
+inline std::string WithLambOptimizer(std::string yaml) {
+  const std::string adam =
+      "  type: AdamW\n"
+      "  params: {lr: 3.0e-3, betas: [0.9, 0.95], eps: 1.0e-8, weight_decay: 0.01}\n";
+  const size_t at = yaml.find(adam);
+  SLUICE_CHECK(at != std::string::npos) << "not TinyGptYaml's optimizer";
+  yaml.replace(at, adam.size(),
+               "  type: Lamb\n  params: {lr: 3.0e-3, betas: [0.9, 0.999], eps: 1.0e-6, "
+               "weight_decay: 0.01}\n");
+  return "zero_allow_untested_optimizer: true\n" + yaml;
+}
+
 inline Config LoadTestConfig(const std::string& yaml, const std::vector<std::string>& overrides) {
   ConfigSources sources;
   sources.env.emplace();

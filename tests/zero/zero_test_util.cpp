@@ -6,7 +6,9 @@
 
 #include "engine/train/grad_clip.h"
 #include "engine/train/precision.h"
+#include "engine/zero/lamb_step.h"
 #include "engine/zero/shard_grad_norm.h"
+#include "engine/zero/shard_layout.h"
 #include "kernels/cpu/ops_convert.h"
 #include "runtime/check.h"
 #include "runtime/comm/comm_factory.h"
@@ -117,6 +119,16 @@ RunResult RunReference(const model::ModelOptions& options, const TrainSettings& 
   auto adam = ShardedAdam::Create(*ops, stream, optimizer, settings.param_dtype,
                                   half.empty() ? net.params_data() : half.data(), count);
   SLUICE_CHECK(adam.ok()) << adam.status().ToString();
+  if (optimizer.type == OptimizerType::kLamb) {
+    // One piece per parameter, whole: the layout of a world of one is the flat order.
+    LambPlan plan;
+    const ShardLayout flat = ShardLayout::Build(net.registry(), 1, 0, -1);
+    for (const PartitionInfo& p : flat.partitions()) {
+      SLUICE_CHECK_EQ(p.shard_offset, p.full_offset);
+      plan.segments.push_back({.offset = p.shard_offset, .count = p.partition});
+    }
+    (*adam)->SetLambPlan(std::move(plan));
+  }
   SLUICE_CHECK((*adam)->LoadMasterFromParams(stream).ok());
 
   const int64_t gas = settings.gradient_accumulation_steps;
