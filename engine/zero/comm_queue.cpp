@@ -38,13 +38,15 @@ Result<void*> CommQueue::Staging(size_t bytes, std::string_view what) {
 }
 
 Result<CommTicket> CommQueue::Enqueue(std::string name, uint64_t bytes,
-                                      std::function<Status(Comm&)> op) {
+                                      std::function<Status(Comm&)> op,
+                                      const std::function<Status(Stream&)>& then) {
   Comm* comm = comm_.get();
   auto task = [comm, name, bytes, op = std::move(op)]() -> Status {
     ScopedTraceEvent event(kTraceLaneComm, name, bytes);
     return op(*comm);
   };
   SLUICE_RETURN_IF_ERROR(device_->LaunchHostFunc(*stream_, std::move(task), name));
+  if (then) SLUICE_RETURN_IF_ERROR(then(*stream_));
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<Event> event, device_->CreateEvent());
   SLUICE_RETURN_IF_ERROR(event->Record(*stream_));
   CommTicket ticket;

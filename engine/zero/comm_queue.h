@@ -55,8 +55,11 @@ class CommQueue {
   Device& device() const { return *device_; }
   bool overlap() const { return overlap_; }
 
-  // Enqueues op(comm()) on the comm stream, traced as `name` with `bytes`.
-  Result<CommTicket> Enqueue(std::string name, uint64_t bytes, std::function<Status(Comm&)> op);
+  // Enqueues op(comm()) on the comm stream, traced as `name` with `bytes`. `then`, when given,
+  // enqueues device work of its own on the comm stream after the op (the unpacking of what it
+  // gathered), part of the same ticket; it is called on this thread, now.
+  Result<CommTicket> Enqueue(std::string name, uint64_t bytes, std::function<Status(Comm&)> op,
+                             const std::function<Status(Stream&)>& then = nullptr);
   // The operations enqueued from now on run after the work enqueued on `producer` so far.
   Status OrderAfter(Stream& producer);
   // The work enqueued on `consumer` from now on runs after the ticket's operation; the ticket is

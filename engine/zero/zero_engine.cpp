@@ -11,6 +11,7 @@
 
 #include "engine/model/init.h"
 #include "engine/zero/allreduce_reducer.h"
+#include "engine/zero/device_segments.h"
 #include "engine/zero/partition_copy.h"
 #include "engine/zero/rank_agreement.h"
 #include "engine/zero/reduce_scatter_reducer.h"
@@ -236,6 +237,22 @@ Status ZeroEngine::Build(Comm& world) {
   }
   if (!GradShardOnHost(options_)) {
     SLUICE_ASSIGN_OR_RETURN(norm_plan_, ShardNormPlan::Create(compute(), layout_));
+    if (stage == 1) {
+      SLUICE_ASSIGN_OR_RETURN(extract_owned_,
+                              DeviceSegments::Create(compute(), ExtractOwnedSegments(layout_),
+                                                     "the owned-gradient segments"));
+    }
+  }
+  if (stage == 1 || stage == 2) {
+    for (const PublishBucket& bucket : PublishBuckets()) {
+      std::vector<int> run;
+      for (size_t i = bucket.first; i < bucket.last; ++i) run.push_back(static_cast<int>(i));
+      SLUICE_ASSIGN_OR_RETURN(
+          std::unique_ptr<DeviceSegments> unpack,
+          DeviceSegments::Create(queue_->stream(), UnpackGatheredSegments(layout_, run),
+                                 "the parameter unpacking segments"));
+      publish_unpack_.push_back(std::move(unpack));
+    }
   }
   hooks_ = std::make_unique<Hooks>(*this);
   if (world.rank() == 0) {
@@ -366,18 +383,18 @@ std::vector<ZeroEngine::PublishBucket> ZeroEngine::PublishBuckets() const {
 
 // Stages 1-2: the buckets all-gathered and unpacked into the replicated compute copy.
 Status ZeroEngine::PublishByAllGather() {
-  const ShardLayout* layout = &layout_;
   const int world = layout_.world();
   const DType dtype = options_.param_dtype;
   const size_t element_size = DTypeSize(dtype);
   float* full = full_params_.data_as<float>();
+  const int index = device_->index();
   std::deque<CommTicket> tickets;
   Status status;
-  for (const PublishBucket& bucket : PublishBuckets()) {
+  const std::vector<PublishBucket> buckets = PublishBuckets();
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const PublishBucket& bucket = buckets[b];
     const size_t first = bucket.first;
     const size_t last = bucket.last;
-    std::vector<int> run;
-    for (size_t i = first; i < last; ++i) run.push_back(static_cast<int>(i));
     const size_t total = static_cast<size_t>(bucket.piece) * static_cast<size_t>(world);
     const void* shard =
         static_cast<const uint8_t*>(param_shard_data_) +
@@ -388,16 +405,21 @@ Status ZeroEngine::PublishByAllGather() {
       break;
     }
     void* gathered = *staging;
-    auto op = [layout, run = std::move(run), dtype, total, shard, full,
-               gathered](Comm& comm) -> Status {
-      SLUICE_RETURN_IF_ERROR(comm.AllGather(shard, gathered, total, dtype));
-      UnpackGathered(*layout, run, gathered, dtype,
-                     [full](const PartitionInfo& p) { return full + p.full_offset; });
-      return OkStatus();
+    // The unpacking is device work on the comm stream after the gather, in the same ticket.
+    const ops::CopySegmentList& unpack = publish_unpack_[b]->list();
+    const auto then = [&](Stream& stream) {
+      return model_->ops().CopySegments(
+          stream,
+          Tensor(gathered, dtype, {static_cast<int64_t>(total)}, MemoryTier::kDevice, index),
+          Tensor(full, DType::kF32, {layout_.total_elements()}, MemoryTier::kDevice, index),
+          unpack);
     };
-    Result<CommTicket> ticket =
-        queue_->Enqueue(fmt::format("all_gather updated parameters [{}, {})", first, last),
-                        total * element_size, std::move(op));
+    Result<CommTicket> ticket = queue_->Enqueue(
+        fmt::format("all_gather updated parameters [{}, {})", first, last), total * element_size,
+        [dtype, total, shard, gathered](Comm& comm) {
+          return comm.AllGather(shard, gathered, total, dtype);
+        },
+        then);
     if (!ticket.ok()) {
       status = ticket.status();
       break;
@@ -470,9 +492,19 @@ Status ZeroEngine::FinishReductions() {
   if (options_.stage == 1 && micro_batches_ + 1 == options_.gradient_accumulation_steps) {
     // The averaged full gradients are complete: keep this rank's partitions for the step, as
     // device work on the compute stream (Step reads them there, after it).
-    const ShardLayout* layout = &layout_;
     const float* full = full_grads_.data_as<float>();
     float* shard = grad_shard_data_;
+    if (extract_owned_ != nullptr) {
+      const int index = device_->index();
+      return model_->ops().CopySegments(
+          compute(),
+          Tensor(const_cast<float*>(full), DType::kF32, {layout_.total_elements()},
+                 MemoryTier::kDevice, index),
+          Tensor(shard, DType::kF32, {layout_.shard_elements()}, MemoryTier::kDevice, index),
+          extract_owned_->list());
+    }
+    // The offloaded optimizer's shard is host memory, which the host writes.
+    const ShardLayout* layout = &layout_;
     return device_->LaunchHostFunc(
         compute(),
         [layout, full, shard] {

@@ -437,6 +437,11 @@ class HostOpsBackend : public OpsBackend {
         char* out = y + g.dst_offset * out_size;
         if (from == to) {
           std::memcpy(out, x + g.src_offset * in_size, g.count * in_size);
+        } else if (from == DType::kBF16 && to == DType::kF32) {
+          // ZeRO's unpacking of bf16 parameters: a widening the compiler vectorizes.
+          const auto* in = reinterpret_cast<const uint16_t*>(x + g.src_offset * in_size);
+          auto* widened = reinterpret_cast<float*>(out);
+          for (int64_t i = 0; i < g.count; ++i) widened[i] = kernels::Bf16ToF32(in[i]);
         } else {
           const char* in = x + g.src_offset * in_size;
           for (int64_t i = 0; i < g.count; ++i) StoreElement(out, to, i, LoadElement(in, from, i));
