@@ -8,16 +8,9 @@
 namespace sluice::zero {
 
 NormBlocks BuildNormBlocks(const ShardLayout& layout) {
-  std::vector<const PartitionInfo*> in_flat_order;
-  in_flat_order.reserve(layout.partitions().size());
-  for (const PartitionInfo& p : layout.partitions()) in_flat_order.push_back(&p);
-  std::sort(in_flat_order.begin(), in_flat_order.end(),
-            [](const PartitionInfo* a, const PartitionInfo* b) {
-              return a->full_offset < b->full_offset;
-            });
   NormBlocks out;
   int64_t block = -1;
-  for (const PartitionInfo* p : in_flat_order) {
+  for (const PartitionInfo* p : PartitionsInFlatOrder(layout)) {
     const ShardSpan owned = layout.Owned(*p);
     int64_t at = p->shard_offset;
     int64_t flat = p->full_offset + static_cast<int64_t>(owned.offset);

@@ -216,16 +216,21 @@ TEST(PartitionCopy, ReduceScatterPiecesAccumulateIntoEachRanksShard) {
   }
 }
 
-TEST(ShardGradNorm, OneRankSumsLikeTheReferenceNorm) {
-  // Big enough for several 8192-element blocks.
+// A model big enough for several 8192-element norm blocks, parameters external.
+std::unique_ptr<model::Model<float>> NormTestModel() {
   model::ModelOptions options = TinyGpt();
   options.d_model = 64;
   options.d_ff = 256;
-  model::HostAllocator host;
+  static model::HostAllocator host;
   auto net = model::Model<float>::Create(options, host, sluice::testing::OpsFor<float>(),
                                          model::ModelStorage::kExternal);
-  ASSERT_TRUE(net.ok());
-  const model::ParameterRegistry& registry = (*net)->registry();
+  SLUICE_CHECK(net.ok()) << net.status().ToString();
+  return std::move(net).value();
+}
+
+TEST(ShardGradNorm, OneRankSumsLikeTheReferenceNorm) {
+  const auto net = NormTestModel();
+  const model::ParameterRegistry& registry = net->registry();
   const int64_t n = registry.total_elements();
   ASSERT_GT(n, 4 * kNormBlock);
   std::mt19937 rng(3);
@@ -259,14 +264,8 @@ TEST(ShardGradNorm, OneRankSumsLikeTheReferenceNorm) {
 // in block order on the host: LocalSquaredSum's bits for one rank (persistent parameters
 // reordering the shard) and for each of three ranks (partitions split between ranks, padding).
 TEST(ShardGradNorm, ThePlanOnTheDeviceSumsLikeTheHost) {
-  model::ModelOptions options = TinyGpt();
-  options.d_model = 64;
-  options.d_ff = 256;
-  model::HostAllocator host;
-  auto net = model::Model<float>::Create(options, host, sluice::testing::OpsFor<float>(),
-                                         model::ModelStorage::kExternal);
-  ASSERT_TRUE(net.ok());
-  const model::ParameterRegistry& registry = (*net)->registry();
+  const auto net = NormTestModel();
+  const model::ParameterRegistry& registry = net->registry();
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1e-2f);
   std::vector<float> grads(static_cast<size_t>(registry.total_elements()));
