@@ -20,6 +20,7 @@
 #include "engine/zero/word_gather.h"
 #include "engine/zero/zeroed_buffer.h"
 #include "runtime/check.h"
+#include "runtime/comm/comm_factory.h"
 #include "runtime/logging.h"
 #include "runtime/trace.h"
 
@@ -69,17 +70,19 @@ ZeroEngine::~ZeroEngine() {
 
 namespace {
 
-// What the engine runs on a GPU so far: one rank at stage 0 without offload. The rest still has
-// host code on device memory (ZeRO's pack and unpack around the collectives, the fp16 rounding)
-// or needs NCCL in the comm queue; each refusal names the setting to change.
+// What the engine runs on a GPU so far: one rank at stages 0 and 1 without offload, its
+// collectives on NCCL. The rest still has host code on device memory (stages 2-3's packing and
+// unpacking around the collectives, the fp16 rounding); each refusal names the setting to change.
 Status CheckGpuSupported(const ZeroOptions& options, const Comm& world) {
   const char* missing = nullptr;
-  if (options.stage != 0) {
+  if (options.stage > 1) {
     missing =
-        "zero_optimization.stage 1-3 (the shard packing around the collectives runs on the "
-        "host yet): set zero_optimization.stage 0";
+        "zero_optimization.stage 2-3 (their packing around the collectives runs on the host "
+        "yet): set zero_optimization.stage 0 or 1";
   } else if (world.size() > 1) {
-    missing = "more than one rank (the collectives need NCCL in the ZeRO comm queue): run one rank";
+    missing =
+        "more than one rank (every rank would need a GPU of its own, and several GPUs are "
+        "not tested yet): run one rank";
   } else if (options.offload_optimizer.device != OffloadDevice::kNone ||
              options.offload_param.device != OffloadDevice::kNone) {
     missing =
@@ -90,9 +93,7 @@ Status CheckGpuSupported(const ZeroOptions& options, const Comm& world) {
   }
   if (missing == nullptr) return OkStatus();
   return UnimplementedError(
-      "training on a cuda device runs one rank at ZeRO stage 0 so far; not "
-      "yet: {}",
-      missing);
+      "training on a cuda device runs one rank at ZeRO stages 0-1 so far; not yet: {}", missing);
 }
 
 }  // namespace
@@ -124,10 +125,17 @@ Status ZeroEngine::Build(Comm& world) {
   layout_ = ShardLayout::Build(registry, world_size, rank,
                                stage == 3 ? options_.stage3_param_persistence_threshold : -1);
 
-  Result<std::unique_ptr<Comm>> comm = world.Split(0, world.rank());
-  if (!comm.ok()) return Status(comm.status()).WithContext("creating the ZeRO communicator");
-  SLUICE_ASSIGN_OR_RETURN(
-      queue_, CommQueue::Create(*device_, std::move(comm).value(), options_.overlap_comm));
+  const auto make_comm = [&](Stream& stream) -> Result<std::unique_ptr<Comm>> {
+    Result<std::unique_ptr<Comm>> comm = world.Split(0, world.rank());
+    if (!comm.ok()) return Status(comm.status()).WithContext("creating the ZeRO communicator");
+    if (device_->kind() == DeviceKind::kCpu) return comm;
+    // On a GPU the collectives move device memory: NCCL, enqueued on the comm stream itself.
+    Result<std::unique_ptr<Comm>> nccl =
+        CreateNcclComm(std::move(comm).value(), device_->index(), stream.native());
+    if (!nccl.ok()) return Status(nccl.status()).WithContext("creating the ZeRO communicator");
+    return nccl;
+  };
+  SLUICE_ASSIGN_OR_RETURN(queue_, CommQueue::Create(*device_, make_comm, options_.overlap_comm));
   std::vector<AgreedValue> agreed = AgreedValuesOf(options_);
   agreed.push_back({"the model's parameter count", registry.total_elements()});
   agreed.push_back({"the model's unit count", static_cast<int64_t>(registry.units().size())});
