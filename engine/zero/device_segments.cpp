@@ -39,6 +39,41 @@ std::vector<ops::CopySegment> UnpackGatheredSegments(const ShardLayout& layout,
   return segments;
 }
 
+std::vector<std::vector<ops::CopySegment>> PackSegments(const ShardLayout& layout,
+                                                        std::span<const int> run) {
+  int64_t piece = 0;
+  for (int index : run) piece += layout.partitions()[static_cast<size_t>(index)].partition;
+  std::vector<std::vector<ops::CopySegment>> lists;
+  int64_t at = 0;  // the partition's place in each rank's piece
+  for (int index : run) {
+    const PartitionInfo& p = layout.partitions()[static_cast<size_t>(index)];
+    std::vector<ops::CopySegment>& list = lists.emplace_back();
+    for (int r = 0; r < layout.world(); ++r) {
+      const ShardSpan owned = layout.Owned(p, r);
+      list.push_back({.src_offset = static_cast<int64_t>(owned.offset),
+                      .dst_offset = r * piece + at,
+                      .count = static_cast<int64_t>(owned.count),
+                      .zero_fill = p.partition - static_cast<int64_t>(owned.count)});
+    }
+    at += p.partition;
+  }
+  return lists;
+}
+
+std::vector<ops::CopySegment> AccumulateIntoShardSegments(const ShardLayout& layout,
+                                                          std::span<const int> run) {
+  std::vector<ops::CopySegment> segments;
+  int64_t at = 0;
+  for (int index : run) {
+    const PartitionInfo& p = layout.partitions()[static_cast<size_t>(index)];
+    if (p.partition > 0) {
+      segments.push_back({.src_offset = at, .dst_offset = p.shard_offset, .count = p.partition});
+    }
+    at += p.partition;
+  }
+  return segments;
+}
+
 template <typename V>
 Result<DeviceBuffer> UploadArray(Stream& stream, std::span<const V> values, std::string_view what) {
   Device& device = stream.device();

@@ -23,6 +23,14 @@ std::vector<ops::CopySegment> ExtractOwnedSegments(const ShardLayout& layout);
 std::vector<ops::CopySegment> UnpackGatheredSegments(const ShardLayout& layout,
                                                      std::span<const int> run, int64_t header = 0);
 
+// PackForReduceScatter, one list per partition of `run` (in run order): that partition's full
+// gradients -> every rank's piece of the bucket, zeros in its padding.
+std::vector<std::vector<ops::CopySegment>> PackSegments(const ShardLayout& layout,
+                                                        std::span<const int> run);
+// AccumulateIntoShard (for AccumulateSegments): this rank's reduced piece -> its gradient shard.
+std::vector<ops::CopySegment> AccumulateIntoShardSegments(const ShardLayout& layout,
+                                                          std::span<const int> run);
+
 // A segment list in device memory.
 class DeviceSegments {
  public:

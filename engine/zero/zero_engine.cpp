@@ -70,15 +70,15 @@ ZeroEngine::~ZeroEngine() {
 
 namespace {
 
-// What the engine runs on a GPU so far: one rank at stages 0 and 1 without offload, its
-// collectives on NCCL. The rest still has host code on device memory (stages 2-3's packing and
-// unpacking around the collectives, the fp16 rounding); each refusal names the setting to change.
+// What the engine runs on a GPU so far: one rank at stages 0-2 without offload, its collectives
+// on NCCL. The rest still has host code on device memory (stage 3's unpacking of the gathered
+// units, the fp16 rounding); each refusal names the setting to change.
 Status CheckGpuSupported(const ZeroOptions& options, const Comm& world) {
   const char* missing = nullptr;
-  if (options.stage > 1) {
+  if (options.stage > 2) {
     missing =
-        "zero_optimization.stage 2-3 (their packing around the collectives runs on the host "
-        "yet): set zero_optimization.stage 0 or 1";
+        "zero_optimization.stage 3 (its unpacking of the gathered parameters runs on the host "
+        "yet): set zero_optimization.stage 0, 1 or 2";
   } else if (world.size() > 1) {
     missing =
         "more than one rank (every rank would need a GPU of its own, and several GPUs are "
@@ -93,7 +93,7 @@ Status CheckGpuSupported(const ZeroOptions& options, const Comm& world) {
   }
   if (missing == nullptr) return OkStatus();
   return UnimplementedError(
-      "training on a cuda device runs one rank at ZeRO stages 0-1 so far; not yet: {}", missing);
+      "training on a cuda device runs one rank at ZeRO stages 0-2 so far; not yet: {}", missing);
 }
 
 }  // namespace
@@ -225,9 +225,9 @@ Status ZeroEngine::Build(Comm& world) {
         GradientScalingFor(options_.prescale_gradients, options_.gradient_predivide_factor,
                            world.size()));
   } else {
-    reducer_ =
-        std::make_unique<ReduceScatterReducer>(registry, layout_, *queue_, compute(), binding_,
-                                               grad_shard_data_, options_.reduce_bucket_size);
+    reducer_ = std::make_unique<ReduceScatterReducer>(
+        registry, layout_, *queue_, compute(), binding_, grad_shard_data_,
+        options_.reduce_bucket_size, GradShardOnHost(options_) ? nullptr : &model_->ops());
   }
   // One staging buffer serves every collective (they run one at a time on the comm stream), sized
   // for the largest now, so that it is never reallocated between the passes' unit buffers.

@@ -415,6 +415,28 @@ class HostOpsBackend : public OpsBackend {
     double* y = static_cast<double*>(ty.raw_data());
     return Launch(s, "Scale", [=] { kernels::ref::Scale<double>(y, factor, n); });
   }
+  Status DoAccumulateSegments(Stream& s, const Tensor& src, const Tensor& dst,
+                              const CopySegmentList& segments) override {
+    const float* x = static_cast<const float*>(src.raw_data());
+    float* y = static_cast<float*>(dst.raw_data());
+    const int64_t src_n = src.numel(), dst_n = dst.numel();
+    const CopySegment* list = segments.data;
+    const int count = segments.count;
+    return Launch(s, "AccumulateSegments", [=]() -> Status {
+      for (int k = 0; k < count; ++k) {
+        const CopySegment g = list[k];
+        if (g.count < 0 || g.src_offset < 0 || g.dst_offset < 0 || g.src_offset + g.count > src_n ||
+            g.dst_offset + g.count > dst_n) {
+          return OutOfRangeError(
+              "AccumulateSegments: segment {} (src_offset {}, dst_offset {}, count {}) is outside "
+              "src ({} elements) or dst ({} elements)",
+              k, g.src_offset, g.dst_offset, g.count, src_n, dst_n);
+        }
+        for (int64_t i = 0; i < g.count; ++i) y[g.dst_offset + i] += x[g.src_offset + i];
+      }
+      return OkStatus();
+    });
+  }
   Status DoCopySegments(Stream& s, const Tensor& src, const Tensor& dst,
                         const CopySegmentList& segments) override {
     const char* x = static_cast<const char*>(src.raw_data());

@@ -294,9 +294,10 @@ TEST(ShardGradNorm, ThePlanOnTheDeviceSumsLikeTheHost) {
   }
 }
 
-// The device segment lists move what the host functions move, element for element: ExtractOwned
-// and UnpackGathered (f32 and bf16 gathered, with a header) through the cpu column's
-// CopySegments, for one rank and each of three.
+// The device segment lists move what the host functions move, element for element: ExtractOwned,
+// UnpackGathered (f32 and bf16 gathered, with a header), PackForReduceScatter and
+// AccumulateIntoShard through the cpu column's CopySegments and AccumulateSegments, for one rank
+// and each of three.
 TEST(DeviceSegments, MoveWhatTheHostFunctionsMove) {
   model::ModelOptions options = TinyGpt();
   model::HostAllocator host;
@@ -371,6 +372,49 @@ TEST(DeviceSegments, MoveWhatTheHostFunctionsMove) {
       to_host(into, have.data(), have.size() * sizeof(float));
       EXPECT_EQ(have, want) << "UnpackGathered " << DTypeName(dtype) << ", rank " << layout.rank();
     }
+
+    // PackForReduceScatter from per-parameter gradients, then AccumulateIntoShard of a piece.
+    const int64_t piece = RunElements(layout, run);
+    std::vector<float> packed_want(static_cast<size_t>(piece * layout.world()), 3.0f);
+    std::vector<float> packed_have(packed_want);
+    PackForReduceScatter(
+        layout, run, [&full](const PartitionInfo& p) { return full.data() + p.full_offset; },
+        packed_want.data());
+    DeviceBuffer grads = on_device(full.data(), full.size() * sizeof(float));
+    DeviceBuffer packed = on_device(packed_have.data(), packed_have.size() * sizeof(float));
+    const std::vector<std::vector<ops::CopySegment>> packs = PackSegments(layout, run);
+    ASSERT_EQ(packs.size(), run.size());
+    for (size_t i = 0; i < run.size(); ++i) {
+      const PartitionInfo& p = layout.partitions()[static_cast<size_t>(run[i])];
+      auto list = DeviceSegments::Create(**stream, packs[i], "pack");
+      ASSERT_TRUE(list.ok());
+      ASSERT_TRUE(ops.CopySegments(**stream,
+                                   Tensor(grads.data_as<float>() + p.full_offset, DType::kF32,
+                                          {p.numel}, MemoryTier::kDevice),
+                                   Tensor(packed.data(), DType::kF32, {piece * layout.world()},
+                                          MemoryTier::kDevice),
+                                   (*list)->list())
+                      .ok());
+    }
+    to_host(packed, packed_have.data(), packed_have.size() * sizeof(float));
+    EXPECT_EQ(packed_have, packed_want) << "PackForReduceScatter, rank " << layout.rank();
+
+    const std::vector<float> reduced = random(piece);
+    std::vector<float> shard_want = random(shard_n), shard_have(shard_want);
+    AccumulateIntoShard(layout, run, reduced.data(), shard_want.data());
+    DeviceBuffer piece_on_device = on_device(reduced.data(), reduced.size() * sizeof(float));
+    DeviceBuffer shard_on_device = on_device(shard_have.data(), shard_have.size() * sizeof(float));
+    auto accumulate =
+        DeviceSegments::Create(**stream, AccumulateIntoShardSegments(layout, run), "accumulate");
+    ASSERT_TRUE(accumulate.ok());
+    ASSERT_TRUE(ops.AccumulateSegments(
+                       **stream,
+                       Tensor(piece_on_device.data(), DType::kF32, {piece}, MemoryTier::kDevice),
+                       Tensor(shard_on_device.data(), DType::kF32, {shard_n}, MemoryTier::kDevice),
+                       (*accumulate)->list())
+                    .ok());
+    to_host(shard_on_device, shard_have.data(), shard_have.size() * sizeof(float));
+    EXPECT_EQ(shard_have, shard_want) << "AccumulateIntoShard, rank " << layout.rank();
   }
 }
 
