@@ -178,6 +178,13 @@ class Comm {
   // OK when there are none left: the communicator accepts work again.
   virtual Status Drain() = 0;
 
+  // Where collectives on host memory go: the communicator itself (MPI), or for a backend that
+  // moves device memory only (NCCL) the MPI communicator of the same ranks it was built over.
+  virtual Comm& host() { return *this; }
+  // The stream a stream-ordered backend enqueues every operation on (NCCL: its cudaStream_t);
+  // nullptr where operations complete on the host (MPI).
+  virtual void* native_stream() const { return nullptr; }
+
   Status AllReduce(void* data, size_t count, DType dtype, ReduceOp op) {
     return AllReduceAsync(data, count, dtype, op).Wait();
   }

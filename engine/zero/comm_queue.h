@@ -1,8 +1,8 @@
 // The comm stream: the engine's collectives run, in the order they were enqueued, on a device
-// stream of their own (a worker thread on the CPU backend, the progress worker of MPI), so a
-// parameter all-gather or a gradient reduce-scatter overlaps the compute stream. The two streams
-// are ordered by events only, as CUDA streams are, and the host thread that enqueues blocks on
-// neither:
+// stream of their own (a worker thread on the CPU backend, the progress worker of MPI; on a GPU
+// the stream NCCL enqueues on), so a parameter all-gather or a gradient reduce-scatter overlaps
+// the compute stream. The two streams are ordered by events only, as CUDA streams are, and the
+// host thread that enqueues blocks on neither (NCCL's blocking calls aside: CommQueue::Enqueue):
 //   - OrderAfter(compute): the operations enqueued next start once the compute stream has
 //     finished the work enqueued on it so far (the gradients they reduce are written, the memory
 //     they gather into is no longer read);
@@ -47,6 +47,11 @@ class CommQueue {
   // Takes the communicator the engine owns; `device` must outlive the queue.
   static Result<std::unique_ptr<CommQueue>> Create(Device& device, std::unique_ptr<Comm> comm,
                                                    bool overlap);
+  // With the communicator made for the queue's stream: a stream-ordered one (NCCL) must enqueue
+  // on it (Comm::native_stream()).
+  using CommFactory = std::function<Result<std::unique_ptr<Comm>>(Stream& stream)>;
+  static Result<std::unique_ptr<CommQueue>> Create(Device& device, const CommFactory& make_comm,
+                                                   bool overlap);
   // Waits for the enqueued work (each operation is bounded by the communicator's timeout).
   ~CommQueue();
 
@@ -55,8 +60,13 @@ class CommQueue {
   Device& device() const { return *device_; }
   bool overlap() const { return overlap_; }
 
-  // Enqueues op(comm()) on the comm stream, traced as `name` with `bytes`.
-  Result<CommTicket> Enqueue(std::string name, uint64_t bytes, std::function<Status(Comm&)> op);
+  // Enqueues op(comm()) on the comm stream, traced as `name` with `bytes`: as a host function
+  // for MPI; for a stream-ordered communicator (NCCL) op runs now, on this thread, and enqueues
+  // the collective itself (its lambda must not touch device memory either way). `then`, when given,
+  // enqueues device work of its own on the comm stream after the op (the unpacking of what it
+  // gathered), part of the same ticket; it is called on this thread, now.
+  Result<CommTicket> Enqueue(std::string name, uint64_t bytes, std::function<Status(Comm&)> op,
+                             const std::function<Status(Stream&)>& then = nullptr);
   // The operations enqueued from now on run after the work enqueued on `producer` so far.
   Status OrderAfter(Stream& producer);
   // The work enqueued on `consumer` from now on runs after the ticket's operation; the ticket is
@@ -65,7 +75,8 @@ class CommQueue {
   // Blocks until the ticket's operation finished; its error (or an earlier one) if it failed.
   // The ticket is complete afterwards.
   Status Wait(CommTicket& ticket);
-  // Enqueue + Wait: the engine's small control collectives.
+  // The engine's small control collectives, on host memory: Enqueue + Wait, or with a
+  // stream-ordered communicator op(comm().host()) now, on this thread.
   Status Run(std::string name, std::function<Status(Comm&)> op);
   // Waits for everything enqueued so far.
   Status Synchronize() { return stream_->Synchronize(); }
@@ -83,6 +94,7 @@ class CommQueue {
 
   Device* device_ = nullptr;
   bool overlap_ = false;
+  bool native_ = false;  // the communicator enqueues on stream_ itself (NCCL)
   // Destroyed in this order by ~CommQueue: the stream (its pending work uses the communicator),
   // then the communicator.
   std::unique_ptr<Comm> comm_;

@@ -13,7 +13,7 @@ namespace sluice::zero {
 ReduceScatterReducer::ReduceScatterReducer(const model::ParameterRegistry& registry,
                                            const ShardLayout& layout, CommQueue& queue,
                                            Stream& compute, ZeroBinding& binding, float* grad_shard,
-                                           int64_t bucket_size)
+                                           int64_t bucket_size, ops::OpsBackend* ops)
     : registry_(&registry),
       layout_(&layout),
       queue_(&queue),
@@ -22,7 +22,8 @@ ReduceScatterReducer::ReduceScatterReducer(const model::ParameterRegistry& regis
       grad_shard_(grad_shard),
       bucket_size_(bucket_size),
       writes_(StorageUnitsReadBy(registry)),
-      unit_grads_(registry.units().size()) {}
+      unit_grads_(registry.units().size()),
+      ops_(ops) {}
 
 ReduceScatterReducer::~ReduceScatterReducer() {
   // Buckets still queued read the unit buffers.
@@ -138,6 +139,13 @@ Status ReduceScatterReducer::Flush() {
   SLUICE_ASSIGN_OR_RETURN(
       void* staging, queue_->Staging(total * sizeof(float), "a gradient reduce-scatter bucket"));
   float* full = static_cast<float*>(staging);
+  if (ops_ != nullptr) {
+    SLUICE_RETURN_IF_ERROR(FlushOnDevice(bucket, piece, full));
+    for (DeviceBuffer& source : bucket.release) source.FreeAsync(queue_->stream());
+    ++stats_.buckets;
+    stats_.reduced_elements += bucket.numel;
+    return OkStatus();
+  }
   auto op = [layout, run = bucket.run, by_param = std::move(by_param), total, piece, rank,
              grad_shard, full](Comm& comm) -> Status {
     PackForReduceScatter(
@@ -160,6 +168,59 @@ Status ReduceScatterReducer::Flush() {
   in_flight_.push_back(std::move(ticket));
   ++stats_.buckets;
   stats_.reduced_elements += bucket.numel;
+  return OkStatus();
+}
+
+Result<const ReduceScatterReducer::BucketMoves*> ReduceScatterReducer::MovesFor(
+    const std::vector<int>& run) {
+  auto found = moves_.find(run);
+  if (found != moves_.end()) return &found->second;
+  // The buckets repeat from pass to pass: each run's lists are built and uploaded once.
+  BucketMoves moves;
+  for (const std::vector<ops::CopySegment>& list : PackSegments(*layout_, run)) {
+    SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<DeviceSegments> pack,
+                            DeviceSegments::Create(queue_->stream(), list, "a gradient packing"));
+    moves.packs.push_back(std::move(pack));
+  }
+  SLUICE_ASSIGN_OR_RETURN(
+      moves.accumulate,
+      DeviceSegments::Create(queue_->stream(), AccumulateIntoShardSegments(*layout_, run),
+                             "a gradient accumulation"));
+  return &moves_.emplace(run, std::move(moves)).first->second;
+}
+
+Status ReduceScatterReducer::FlushOnDevice(const Bucket& bucket, int64_t piece, float* full) {
+  SLUICE_ASSIGN_OR_RETURN(const BucketMoves* moves, MovesFor(bucket.run));
+  Stream& stream = queue_->stream();
+  const int index = queue_->device().index();
+  const int64_t total = piece * layout_->world();
+  const Tensor staging(full, DType::kF32, {total}, MemoryTier::kDevice, index);
+  for (size_t i = 0; i < bucket.run.size(); ++i) {
+    const PartitionInfo& p = layout_->partitions()[static_cast<size_t>(bucket.run[i])];
+    SLUICE_RETURN_IF_ERROR(
+        ops_->CopySegments(stream,
+                           Tensor(const_cast<float*>(bucket.sources[i]), DType::kF32, {p.numel},
+                                  MemoryTier::kDevice, index),
+                           staging, moves->packs[i]->list()));
+  }
+  float* mine = full + layout_->rank() * piece;
+  const auto accumulate = [&](Stream& s) {
+    return ops_->AccumulateSegments(
+        s, Tensor(mine, DType::kF32, {piece}, MemoryTier::kDevice, index),
+        Tensor(grad_shard_, DType::kF32, {layout_->shard_elements()}, MemoryTier::kDevice, index),
+        moves->accumulate->list());
+  };
+  SLUICE_ASSIGN_OR_RETURN(CommTicket ticket,
+                          queue_->Enqueue(
+                              fmt::format("reduce_scatter grads ({} params, {} elements)",
+                                          bucket.run.size(), bucket.numel),
+                              static_cast<uint64_t>(total) * sizeof(float),
+                              [full, mine, total](Comm& comm) {
+                                return comm.ReduceScatter(full, mine, static_cast<size_t>(total),
+                                                          DType::kF32, ReduceOp::kAvg);
+                              },
+                              accumulate));
+  in_flight_.push_back(std::move(ticket));
   return OkStatus();
 }
 

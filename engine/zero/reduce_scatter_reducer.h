@@ -4,16 +4,20 @@
 // (reduce_bucket_size elements at most, a bigger parameter alone); a full bucket is, on the comm
 // stream: packed rank-major by partition (shard_layout.h), reduce-scattered (averaged), and this
 // rank's piece added into its fp32 gradient shard, which so accumulates the micro-batches in
-// fp32. A unit's gradient buffer is freed on the comm stream once its last bucket has been packed.
+// fp32 (CopySegments and AccumulateSegments for a device shard). A unit's gradient buffer is freed
+// on the comm stream once its last bucket has been packed.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <map>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "engine/model/parameter_registry.h"
 #include "engine/zero/comm_queue.h"
+#include "engine/zero/device_segments.h"
 #include "engine/zero/gradient_reducer.h"
 #include "engine/zero/shard_layout.h"
 #include "engine/zero/zero_binding.h"
@@ -24,10 +28,13 @@ namespace sluice::zero {
 class ReduceScatterReducer final : public GradientReducer {
  public:
   // `grad_shard` (layout.shard_elements() floats) and everything else must outlive the reducer.
-  // `compute` is the stream the backward accumulates the unit gradients on.
+  // `compute` is the stream the backward accumulates the unit gradients on. With `ops` the shard
+  // is device memory: the packing and the accumulation are ops-table work on the comm stream
+  // (segment lists built once per bucket); without, it is the offloaded optimizer's host shard,
+  // packed and accumulated by host code next to the collective.
   ReduceScatterReducer(const model::ParameterRegistry& registry, const ShardLayout& layout,
                        CommQueue& queue, Stream& compute, ZeroBinding& binding, float* grad_shard,
-                       int64_t bucket_size);
+                       int64_t bucket_size, ops::OpsBackend* ops);
   ~ReduceScatterReducer() override;
 
   Status BeginPass(bool boundary) override;
@@ -65,7 +72,17 @@ class ReduceScatterReducer final : public GradientReducer {
   // The compute stream waits for the oldest bucket in flight.
   Status Retire();
 
+  // The device work of one bucket: a pack list per partition of its run, the accumulation.
+  struct BucketMoves {
+    std::vector<std::unique_ptr<DeviceSegments>> packs;
+    std::unique_ptr<DeviceSegments> accumulate;
+  };
+  Result<const BucketMoves*> MovesFor(const std::vector<int>& run);
+  Status FlushOnDevice(const Bucket& bucket, int64_t piece, float* full);
+
   Bucket open_;
+  ops::OpsBackend* ops_;                           // null: the shard is host memory
+  std::map<std::vector<int>, BucketMoves> moves_;  // by the bucket's run
   std::deque<CommTicket> in_flight_;
   int64_t live_gradient_elements_ = 0;
   int64_t peak_gradient_elements_ = 0;

@@ -6,7 +6,7 @@
 
 namespace sluice::zero {
 
-double LocalSquaredSum(const ShardLayout& layout, const float* grad_shard) {
+std::vector<const PartitionInfo*> PartitionsInFlatOrder(const ShardLayout& layout) {
   std::vector<const PartitionInfo*> in_flat_order;
   in_flat_order.reserve(layout.partitions().size());
   for (const PartitionInfo& p : layout.partitions()) in_flat_order.push_back(&p);
@@ -14,10 +14,14 @@ double LocalSquaredSum(const ShardLayout& layout, const float* grad_shard) {
             [](const PartitionInfo* a, const PartitionInfo* b) {
               return a->full_offset < b->full_offset;
             });
+  return in_flat_order;
+}
+
+double LocalSquaredSum(const ShardLayout& layout, const float* grad_shard) {
   double total = 0.0;
   double block_sum = 0.0;
   int64_t block = -1;
-  for (const PartitionInfo* p : in_flat_order) {
+  for (const PartitionInfo* p : PartitionsInFlatOrder(layout)) {
     const ShardSpan owned = layout.Owned(*p);
     const float* g = grad_shard + p->shard_offset;
     int64_t flat = p->full_offset + static_cast<int64_t>(owned.offset);

@@ -9,12 +9,16 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "engine/zero/shard_layout.h"
 
 namespace sluice::zero {
 
 inline constexpr int64_t kNormBlock = 8192;
+
+// The layout's partitions by their offset in the model's flat index: the order the norm adds in.
+std::vector<const PartitionInfo*> PartitionsInFlatOrder(const ShardLayout& layout);
 
 // Sum of squares of this rank's owned elements of `grad_shard` (layout.shard_elements()).
 double LocalSquaredSum(const ShardLayout& layout, const float* grad_shard);

@@ -1,24 +1,16 @@
 #include "engine/zero/shard_norm_plan.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 
+#include "engine/zero/device_segments.h"
 #include "engine/zero/shard_grad_norm.h"
 
 namespace sluice::zero {
 
 NormBlocks BuildNormBlocks(const ShardLayout& layout) {
-  std::vector<const PartitionInfo*> in_flat_order;
-  in_flat_order.reserve(layout.partitions().size());
-  for (const PartitionInfo& p : layout.partitions()) in_flat_order.push_back(&p);
-  std::sort(in_flat_order.begin(), in_flat_order.end(),
-            [](const PartitionInfo* a, const PartitionInfo* b) {
-              return a->full_offset < b->full_offset;
-            });
   NormBlocks out;
   int64_t block = -1;
-  for (const PartitionInfo* p : in_flat_order) {
+  for (const PartitionInfo* p : PartitionsInFlatOrder(layout)) {
     const ShardSpan owned = layout.Owned(*p);
     int64_t at = p->shard_offset;
     int64_t flat = p->full_offset + static_cast<int64_t>(owned.offset);
@@ -39,38 +31,19 @@ NormBlocks BuildNormBlocks(const ShardLayout& layout) {
   return out;
 }
 
-namespace {
-
-template <typename V>
-Result<DeviceBuffer> Upload(Stream& stream, const std::vector<V>& values, const char* what) {
-  Device& device = stream.device();
-  const size_t bytes = std::max<size_t>(values.size() * sizeof(V), 1);
-  Result<DeviceBuffer> buffer = device.Allocate(bytes, MemoryCategory::kBuffers);
-  if (!buffer.ok()) {
-    return Status(buffer.status()).WithContext(fmt::format("allocating the norm's {}", what));
-  }
-  if (!values.empty()) {
-    SLUICE_RETURN_IF_ERROR(device.CopyAsync(buffer->data(), values.data(),
-                                            values.size() * sizeof(V), CopyKind::kH2D, stream));
-  }
-  return buffer;
-}
-
-}  // namespace
-
 Result<std::unique_ptr<ShardNormPlan>> ShardNormPlan::Create(Stream& stream,
                                                              const ShardLayout& layout) {
   const NormBlocks blocks = BuildNormBlocks(layout);
   std::unique_ptr<ShardNormPlan> plan(new ShardNormPlan());
   plan->shard_elements_ = layout.shard_elements();
   plan->blocks_ = blocks.blocks();
-  SLUICE_ASSIGN_OR_RETURN(plan->pieces_, Upload(stream, blocks.pieces, "block pieces"));
-  SLUICE_ASSIGN_OR_RETURN(plan->first_, Upload(stream, blocks.first, "block index"));
+  SLUICE_ASSIGN_OR_RETURN(
+      plan->pieces_, UploadArray<ops::SumPiece>(stream, blocks.pieces, "the norm's block pieces"));
+  SLUICE_ASSIGN_OR_RETURN(plan->first_,
+                          UploadArray<int64_t>(stream, blocks.first, "the norm's block index"));
+  plan->host_sums_.assign(static_cast<size_t>(blocks.blocks()), 0.0);
   SLUICE_ASSIGN_OR_RETURN(plan->sums_,
-                          Upload(stream, std::vector<double>(blocks.blocks(), 0.0), "block sums"));
-  plan->host_sums_.resize(static_cast<size_t>(blocks.blocks()));
-  // The host vectors go out of scope here: the copies must be done.
-  SLUICE_RETURN_IF_ERROR(stream.Synchronize());
+                          UploadArray<double>(stream, plan->host_sums_, "the norm's block sums"));
   return plan;
 }
 

@@ -12,6 +12,7 @@
 
 #include "engine/model/init.h"
 #include "engine/zero/allreduce_reducer.h"
+#include "engine/zero/device_segments.h"
 #include "engine/zero/partition_copy.h"
 #include "engine/zero/rank_agreement.h"
 #include "engine/zero/reduce_scatter_reducer.h"
@@ -20,6 +21,7 @@
 #include "engine/zero/word_gather.h"
 #include "engine/zero/zeroed_buffer.h"
 #include "runtime/check.h"
+#include "runtime/comm/comm_factory.h"
 #include "runtime/logging.h"
 #include "runtime/trace.h"
 
@@ -69,17 +71,19 @@ ZeroEngine::~ZeroEngine() {
 
 namespace {
 
-// What the engine runs on a GPU so far: one rank at stage 0 without offload. The rest still has
-// host code on device memory (ZeRO's pack and unpack around the collectives, the fp16 rounding)
-// or needs NCCL in the comm queue; each refusal names the setting to change.
+// What the engine runs on a GPU so far: one rank at stages 0-2 without offload, its collectives
+// on NCCL. The rest still has host code on device memory (stage 3's unpacking of the gathered
+// units, the fp16 rounding); each refusal names the setting to change.
 Status CheckGpuSupported(const ZeroOptions& options, const Comm& world) {
   const char* missing = nullptr;
-  if (options.stage != 0) {
+  if (options.stage > 2) {
     missing =
-        "zero_optimization.stage 1-3 (the shard packing around the collectives runs on the "
-        "host yet): set zero_optimization.stage 0";
+        "zero_optimization.stage 3 (its unpacking of the gathered parameters runs on the host "
+        "yet): set zero_optimization.stage 0, 1 or 2";
   } else if (world.size() > 1) {
-    missing = "more than one rank (the collectives need NCCL in the ZeRO comm queue): run one rank";
+    missing =
+        "more than one rank (every rank would need a GPU of its own, and several GPUs are "
+        "not tested yet): run one rank";
   } else if (options.offload_optimizer.device != OffloadDevice::kNone ||
              options.offload_param.device != OffloadDevice::kNone) {
     missing =
@@ -90,9 +94,7 @@ Status CheckGpuSupported(const ZeroOptions& options, const Comm& world) {
   }
   if (missing == nullptr) return OkStatus();
   return UnimplementedError(
-      "training on a cuda device runs one rank at ZeRO stage 0 so far; not "
-      "yet: {}",
-      missing);
+      "training on a cuda device runs one rank at ZeRO stages 0-2 so far; not yet: {}", missing);
 }
 
 }  // namespace
@@ -124,10 +126,17 @@ Status ZeroEngine::Build(Comm& world) {
   layout_ = ShardLayout::Build(registry, world_size, rank,
                                stage == 3 ? options_.stage3_param_persistence_threshold : -1);
 
-  Result<std::unique_ptr<Comm>> comm = world.Split(0, world.rank());
-  if (!comm.ok()) return Status(comm.status()).WithContext("creating the ZeRO communicator");
-  SLUICE_ASSIGN_OR_RETURN(
-      queue_, CommQueue::Create(*device_, std::move(comm).value(), options_.overlap_comm));
+  const auto make_comm = [&](Stream& stream) -> Result<std::unique_ptr<Comm>> {
+    Result<std::unique_ptr<Comm>> comm = world.Split(0, world.rank());
+    if (!comm.ok()) return Status(comm.status()).WithContext("creating the ZeRO communicator");
+    if (device_->kind() == DeviceKind::kCpu) return comm;
+    // On a GPU the collectives move device memory: NCCL, enqueued on the comm stream itself.
+    Result<std::unique_ptr<Comm>> nccl =
+        CreateNcclComm(std::move(comm).value(), device_->index(), stream.native());
+    if (!nccl.ok()) return Status(nccl.status()).WithContext("creating the ZeRO communicator");
+    return nccl;
+  };
+  SLUICE_ASSIGN_OR_RETURN(queue_, CommQueue::Create(*device_, make_comm, options_.overlap_comm));
   std::vector<AgreedValue> agreed = AgreedValuesOf(options_);
   agreed.push_back({"the model's parameter count", registry.total_elements()});
   agreed.push_back({"the model's unit count", static_cast<int64_t>(registry.units().size())});
@@ -218,9 +227,9 @@ Status ZeroEngine::Build(Comm& world) {
         GradientScalingFor(options_.prescale_gradients, options_.gradient_predivide_factor,
                            world.size()));
   } else {
-    reducer_ =
-        std::make_unique<ReduceScatterReducer>(registry, layout_, *queue_, compute(), binding_,
-                                               grad_shard_data_, options_.reduce_bucket_size);
+    reducer_ = std::make_unique<ReduceScatterReducer>(
+        registry, layout_, *queue_, compute(), binding_, grad_shard_data_,
+        options_.reduce_bucket_size, GradShardOnHost(options_) ? nullptr : &model_->ops());
   }
   // One staging buffer serves every collective (they run one at a time on the comm stream), sized
   // for the largest now, so that it is never reallocated between the passes' unit buffers.
@@ -238,6 +247,22 @@ Status ZeroEngine::Build(Comm& world) {
   }
   if (!GradShardOnHost(options_)) {
     SLUICE_ASSIGN_OR_RETURN(norm_plan_, ShardNormPlan::Create(compute(), layout_));
+    if (stage == 1) {
+      SLUICE_ASSIGN_OR_RETURN(extract_owned_,
+                              DeviceSegments::Create(compute(), ExtractOwnedSegments(layout_),
+                                                     "the owned-gradient segments"));
+    }
+  }
+  if (stage == 1 || stage == 2) {
+    for (const PublishBucket& bucket : PublishBuckets()) {
+      std::vector<int> run;
+      for (size_t i = bucket.first; i < bucket.last; ++i) run.push_back(static_cast<int>(i));
+      SLUICE_ASSIGN_OR_RETURN(
+          std::unique_ptr<DeviceSegments> unpack,
+          DeviceSegments::Create(queue_->stream(), UnpackGatheredSegments(layout_, run),
+                                 "the parameter unpacking segments"));
+      publish_unpack_.push_back(std::move(unpack));
+    }
   }
   hooks_ = std::make_unique<Hooks>(*this);
   if (world.rank() == 0) {
@@ -397,18 +422,18 @@ std::vector<ZeroEngine::PublishBucket> ZeroEngine::PublishBuckets() const {
 
 // Stages 1-2: the buckets all-gathered and unpacked into the replicated compute copy.
 Status ZeroEngine::PublishByAllGather() {
-  const ShardLayout* layout = &layout_;
   const int world = layout_.world();
   const DType dtype = options_.param_dtype;
   const size_t element_size = DTypeSize(dtype);
   float* full = full_params_.data_as<float>();
+  const int index = device_->index();
   std::deque<CommTicket> tickets;
   Status status;
-  for (const PublishBucket& bucket : PublishBuckets()) {
+  const std::vector<PublishBucket> buckets = PublishBuckets();
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const PublishBucket& bucket = buckets[b];
     const size_t first = bucket.first;
     const size_t last = bucket.last;
-    std::vector<int> run;
-    for (size_t i = first; i < last; ++i) run.push_back(static_cast<int>(i));
     const size_t total = static_cast<size_t>(bucket.piece) * static_cast<size_t>(world);
     const void* shard =
         static_cast<const uint8_t*>(param_shard_data_) +
@@ -419,16 +444,21 @@ Status ZeroEngine::PublishByAllGather() {
       break;
     }
     void* gathered = *staging;
-    auto op = [layout, run = std::move(run), dtype, total, shard, full,
-               gathered](Comm& comm) -> Status {
-      SLUICE_RETURN_IF_ERROR(comm.AllGather(shard, gathered, total, dtype));
-      UnpackGathered(*layout, run, gathered, dtype,
-                     [full](const PartitionInfo& p) { return full + p.full_offset; });
-      return OkStatus();
+    // The unpacking is device work on the comm stream after the gather, in the same ticket.
+    const ops::CopySegmentList& unpack = publish_unpack_[b]->list();
+    const auto then = [&](Stream& stream) {
+      return model_->ops().CopySegments(
+          stream,
+          Tensor(gathered, dtype, {static_cast<int64_t>(total)}, MemoryTier::kDevice, index),
+          Tensor(full, DType::kF32, {layout_.total_elements()}, MemoryTier::kDevice, index),
+          unpack);
     };
-    Result<CommTicket> ticket =
-        queue_->Enqueue(fmt::format("all_gather updated parameters [{}, {})", first, last),
-                        total * element_size, std::move(op));
+    Result<CommTicket> ticket = queue_->Enqueue(
+        fmt::format("all_gather updated parameters [{}, {})", first, last), total * element_size,
+        [dtype, total, shard, gathered](Comm& comm) {
+          return comm.AllGather(shard, gathered, total, dtype);
+        },
+        then);
     if (!ticket.ok()) {
       status = ticket.status();
       break;
@@ -501,9 +531,19 @@ Status ZeroEngine::FinishReductions() {
   if (options_.stage == 1 && micro_batches_ + 1 == options_.gradient_accumulation_steps) {
     // The averaged full gradients are complete: keep this rank's partitions for the step, as
     // device work on the compute stream (Step reads them there, after it).
-    const ShardLayout* layout = &layout_;
     const float* full = full_grads_.data_as<float>();
     float* shard = grad_shard_data_;
+    if (extract_owned_ != nullptr) {
+      const int index = device_->index();
+      return model_->ops().CopySegments(
+          compute(),
+          Tensor(const_cast<float*>(full), DType::kF32, {layout_.total_elements()},
+                 MemoryTier::kDevice, index),
+          Tensor(shard, DType::kF32, {layout_.shard_elements()}, MemoryTier::kDevice, index),
+          extract_owned_->list());
+    }
+    // The offloaded optimizer's shard is host memory, which the host writes.
+    const ShardLayout* layout = &layout_;
     return device_->LaunchHostFunc(
         compute(),
         [layout, full, shard] {

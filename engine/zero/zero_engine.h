@@ -46,6 +46,7 @@
 
 #include "engine/model/model.h"
 #include "engine/zero/comm_queue.h"
+#include "engine/zero/device_segments.h"
 #include "engine/zero/gradient_reducer.h"
 #include "engine/zero/host_shard_buffer.h"
 #include "engine/zero/parameter_coordinator.h"
@@ -253,7 +254,9 @@ class ZeroEngine {
   std::unique_ptr<ParameterCoordinator> coordinator_;
   std::unique_ptr<GradientReducer> reducer_;
   std::unique_ptr<Hooks> hooks_;
-  std::unique_ptr<ShardNormPlan> norm_plan_;  // device-resident gradients only
+  std::unique_ptr<ShardNormPlan> norm_plan_;       // device-resident gradients only
+  std::unique_ptr<DeviceSegments> extract_owned_;  // stage 1, device-resident gradient shard
+  std::vector<std::unique_ptr<DeviceSegments>> publish_unpack_;  // stages 1-2, per PublishBuckets()
   model::UnitHooks* user_hooks_ = nullptr;
   int64_t micro_batches_ = 0;              // of the current step
   PassKind pass_kind_ = PassKind::kTrain;  // of the pass running

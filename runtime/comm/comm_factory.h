@@ -29,6 +29,12 @@ struct CommOptions {
 // MPI_Finalize at exit. Collective: every rank calls it.
 Result<std::unique_ptr<Comm>> CreateWorldComm(const CommOptions& options = {});
 
+// An NCCL communicator over the ranks of `mpi` (an MPI communicator, from CreateWorldComm or a
+// Split of it: it bootstraps NCCL and stays the host-memory side, Comm::host()), enqueueing every
+// operation on `stream` (a cudaStream_t of CUDA device `device`). Collective over `mpi`'s ranks.
+// Unavailable in builds without CUDA and NCCL.
+Result<std::unique_ptr<Comm>> CreateNcclComm(std::unique_ptr<Comm> mpi, int device, void* stream);
+
 namespace internal {
 // Implemented by runtime/comm/nccl/ or, in builds without CUDA, runtime/comm/nccl_unavailable.cpp.
 Result<std::unique_ptr<Comm>> CreateNcclWorldComm(const CommOptions& options);

@@ -415,6 +415,28 @@ class HostOpsBackend : public OpsBackend {
     double* y = static_cast<double*>(ty.raw_data());
     return Launch(s, "Scale", [=] { kernels::ref::Scale<double>(y, factor, n); });
   }
+  Status DoAccumulateSegments(Stream& s, const Tensor& src, const Tensor& dst,
+                              const CopySegmentList& segments) override {
+    const float* x = static_cast<const float*>(src.raw_data());
+    float* y = static_cast<float*>(dst.raw_data());
+    const int64_t src_n = src.numel(), dst_n = dst.numel();
+    const CopySegment* list = segments.data;
+    const int count = segments.count;
+    return Launch(s, "AccumulateSegments", [=]() -> Status {
+      for (int k = 0; k < count; ++k) {
+        const CopySegment g = list[k];
+        if (g.count < 0 || g.src_offset < 0 || g.dst_offset < 0 || g.src_offset + g.count > src_n ||
+            g.dst_offset + g.count > dst_n) {
+          return OutOfRangeError(
+              "AccumulateSegments: segment {} (src_offset {}, dst_offset {}, count {}) is outside "
+              "src ({} elements) or dst ({} elements)",
+              k, g.src_offset, g.dst_offset, g.count, src_n, dst_n);
+        }
+        for (int64_t i = 0; i < g.count; ++i) y[g.dst_offset + i] += x[g.src_offset + i];
+      }
+      return OkStatus();
+    });
+  }
   Status DoCopySegments(Stream& s, const Tensor& src, const Tensor& dst,
                         const CopySegmentList& segments) override {
     const char* x = static_cast<const char*>(src.raw_data());
@@ -437,6 +459,11 @@ class HostOpsBackend : public OpsBackend {
         char* out = y + g.dst_offset * out_size;
         if (from == to) {
           std::memcpy(out, x + g.src_offset * in_size, g.count * in_size);
+        } else if (from == DType::kBF16 && to == DType::kF32) {
+          // ZeRO's unpacking of bf16 parameters: a widening the compiler vectorizes.
+          const auto* in = reinterpret_cast<const uint16_t*>(x + g.src_offset * in_size);
+          auto* widened = reinterpret_cast<float*>(out);
+          for (int64_t i = 0; i < g.count; ++i) widened[i] = kernels::Bf16ToF32(in[i]);
         } else {
           const char* in = x + g.src_offset * in_size;
           for (int64_t i = 0; i < g.count; ++i) StoreElement(out, to, i, LoadElement(in, from, i));

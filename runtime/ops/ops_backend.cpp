@@ -570,4 +570,20 @@ Status OpsBackend::CopySegments(Stream& stream, const Tensor& src, const Tensor&
   return DoCopySegments(stream, src, dst, segments);
 }
 
+Status OpsBackend::AccumulateSegments(Stream& stream, const Tensor& src, const Tensor& dst,
+                                      const CopySegmentList& segments) {
+  ArgCheck check("AccumulateSegments", device(), "src", src);
+  check.Place("src", src)
+      .Require(src.dtype() == DType::kF32, "src", src, "f32")
+      .Require(!IsAbsent(dst) && dst.dtype() == DType::kF32, "dst", dst, "f32")
+      .Place("dst", dst);
+  SLUICE_RETURN_IF_ERROR(check.status());
+  if (segments.count < 0 || (segments.count > 0 && segments.data == nullptr)) {
+    return InvalidArgumentError("AccumulateSegments: {} segments at {}, expected a device array",
+                                segments.count, static_cast<const void*>(segments.data));
+  }
+  if (segments.count == 0) return OkStatus();
+  return DoAccumulateSegments(stream, src, dst, segments);
+}
+
 }  // namespace sluice::ops

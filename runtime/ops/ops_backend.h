@@ -273,6 +273,11 @@ class OpsBackend {
   // cannot see the device array, so there they are the caller's responsibility.
   Status CopySegments(Stream& stream, const Tensor& src, const Tensor& dst,
                       const CopySegmentList& segments);
+  // ZeRO's accumulation of a reduced piece into the gradient shard: dst[dst_offset + i] +=
+  // src[src_offset + i] (i < count; zero_fill ignored) for each segment, f32 only, one fp32
+  // rounding per element. Segments must not overlap each other's destination ranges.
+  Status AccumulateSegments(Stream& stream, const Tensor& src, const Tensor& dst,
+                            const CopySegmentList& segments);
 
  protected:
   explicit OpsBackend(Device& device) : device_(&device) {}
@@ -314,6 +319,8 @@ class OpsBackend {
   virtual Status DoScale(Stream& stream, const Tensor& y, double factor) = 0;
   virtual Status DoCopySegments(Stream& stream, const Tensor& src, const Tensor& dst,
                                 const CopySegmentList& segments) = 0;
+  virtual Status DoAccumulateSegments(Stream& stream, const Tensor& src, const Tensor& dst,
+                                      const CopySegmentList& segments) = 0;
 
   // "LinearForward: compute dtype bf16 (x is bf16[8, 32]) is not supported by the cpu ops
   // backend": for Do* functions that meet a dtype their backend lacks.

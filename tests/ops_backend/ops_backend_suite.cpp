@@ -453,6 +453,33 @@ TEST_P(OpsBackendTest, BlockSquaredSumsAddEachBlocksPieces) {
   EXPECT_FALSE(ops_->BlockSquaredSums(*stream_, Upload(x, DType::kF64, {n}), list, sums).ok());
 }
 
+// ZeRO's accumulation of a reduced piece into the gradient shard: one fp32 addition per element,
+// the same bits on every column; elements outside the segments stay as they are.
+TEST_P(OpsBackendTest, AccumulateSegmentsAddsInFp32) {
+  Rng rng(31);
+  const std::vector<double> x = Rounded(rng.Uniform<double>(300, -1.0, 1.0), DType::kF32);
+  const std::vector<double> y = Rounded(rng.Uniform<double>(500, -1.0, 1.0), DType::kF32);
+  const std::vector<CopySegment> segments = {{.src_offset = 0, .dst_offset = 400, .count = 100},
+                                             {.src_offset = 100, .dst_offset = 3, .count = 200}};
+  std::vector<double> expected = y;
+  for (const CopySegment& g : segments) {
+    for (int64_t i = 0; i < g.count; ++i) {
+      expected[g.dst_offset + i] =
+          static_cast<float>(expected[g.dst_offset + i]) + static_cast<float>(x[g.src_offset + i]);
+    }
+  }
+  std::vector<uint8_t> bytes(segments.size() * sizeof(CopySegment));
+  std::memcpy(bytes.data(), segments.data(), bytes.size());
+  const auto* list = static_cast<const CopySegment*>(UploadBytes(std::move(bytes)));
+  Tensor ty = Upload(y, DType::kF32, {500});
+  ASSERT_OK(ops_->AccumulateSegments(*stream_, Upload(x, DType::kF32, {300}), ty,
+                                     {.data = list, .count = 2, .max_segment_elements = 200}));
+  EXPECT_EQ(Download(ty), expected);
+  EXPECT_FALSE(ops_->AccumulateSegments(*stream_, Upload(x, DType::kBF16, {300}), ty,
+                                        {.data = list, .count = 2, .max_segment_elements = 200})
+                   .ok());
+}
+
 TEST_P(OpsBackendTest, MissingOrWrongRankWeightsAreErrorsNamingThem) {
   Tensor x = Zeros(compute(), {8, 32});
   Tensor y = Zeros(compute(), {8, 64});

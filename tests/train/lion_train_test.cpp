@@ -1,7 +1,7 @@
 // Lion through the trainer on the demo's model (configs/demo_gpt.yaml: a byte-level GPT-2 of 1.3M
-// parameters in bf16 on data/demo_corpus.txt), its optimizer section swapped for DeepSpeed's Lion:
-// the loss falls, with the state on the device and offloaded to host memory at stage 2 alike (the
-// same bits: both run the fused CPU Lion kernel over the same elements).
+// parameters in bf16, here on a synthetic text corpus), its optimizer section swapped for
+// DeepSpeed's Lion: the loss falls, with the state on the device and offloaded to host memory at
+// stage 2 alike (the same bits: both run the fused CPU Lion kernel over the same elements).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -53,7 +53,9 @@ struct Curve {
 
 Curve Train(const std::vector<std::string>& more) {
   std::vector<std::string> overrides = {
-      "data.train_path=" + std::string(SLUICE_SOURCE_DIR) + "/data/demo_corpus.txt",
+      // A corpus of the test's own: data/demo_corpus.txt exists only after `make run`.
+      "data.train_path=" + test_util::WriteFile(test_util::TempPath("corpus.txt"),
+                                                test_util::SyntheticCorpus(256 * 1024)),
       "run.dir=" + test_util::TempPath("lion_demo"),
       "run.steps=" + std::to_string(kSteps),
       "run.eval_interval=0",

@@ -12,6 +12,7 @@
 
 #include "engine/model/model.h"
 #include "engine/train/grad_clip.h"
+#include "engine/zero/device_segments.h"
 #include "engine/zero/partition_copy.h"
 #include "engine/zero/shard_grad_norm.h"
 #include "engine/zero/shard_norm_plan.h"
@@ -215,16 +216,21 @@ TEST(PartitionCopy, ReduceScatterPiecesAccumulateIntoEachRanksShard) {
   }
 }
 
-TEST(ShardGradNorm, OneRankSumsLikeTheReferenceNorm) {
-  // Big enough for several 8192-element blocks.
+// A model big enough for several 8192-element norm blocks, parameters external.
+std::unique_ptr<model::Model<float>> NormTestModel() {
   model::ModelOptions options = TinyGpt();
   options.d_model = 64;
   options.d_ff = 256;
-  model::HostAllocator host;
+  static model::HostAllocator host;
   auto net = model::Model<float>::Create(options, host, sluice::testing::OpsFor<float>(),
                                          model::ModelStorage::kExternal);
-  ASSERT_TRUE(net.ok());
-  const model::ParameterRegistry& registry = (*net)->registry();
+  SLUICE_CHECK(net.ok()) << net.status().ToString();
+  return std::move(net).value();
+}
+
+TEST(ShardGradNorm, OneRankSumsLikeTheReferenceNorm) {
+  const auto net = NormTestModel();
+  const model::ParameterRegistry& registry = net->registry();
   const int64_t n = registry.total_elements();
   ASSERT_GT(n, 4 * kNormBlock);
   std::mt19937 rng(3);
@@ -258,14 +264,8 @@ TEST(ShardGradNorm, OneRankSumsLikeTheReferenceNorm) {
 // in block order on the host: LocalSquaredSum's bits for one rank (persistent parameters
 // reordering the shard) and for each of three ranks (partitions split between ranks, padding).
 TEST(ShardGradNorm, ThePlanOnTheDeviceSumsLikeTheHost) {
-  model::ModelOptions options = TinyGpt();
-  options.d_model = 64;
-  options.d_ff = 256;
-  model::HostAllocator host;
-  auto net = model::Model<float>::Create(options, host, sluice::testing::OpsFor<float>(),
-                                         model::ModelStorage::kExternal);
-  ASSERT_TRUE(net.ok());
-  const model::ParameterRegistry& registry = (*net)->registry();
+  const auto net = NormTestModel();
+  const model::ParameterRegistry& registry = net->registry();
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1e-2f);
   std::vector<float> grads(static_cast<size_t>(registry.total_elements()));
@@ -291,6 +291,130 @@ TEST(ShardGradNorm, ThePlanOnTheDeviceSumsLikeTheHost) {
     Result<double> sum = (*plan)->LocalSquaredSum(ops, **stream, on_device->data_as<float>());
     ASSERT_TRUE(sum.ok()) << sum.status().ToString();
     EXPECT_EQ(*sum, LocalSquaredSum(layout, shard.data())) << "rank " << layout.rank();
+  }
+}
+
+// The device segment lists move what the host functions move, element for element: ExtractOwned,
+// UnpackGathered (f32 and bf16 gathered, with a header), PackForReduceScatter and
+// AccumulateIntoShard through the cpu column's CopySegments and AccumulateSegments, for one rank
+// and each of three.
+TEST(DeviceSegments, MoveWhatTheHostFunctionsMove) {
+  model::ModelOptions options = TinyGpt();
+  model::HostAllocator host;
+  auto net = model::Model<float>::Create(options, host, sluice::testing::OpsFor<float>(),
+                                         model::ModelStorage::kExternal);
+  ASSERT_TRUE(net.ok());
+  const model::ParameterRegistry& registry = (*net)->registry();
+  const int64_t total = registry.total_elements();
+  ops::OpsBackend& ops = sluice::testing::OpsFor<float>();
+  Device& device = ops.device();
+  auto stream = device.CreateStream();
+  ASSERT_TRUE(stream.ok());
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  const auto random = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = uniform(rng);
+    return v;
+  };
+  // `bytes` on the device, then back after `op` ran on the stream.
+  const auto on_device = [&](const void* bytes, size_t size) {
+    auto buffer = device.Allocate(size, MemoryCategory::kBuffers);
+    SLUICE_CHECK(buffer.ok());
+    SLUICE_CHECK(device.CopyAsync(buffer->data(), bytes, size, CopyKind::kH2D, **stream).ok());
+    return std::move(buffer).value();
+  };
+  const auto to_host = [&](const DeviceBuffer& buffer, void* bytes, size_t size) {
+    ASSERT_TRUE(device.CopyAsync(bytes, buffer.data(), size, CopyKind::kD2H, **stream).ok());
+    ASSERT_TRUE((*stream)->Synchronize().ok());
+  };
+  for (const ShardLayout& layout :
+       {ShardLayout::Build(registry, 1, 0, 100), ShardLayout::Build(registry, 3, 0, -1),
+        ShardLayout::Build(registry, 3, 2, -1)}) {
+    const std::vector<float> full = random(total);
+    const int64_t shard_n = layout.shard_elements();
+    std::vector<float> expected(static_cast<size_t>(shard_n), 7.0f), got(expected);
+    ExtractOwned(layout, full.data(), expected.data());
+    DeviceBuffer src = on_device(full.data(), full.size() * sizeof(float));
+    DeviceBuffer dst = on_device(got.data(), got.size() * sizeof(float));
+    auto extract = DeviceSegments::Create(**stream, ExtractOwnedSegments(layout), "extract");
+    ASSERT_TRUE(extract.ok()) << extract.status().ToString();
+    ASSERT_TRUE(ops.CopySegments(**stream,
+                                 Tensor(src.data(), DType::kF32, {total}, MemoryTier::kDevice),
+                                 Tensor(dst.data(), DType::kF32, {shard_n}, MemoryTier::kDevice),
+                                 (*extract)->list())
+                    .ok());
+    to_host(dst, got.data(), got.size() * sizeof(float));
+    EXPECT_EQ(got, expected) << "ExtractOwned, rank " << layout.rank();
+
+    std::vector<int> run(layout.partitions().size());
+    std::iota(run.begin(), run.end(), 0);
+    const int64_t header = 1;
+    const int64_t gathered_n = (header + RunElements(layout, run)) * layout.world();
+    for (const DType dtype : {DType::kF32, DType::kBF16}) {
+      const std::vector<float> values = random(gathered_n);
+      std::vector<uint8_t> gathered(static_cast<size_t>(gathered_n) * DTypeSize(dtype));
+      ConvertFromF32(values.data(), gathered.data(), dtype, gathered_n, 1);
+      std::vector<float> want(static_cast<size_t>(total), 5.0f), have(want);
+      UnpackGathered(
+          layout, run, gathered.data(), dtype,
+          [&want](const PartitionInfo& p) { return want.data() + p.full_offset; }, header);
+      DeviceBuffer from = on_device(gathered.data(), gathered.size());
+      DeviceBuffer into = on_device(have.data(), have.size() * sizeof(float));
+      auto unpack =
+          DeviceSegments::Create(**stream, UnpackGatheredSegments(layout, run, header), "unpack");
+      ASSERT_TRUE(unpack.ok()) << unpack.status().ToString();
+      ASSERT_TRUE(ops.CopySegments(**stream,
+                                   Tensor(from.data(), dtype, {gathered_n}, MemoryTier::kDevice),
+                                   Tensor(into.data(), DType::kF32, {total}, MemoryTier::kDevice),
+                                   (*unpack)->list())
+                      .ok());
+      to_host(into, have.data(), have.size() * sizeof(float));
+      EXPECT_EQ(have, want) << "UnpackGathered " << DTypeName(dtype) << ", rank " << layout.rank();
+    }
+
+    // PackForReduceScatter from per-parameter gradients, then AccumulateIntoShard of a piece.
+    const int64_t piece = RunElements(layout, run);
+    std::vector<float> packed_want(static_cast<size_t>(piece * layout.world()), 3.0f);
+    std::vector<float> packed_have(packed_want);
+    PackForReduceScatter(
+        layout, run, [&full](const PartitionInfo& p) { return full.data() + p.full_offset; },
+        packed_want.data());
+    DeviceBuffer grads = on_device(full.data(), full.size() * sizeof(float));
+    DeviceBuffer packed = on_device(packed_have.data(), packed_have.size() * sizeof(float));
+    const std::vector<std::vector<ops::CopySegment>> packs = PackSegments(layout, run);
+    ASSERT_EQ(packs.size(), run.size());
+    for (size_t i = 0; i < run.size(); ++i) {
+      const PartitionInfo& p = layout.partitions()[static_cast<size_t>(run[i])];
+      auto list = DeviceSegments::Create(**stream, packs[i], "pack");
+      ASSERT_TRUE(list.ok());
+      ASSERT_TRUE(ops.CopySegments(**stream,
+                                   Tensor(grads.data_as<float>() + p.full_offset, DType::kF32,
+                                          {p.numel}, MemoryTier::kDevice),
+                                   Tensor(packed.data(), DType::kF32, {piece * layout.world()},
+                                          MemoryTier::kDevice),
+                                   (*list)->list())
+                      .ok());
+    }
+    to_host(packed, packed_have.data(), packed_have.size() * sizeof(float));
+    EXPECT_EQ(packed_have, packed_want) << "PackForReduceScatter, rank " << layout.rank();
+
+    const std::vector<float> reduced = random(piece);
+    std::vector<float> shard_want = random(shard_n), shard_have(shard_want);
+    AccumulateIntoShard(layout, run, reduced.data(), shard_want.data());
+    DeviceBuffer piece_on_device = on_device(reduced.data(), reduced.size() * sizeof(float));
+    DeviceBuffer shard_on_device = on_device(shard_have.data(), shard_have.size() * sizeof(float));
+    auto accumulate =
+        DeviceSegments::Create(**stream, AccumulateIntoShardSegments(layout, run), "accumulate");
+    ASSERT_TRUE(accumulate.ok());
+    ASSERT_TRUE(ops.AccumulateSegments(
+                       **stream,
+                       Tensor(piece_on_device.data(), DType::kF32, {piece}, MemoryTier::kDevice),
+                       Tensor(shard_on_device.data(), DType::kF32, {shard_n}, MemoryTier::kDevice),
+                       (*accumulate)->list())
+                    .ok());
+    to_host(shard_on_device, shard_have.data(), shard_have.size() * sizeof(float));
+    EXPECT_EQ(shard_have, shard_want) << "AccumulateIntoShard, rank " << layout.rank();
   }
 }
 

@@ -396,3 +396,21 @@ Result<std::unique_ptr<Comm>> CreateNcclWorldComm(const CommOptions& options) {
 }
 
 }  // namespace sluice::internal
+
+namespace sluice {
+
+Result<std::unique_ptr<Comm>> CreateNcclComm(std::unique_ptr<Comm> mpi, int device, void* stream) {
+  auto* host = dynamic_cast<mpi::MpiComm*>(mpi.get());
+  if (host == nullptr) {
+    return InvalidArgumentError("an NCCL communicator is built over an MPI one; {} is {}",
+                                mpi->name(), mpi->backend_name());
+  }
+  (void)mpi.release();
+  std::string name = host->name() + "/nccl";
+  SLUICE_ASSIGN_OR_RETURN(
+      std::unique_ptr<nccl::NcclComm> comm,
+      nccl::NcclComm::Create(std::unique_ptr<mpi::MpiComm>(host), device, stream, std::move(name)));
+  return std::unique_ptr<Comm>(std::move(comm));
+}
+
+}  // namespace sluice

@@ -52,7 +52,8 @@ class NcclComm final : public Comm {
   Result<std::unique_ptr<Comm>> Split(int color, int key) override;
   Status Drain() override;
 
-  void* native_stream() const { return stream_; }
+  Comm& host() override { return *host_; }
+  void* native_stream() const override { return stream_; }
   int device() const { return device_; }
 
   // For NcclOperation.

@@ -367,6 +367,13 @@ class CudaOpsBackend : public OpsBackend {
                       kc::BlockSquaredSums(F(x), reinterpret_cast<const kc::SumPiece*>(list.pieces),
                                            list.first, list.blocks, P<double>(out), Native(s)));
   }
+  Status DoAccumulateSegments(Stream& s, const Tensor& src, const Tensor& dst,
+                              const CopySegmentList& list) override {
+    return FromLaunch(
+        "AccumulateSegments",
+        kc::AccumulateSegments(F(src), F(dst), reinterpret_cast<const kc::FlatSegment*>(list.data),
+                               list.count, list.max_segment_elements, Native(s)));
+  }
   Status DoCopySegments(Stream& s, const Tensor& src, const Tensor& dst,
                         const CopySegmentList& list) override {
     const auto* segs = reinterpret_cast<const kc::FlatSegment*>(list.data);
