@@ -11,22 +11,13 @@
 #include <cmath>
 #include <sstream>
 
+#include "kernels/ref/optimizer_ref_internal.h"
+
 namespace sluice::kernels {
 namespace {
 
-// Runs on every kernel call: builds a message only when something is wrong.
-std::string CheckPointer(const void* pointer, const char* name, size_t element_size, size_t count) {
-  bool null = pointer == nullptr && count > 0;
-  bool misaligned = reinterpret_cast<uintptr_t>(pointer) % element_size != 0;
-  if (!null && !misaligned) return "";
-  std::ostringstream out;
-  if (null) {
-    out << name << " is null with count = " << count;
-  } else {
-    out << name << " = " << pointer << " is not aligned to its element size " << element_size;
-  }
-  return out.str();
-}
+using optimizer_ref::CheckPointer;
+using optimizer_ref::CopyError;
 
 template <AdamGradType kGrad, AdamCopyType kCopy>
 void ReferenceLoop(const AdamTensors& t, const AdamStepConstants& c) {
@@ -39,18 +30,6 @@ void ReferenceLoop(const AdamTensors& t, const AdamStepConstants& c) {
     t.exp_avg[i] = m;
     t.exp_avg_sq[i] = v;
     StoreCopyElement(t.param_copy, kCopy, i, p);
-  }
-}
-
-template <AdamGradType kGrad>
-void ReferenceForGrad(const AdamTensors& t, const AdamStepConstants& c) {
-  switch (t.copy_type) {
-    case AdamCopyType::kNone:
-      return ReferenceLoop<kGrad, AdamCopyType::kNone>(t, c);
-    case AdamCopyType::kBF16:
-      return ReferenceLoop<kGrad, AdamCopyType::kBF16>(t, c);
-    case AdamCopyType::kF16:
-      return ReferenceLoop<kGrad, AdamCopyType::kF16>(t, c);
   }
 }
 
@@ -85,14 +64,10 @@ size_t AdamGradTypeSize(AdamGradType type) { return type == AdamGradType::kF32 ?
 size_t AdamCopyTypeSize(AdamCopyType type) { return type == AdamCopyType::kNone ? 0 : 2; }
 
 std::string AdamHyperparamsError(const AdamHyperparams& h) {
+  std::string error = optimizer_ref::LrAndBetasError(h.lr, h.beta1, h.beta2);
+  if (!error.empty()) return error;
   std::ostringstream out;
-  if (!std::isfinite(h.lr) || h.lr < 0.0f) {
-    out << "lr = " << h.lr << " must be finite and >= 0";
-  } else if (!(h.beta1 >= 0.0f && h.beta1 < 1.0f)) {
-    out << "beta1 = " << h.beta1 << " is outside [0, 1)";
-  } else if (!(h.beta2 >= 0.0f && h.beta2 < 1.0f)) {
-    out << "beta2 = " << h.beta2 << " is outside [0, 1)";
-  } else if (!std::isfinite(h.eps) || h.eps < 0.0f) {
+  if (!std::isfinite(h.eps) || h.eps < 0.0f) {
     out << "eps = " << h.eps << " must be finite and >= 0";
   } else if (!std::isfinite(h.weight_decay) || h.weight_decay < 0.0f) {
     out << "weight_decay = " << h.weight_decay << " must be finite and >= 0";
@@ -110,17 +85,7 @@ std::string AdamTensorsError(const AdamTensors& t) {
         CheckPointer(t.grads, "grads", AdamGradTypeSize(t.grad_type), t.count)}) {
     if (!error.empty()) return error;
   }
-  if (t.copy_type == AdamCopyType::kNone) {
-    if (t.param_copy != nullptr) {
-      return "param_copy is set but copy_type is none: name the copy's type (bf16 or f16)";
-    }
-    return "";
-  }
-  if (t.param_copy == nullptr) {
-    return std::string("copy_type is ") + AdamCopyTypeName(t.copy_type) +
-           " but param_copy is null: pass the staging buffer or copy_type none";
-  }
-  return CheckPointer(t.param_copy, "param_copy", AdamCopyTypeSize(t.copy_type), t.count);
+  return CopyError(t.param_copy, t.copy_type, t.count);
 }
 
 AdamTensors SliceAdamTensors(const AdamTensors& t, size_t begin, size_t count) {
@@ -128,10 +93,8 @@ AdamTensors SliceAdamTensors(const AdamTensors& t, size_t begin, size_t count) {
   slice.params = t.params + begin;
   slice.exp_avg = t.exp_avg + begin;
   slice.exp_avg_sq = t.exp_avg_sq + begin;
-  slice.grads = static_cast<const char*>(t.grads) + begin * AdamGradTypeSize(t.grad_type);
-  if (t.param_copy != nullptr) {
-    slice.param_copy = static_cast<char*>(t.param_copy) + begin * AdamCopyTypeSize(t.copy_type);
-  }
+  slice.grads = optimizer_ref::OffsetGrads(t.grads, t.grad_type, begin);
+  slice.param_copy = optimizer_ref::OffsetCopy(t.param_copy, t.copy_type, begin);
   slice.count = count;
   return slice;
 }
@@ -161,14 +124,9 @@ AdamStepConstants MakeAdamStepConstants(const AdamHyperparams& h, float grad_sca
 
 void AdamStepReference(const AdamTensors& t, const AdamHyperparams& hyper, float grad_scale) {
   AdamStepConstants c = MakeAdamStepConstants(hyper, grad_scale);
-  switch (t.grad_type) {
-    case AdamGradType::kF32:
-      return ReferenceForGrad<AdamGradType::kF32>(t, c);
-    case AdamGradType::kBF16:
-      return ReferenceForGrad<AdamGradType::kBF16>(t, c);
-    case AdamGradType::kF16:
-      return ReferenceForGrad<AdamGradType::kF16>(t, c);
-  }
+  optimizer_ref::DispatchGradAndCopy(t.grad_type, t.copy_type, [&](auto grad, auto copy) {
+    ReferenceLoop<decltype(grad)::value, decltype(copy)::value>(t, c);
+  });
 }
 
 }  // namespace sluice::kernels

@@ -12,22 +12,13 @@
 #include <cstdint>
 #include <sstream>
 
+#include "kernels/ref/optimizer_ref_internal.h"
+
 namespace sluice::kernels {
 namespace {
 
-// Runs on every kernel call: builds a message only when something is wrong.
-std::string CheckPointer(const void* pointer, const char* name, size_t element_size, size_t count) {
-  const bool null = pointer == nullptr && count > 0;
-  const bool misaligned = reinterpret_cast<uintptr_t>(pointer) % element_size != 0;
-  if (!null && !misaligned) return "";
-  std::ostringstream out;
-  if (null) {
-    out << name << " is null with count = " << count;
-  } else {
-    out << name << " = " << pointer << " is not aligned to its element size " << element_size;
-  }
-  return out.str();
-}
+using optimizer_ref::CheckPointer;
+using optimizer_ref::CopyError;
 
 template <AdamCopyType kCopy>
 void ApplyLoop(const LambTensors& t, const LambStepConstants& c, float scale) {
@@ -41,14 +32,10 @@ void ApplyLoop(const LambTensors& t, const LambStepConstants& c, float scale) {
 }  // namespace
 
 std::string LambHyperparamsError(const LambHyperparams& h) {
+  std::string error = optimizer_ref::LrAndBetasError(h.lr, h.beta1, h.beta2);
+  if (!error.empty()) return error;
   std::ostringstream out;
-  if (!std::isfinite(h.lr) || h.lr < 0.0f) {
-    out << "lr = " << h.lr << " must be finite and >= 0";
-  } else if (!(h.beta1 >= 0.0f && h.beta1 < 1.0f)) {
-    out << "beta1 = " << h.beta1 << " is outside [0, 1)";
-  } else if (!(h.beta2 >= 0.0f && h.beta2 < 1.0f)) {
-    out << "beta2 = " << h.beta2 << " is outside [0, 1)";
-  } else if (!std::isfinite(h.eps) || h.eps <= 0.0f) {
+  if (!std::isfinite(h.eps) || h.eps <= 0.0f) {
     out << "eps = " << h.eps << " must be finite and > 0";
   } else if (!std::isfinite(h.weight_decay) || h.weight_decay < 0.0f) {
     out << "weight_decay = " << h.weight_decay << " must be finite and >= 0";
@@ -71,17 +58,7 @@ std::string LambTensorsError(const LambTensors& t, bool need_grads) {
                    : std::string()}) {
     if (!error.empty()) return error;
   }
-  if (t.copy_type == AdamCopyType::kNone) {
-    if (t.param_copy != nullptr) {
-      return "param_copy is set but copy_type is none: name the copy's type (bf16 or f16)";
-    }
-    return "";
-  }
-  if (t.param_copy == nullptr) {
-    return std::string("copy_type is ") + AdamCopyTypeName(t.copy_type) +
-           " but param_copy is null: pass the staging buffer or copy_type none";
-  }
-  return CheckPointer(t.param_copy, "param_copy", AdamCopyTypeSize(t.copy_type), t.count);
+  return CopyError(t.param_copy, t.copy_type, t.count);
 }
 
 LambTensors SliceLambTensors(const LambTensors& t, size_t begin, size_t count) {
@@ -89,12 +66,9 @@ LambTensors SliceLambTensors(const LambTensors& t, size_t begin, size_t count) {
   slice.params = t.params + begin;
   slice.exp_avg = t.exp_avg + begin;
   slice.exp_avg_sq = t.exp_avg_sq + begin;
-  if (t.grads != nullptr) {
-    slice.grads = static_cast<const char*>(t.grads) + begin * AdamGradTypeSize(t.grad_type);
-  }
-  if (t.param_copy != nullptr) {
-    slice.param_copy = static_cast<char*>(t.param_copy) + begin * AdamCopyTypeSize(t.copy_type);
-  }
+  // LambApply's tensors may leave the gradient out.
+  if (t.grads != nullptr) slice.grads = optimizer_ref::OffsetGrads(t.grads, t.grad_type, begin);
+  slice.param_copy = optimizer_ref::OffsetCopy(t.param_copy, t.copy_type, begin);
   slice.count = count;
   return slice;
 }
@@ -157,14 +131,8 @@ LambNormSums LambMomentsReference(const LambTensors& t, const LambHyperparams& h
 void LambApplyReference(const LambTensors& t, const LambHyperparams& hyper, float trust) {
   const LambStepConstants c = MakeLambStepConstants(hyper, 1.0f);
   const float scale = LambApplyScale(c, trust);
-  switch (t.copy_type) {
-    case AdamCopyType::kNone:
-      return ApplyLoop<AdamCopyType::kNone>(t, c, scale);
-    case AdamCopyType::kBF16:
-      return ApplyLoop<AdamCopyType::kBF16>(t, c, scale);
-    case AdamCopyType::kF16:
-      return ApplyLoop<AdamCopyType::kF16>(t, c, scale);
-  }
+  optimizer_ref::DispatchCopy(t.copy_type,
+                              [&](auto copy) { ApplyLoop<decltype(copy)::value>(t, c, scale); });
 }
 
 }  // namespace sluice::kernels

@@ -9,9 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <random>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "kernels/cpu/cpu_features.h"
@@ -24,48 +22,26 @@ namespace {
 
 constexpr double kRelativeTolerance = 1e-6;  // declared fp32 tolerance against the reference
 
-using optimizer_test::GuardedBuffer;
+using optimizer_test::AllIsas;
+using optimizer_test::CaseName;
+using optimizer_test::CaseParam;
+using optimizer_test::CopyRoundingBits;
+using optimizer_test::ExpectCopyIsRneOfParams;
+using optimizer_test::ExpectCopyRoundsLikeHalfH;
+using optimizer_test::IsaParamName;
 using optimizer_test::IsaScope;
-using optimizer_test::NextUniform;
-using optimizer_test::RoundCopy;
+using optimizer_test::ReferenceCases;
 
 // All state of one optimizer: p, m, v, the gradient and the copy, at chosen misalignments.
-struct AdamState {
+struct AdamState : optimizer_test::OptimizerBuffers {
   AdamState(size_t n, AdamGradType grad_type, AdamCopyType copy_type, bool aligned)
-      : params(n, 4, aligned ? 0 : 1),
-        exp_avg(n, 4, aligned ? 0 : 2),
-        exp_avg_sq(n, 4, aligned ? 0 : 3),
-        grads(n, AdamGradTypeSize(grad_type), aligned ? 0 : 5),
-        copy(n, 2, aligned ? 0 : 7),
-        count(n),
-        grad_type(grad_type),
-        copy_type(copy_type) {
-    uint64_t rng = 1234 + n;
-    for (size_t i = 0; i < n; ++i) {
-      params.f32()[i] = NextUniform(rng);
-      exp_avg.f32()[i] = 0.0f;
-      exp_avg_sq.f32()[i] = 0.0f;
-    }
-  }
-
-  void SetGrads(uint32_t seed) { optimizer_test::FillGrads(grads, grad_type, count, seed); }
+      : OptimizerBuffers(n, grad_type, copy_type, aligned, /*seed=*/1234 + n,
+                         /*second_moment=*/true) {}
 
   AdamTensors Tensors() {
-    return AdamTensors{params.f32(),     exp_avg.f32(),
-                       exp_avg_sq.f32(), grads.data(),
-                       grad_type,        copy_type == AdamCopyType::kNone ? nullptr : copy.data(),
-                       copy_type,        count};
+    return AdamTensors{params.f32(), exp_avg.f32(), exp_avg_sq.f32(), grads.data(),
+                       grad_type,    CopyOrNull(),  copy_type,        count};
   }
-
-  bool GuardsIntact() const {
-    return params.GuardsIntact() && exp_avg.GuardsIntact() && exp_avg_sq.GuardsIntact() &&
-           copy.GuardsIntact();
-  }
-
-  GuardedBuffer params, exp_avg, exp_avg_sq, grads, copy;
-  size_t count;
-  AdamGradType grad_type;
-  AdamCopyType copy_type;
 };
 
 bool BitwiseOrRelativeClose(float a, float b) {
@@ -81,9 +57,6 @@ int64_t FirstMismatch(const float* got, const float* want, size_t n) {
   }
   return -1;
 }
-
-// isa x grad dtype x copy dtype x size x aligned start.
-using CaseParam = std::tuple<Isa, AdamGradType, AdamCopyType, size_t, bool>;
 
 class AdamVsReference : public ::testing::TestWithParam<CaseParam> {};
 
@@ -111,45 +84,22 @@ TEST_P(AdamVsReference, MultiStepAdamAndAdamWMatchReference) {
       EXPECT_EQ(FirstMismatch(kernel.params.f32(), reference.params.f32(), n), -1) << "params";
       EXPECT_EQ(FirstMismatch(kernel.exp_avg.f32(), reference.exp_avg.f32(), n), -1) << "m";
       EXPECT_EQ(FirstMismatch(kernel.exp_avg_sq.f32(), reference.exp_avg_sq.f32(), n), -1) << "v";
-      if (copy_type != AdamCopyType::kNone) {
-        // The copy is round-to-nearest-even of the kernel's own updated fp32 parameter.
-        int64_t bad = -1;
-        for (size_t i = 0; i < n && bad < 0; ++i) {
-          if (kernel.copy.u16()[i] != RoundCopy(copy_type, kernel.params.f32()[i])) bad = i;
-        }
-        EXPECT_EQ(bad, -1) << "copy differs from RNE of the updated parameter";
-      }
+      ExpectCopyIsRneOfParams(kernel);
       EXPECT_TRUE(kernel.GuardsIntact()) << "a write landed outside the tensors";
       if (HasFailure()) return;
     }
   }
 }
 
-std::string CaseName(const ::testing::TestParamInfo<CaseParam>& info) {
-  auto [isa, grad_type, copy_type, n, aligned] = info.param;
-  return std::string(IsaName(isa)) + "_grad_" + AdamGradTypeName(grad_type) + "_copy_" +
-         AdamCopyTypeName(copy_type) + "_n" + std::to_string(n) +
-         (aligned ? "_aligned" : "_unaligned");
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    AllVariants, AdamVsReference,
-    ::testing::Combine(
-        ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
-        ::testing::Values(AdamGradType::kF32, AdamGradType::kBF16, AdamGradType::kF16),
-        ::testing::Values(AdamCopyType::kNone, AdamCopyType::kBF16, AdamCopyType::kF16),
-        // tails around 8 and 16 lanes and the 32-element body, several tiles
-        ::testing::Values(size_t{1}, size_t{7}, size_t{17}, size_t{95}, size_t{1000003}),
-        ::testing::Bool()),
-    CaseName);
+INSTANTIATE_TEST_SUITE_P(AllVariants, AdamVsReference,
+                         // tails around 8 and 16 lanes and the 32-element body, several tiles
+                         ReferenceCases(::testing::Values(size_t{1}, size_t{7}, size_t{17},
+                                                          size_t{95}, size_t{1000003})),
+                         CaseName);
 
 class AdamPerIsa : public ::testing::TestWithParam<Isa> {};
 
-INSTANTIATE_TEST_SUITE_P(AllVariants, AdamPerIsa,
-                         ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
-                         [](const ::testing::TestParamInfo<Isa>& info) {
-                           return std::string(IsaName(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(AllVariants, AdamPerIsa, AllIsas(), IsaParamName);
 
 // Betas 0.5 and 0.9375 are exact in binary, so these hand-worked values hold to float rounding.
 // p = 1, grad = 1 scaled by 0.5 (g = 0.5), lr = 0.1, eps = 1e-8, weight decay 0.1.
@@ -227,14 +177,7 @@ TEST_P(AdamPerIsa, BiasCorrectionOffMatchesHandComputedStep) {
 TEST_P(AdamPerIsa, CopyRoundsToNearestEvenBitForBit) {
   SKIP_WITHOUT(GetParam());
   IsaScope scope(GetParam());
-  std::vector<uint32_t> bits = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
-                                0xffc00001u, 0x7f800001u, 0xff812345u, 0x00000001u, 0x807fffffu,
-                                0x00400000u, 0x7f7fffffu, 0x3f808000u, 0x3f818000u, 0x3f80c000u,
-                                0xbf808000u, 0x477fe000u, 0x477ff000u, 0x477fefffu, 0x38800000u,
-                                0x387fc000u, 0x33800000u, 0x33000000u, 0x33000001u, 0x7f7f8000u,
-                                0x3f7fffffu, 0x4b800000u, 0x3c003000u, 0x3c002000u, 0x3c001000u};
-  std::mt19937 rng(7);
-  while (bits.size() < 1000) bits.push_back(static_cast<uint32_t>(rng()));
+  const std::vector<uint32_t> bits = CopyRoundingBits(7);
   const size_t n = bits.size();
   for (AdamCopyType copy_type : {AdamCopyType::kBF16, AdamCopyType::kF16}) {
     SCOPED_TRACE(AdamCopyTypeName(copy_type));
@@ -244,14 +187,7 @@ TEST_P(AdamPerIsa, CopyRoundsToNearestEvenBitForBit) {
     AdamTensors t{p.data(),           m.data(),    v.data(),  g.data(),
                   AdamGradType::kF32, copy.data(), copy_type, n};
     AdamStep(t, AdamHyperparams{.lr = 0.0f}, 1.0f);
-    for (size_t i = 0; i < n; ++i) {
-      uint32_t in = bits[i];
-      ASSERT_EQ(std::bit_cast<uint32_t>(p[i]) | 0x00400000u * std::isnan(p[i]),
-                in | 0x00400000u * std::isnan(std::bit_cast<float>(in)))
-          << "lr = 0 changed parameter " << i;
-      ASSERT_EQ(copy[i], RoundCopy(copy_type, p[i]))
-          << "element " << i << " bits 0x" << std::hex << std::bit_cast<uint32_t>(p[i]);
-    }
+    ASSERT_NO_FATAL_FAILURE(ExpectCopyRoundsLikeHalfH(bits, p, copy, copy_type));
   }
 }
 
@@ -275,14 +211,7 @@ TEST_P(AdamPerIsa, MemoryProbeTouchesEveryElement) {
 }
 
 TEST(AdamDispatch, ForceIsaLowersTheVariant) {
-  ForceIsa(Isa::kScalar);
-  EXPECT_EQ(AdamIsa(), Isa::kScalar);
-  ClearForcedIsa();
-  const CpuFeatures& f = DetectCpuFeatures();
-  Isa best = f.avx512 ? Isa::kAvx512 : f.avx2 ? Isa::kAvx2 : Isa::kScalar;
-  if (std::getenv("SLUICE_ISA") == nullptr) {
-    EXPECT_EQ(AdamIsa(), best);
-  }
+  optimizer_test::ExpectForceIsaLowersTheVariant(&AdamIsa);
 }
 
 TEST(AdamArgs, ValidCallsHaveNoError) {

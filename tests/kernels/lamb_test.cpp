@@ -13,7 +13,6 @@
 #include <cstdlib>
 #include <limits>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "kernels/cpu/cpu_features.h"
@@ -23,30 +22,21 @@
 namespace sluice::kernels {
 namespace {
 
-using optimizer_test::GuardedBuffer;
+using optimizer_test::AllIsas;
+using optimizer_test::CaseName;
+using optimizer_test::CaseParam;
+using optimizer_test::ExpectCopyIsRneOfParams;
+using optimizer_test::FirstBitMismatch;
+using optimizer_test::IsaParamName;
 using optimizer_test::IsaScope;
 using optimizer_test::NextUniform;
-using optimizer_test::RoundCopy;
+using optimizer_test::ReferenceCases;
 
-struct LambState {
+// p, m, v, the gradient and the copy of one optimizer, at chosen misalignments.
+struct LambState : optimizer_test::OptimizerBuffers {
   LambState(size_t n, AdamGradType grad_type, AdamCopyType copy_type, bool aligned)
-      : params(n, 4, aligned ? 0 : 1),
-        exp_avg(n, 4, aligned ? 0 : 2),
-        exp_avg_sq(n, 4, aligned ? 0 : 3),
-        grads(n, AdamGradTypeSize(grad_type), aligned ? 0 : 5),
-        copy(n, 2, aligned ? 0 : 7),
-        count(n),
-        grad_type(grad_type),
-        copy_type(copy_type) {
-    uint64_t rng = 4321 + n;
-    for (size_t i = 0; i < n; ++i) {
-      params.f32()[i] = NextUniform(rng);
-      exp_avg.f32()[i] = 0.0f;
-      exp_avg_sq.f32()[i] = 0.0f;
-    }
-  }
-
-  void SetGrads(uint32_t seed) { optimizer_test::FillGrads(grads, grad_type, count, seed); }
+      : OptimizerBuffers(n, grad_type, copy_type, aligned, /*seed=*/4321 + n,
+                         /*second_moment=*/true) {}
 
   LambTensors Tensors() {
     return LambTensors{.params = params.f32(),
@@ -54,34 +44,13 @@ struct LambState {
                        .exp_avg_sq = exp_avg_sq.f32(),
                        .grads = grads.data(),
                        .grad_type = grad_type,
-                       .param_copy = copy_type == AdamCopyType::kNone ? nullptr : copy.data(),
+                       .param_copy = CopyOrNull(),
                        .copy_type = copy_type,
                        .count = count};
   }
-
-  bool GuardsIntact() const {
-    return params.GuardsIntact() && exp_avg.GuardsIntact() && exp_avg_sq.GuardsIntact() &&
-           copy.GuardsIntact();
-  }
-
-  GuardedBuffer params, exp_avg, exp_avg_sq, grads, copy;
-  size_t count;
-  AdamGradType grad_type;
-  AdamCopyType copy_type;
 };
 
-int64_t FirstBitMismatch(const float* got, const float* want, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i])) {
-      return static_cast<int64_t>(i);
-    }
-  }
-  return -1;
-}
-
 uint64_t Bits(double x) { return std::bit_cast<uint64_t>(x); }
-
-using CaseParam = std::tuple<Isa, AdamGradType, AdamCopyType, size_t, bool>;
 
 class LambVsReference : public ::testing::TestWithParam<CaseParam> {};
 
@@ -121,45 +90,23 @@ TEST_P(LambVsReference, MultiStepMatchesReferenceBitForBit) {
       EXPECT_EQ(FirstBitMismatch(kernel.exp_avg.f32(), reference.exp_avg.f32(), n), -1) << "m";
       EXPECT_EQ(FirstBitMismatch(kernel.exp_avg_sq.f32(), reference.exp_avg_sq.f32(), n), -1)
           << "v";
-      if (copy_type != AdamCopyType::kNone) {
-        int64_t bad = -1;
-        for (size_t i = 0; i < n && bad < 0; ++i) {
-          if (kernel.copy.u16()[i] != RoundCopy(copy_type, kernel.params.f32()[i])) bad = i;
-        }
-        EXPECT_EQ(bad, -1) << "copy differs from RNE of the updated parameter";
-      }
+      ExpectCopyIsRneOfParams(kernel);
       EXPECT_TRUE(kernel.GuardsIntact()) << "a write landed outside the tensors";
       if (HasFailure()) return;
     }
   }
 }
 
-std::string CaseName(const ::testing::TestParamInfo<CaseParam>& info) {
-  auto [isa, grad_type, copy_type, n, aligned] = info.param;
-  return std::string(IsaName(isa)) + "_grad_" + AdamGradTypeName(grad_type) + "_copy_" +
-         AdamCopyTypeName(copy_type) + "_n" + std::to_string(n) +
-         (aligned ? "_aligned" : "_unaligned");
-}
-
 INSTANTIATE_TEST_SUITE_P(
     AllVariants, LambVsReference,
-    ::testing::Combine(
-        ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
-        ::testing::Values(AdamGradType::kF32, AdamGradType::kBF16, AdamGradType::kF16),
-        ::testing::Values(AdamCopyType::kNone, AdamCopyType::kBF16, AdamCopyType::kF16),
-        // tails around 8 and 16 lanes, sum blocks of 16384 with a tail, many blocks and threads
-        ::testing::Values(size_t{1}, size_t{7}, size_t{17}, size_t{95}, size_t{40009},
-                          size_t{1000003}),
-        ::testing::Bool()),
+    // tails around 8 and 16 lanes, sum blocks of 16384 with a tail, many blocks and threads
+    ReferenceCases(::testing::Values(size_t{1}, size_t{7}, size_t{17}, size_t{95}, size_t{40009},
+                                     size_t{1000003})),
     CaseName);
 
 class LambPerIsa : public ::testing::TestWithParam<Isa> {};
 
-INSTANTIATE_TEST_SUITE_P(AllVariants, LambPerIsa,
-                         ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
-                         [](const ::testing::TestParamInfo<Isa>& info) {
-                           return std::string(IsaName(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(AllVariants, LambPerIsa, AllIsas(), IsaParamName);
 
 TEST_P(LambPerIsa, SumsDoNotDependOnTheThreadCount) {
   SKIP_WITHOUT(GetParam());
@@ -301,14 +248,7 @@ TEST(LambStepConstants, BiasCorrectionFoldsIntoTheStepSize) {
 }
 
 TEST(LambDispatch, ForceIsaLowersTheVariant) {
-  ForceIsa(Isa::kScalar);
-  EXPECT_EQ(LambIsa(), Isa::kScalar);
-  ClearForcedIsa();
-  const CpuFeatures& f = DetectCpuFeatures();
-  Isa best = f.avx512 ? Isa::kAvx512 : f.avx2 ? Isa::kAvx2 : Isa::kScalar;
-  if (std::getenv("SLUICE_ISA") == nullptr) {
-    EXPECT_EQ(LambIsa(), best);
-  }
+  optimizer_test::ExpectForceIsaLowersTheVariant(&LambIsa);
 }
 
 TEST(LambArgs, ErrorsNameTheField) {

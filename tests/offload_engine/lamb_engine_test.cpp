@@ -72,19 +72,13 @@ TrainSettings LambSettings(DType dtype, int64_t steps) {
   return s;
 }
 
-OffloadOutcome TrainLamb(const ZeroOptions& options, const TrainSettings& settings) {
-  Result<ZeroRig> rig = MakeZeroRig(options, TinyGpt(), TestWorld(), settings.seed);
-  SLUICE_CHECK(rig.ok()) << rig.status().ToString();
-  return FinishOffloadRun(*rig, settings);
-}
-
 class LambStageTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(LambStageTest, LossFallsAndMatchesTheSingleRankRun) {
   const int stage = GetParam();
   const TrainSettings settings = LambSettings(DType::kF32, /*steps=*/20);
   const RunResult reference = RunReference(TinyGpt(), settings, Lamb());
-  const OffloadOutcome run = TrainLamb(LambOptions(stage, DType::kF32), settings);
+  const OffloadOutcome run = TrainOffload(LambOptions(stage, DType::kF32), settings);
   const std::string what = fmt::format("Lamb stage {} on {} rank(s)", stage, TestWorld().size());
   ASSERT_EQ(run.run.losses.size(), 20u);
   // Each step sees another batch: the means of the first and last five steps.
@@ -112,18 +106,17 @@ TEST_P(LambStageTest, LossFallsAndMatchesTheSingleRankRun) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Stages, LambStageTest, ::testing::Values(0, 1, 2, 3),
-                         [](const auto& info) { return "stage" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(Stages, LambStageTest, ::testing::Values(0, 1, 2, 3), StageCaseName);
 
 TEST(LambStages, ShardedStagesAgreeBitwiseOnTwoRanksWithoutClipping) {
   if (TestWorld().size() != 2) GTEST_SKIP() << "the bitwise claim is about two ranks";
   TrainSettings settings = LambSettings(DType::kF32, /*steps=*/8);
   settings.max_grad_norm = 0.0;
-  const OffloadOutcome stage0 = TrainLamb(LambOptions(0, DType::kF32), settings);
-  const OffloadOutcome stage1 = TrainLamb(LambOptions(1, DType::kF32), settings);
+  const OffloadOutcome stage0 = TrainOffload(LambOptions(0, DType::kF32), settings);
+  const OffloadOutcome stage1 = TrainOffload(LambOptions(1, DType::kF32), settings);
   EXPECT_LE(MaxRelativeDifference(stage1.run.losses, stage0.run.losses), kLossTolerance);
   for (int stage = 2; stage <= 3; ++stage) {
-    const OffloadOutcome run = TrainLamb(LambOptions(stage, DType::kF32), settings);
+    const OffloadOutcome run = TrainOffload(LambOptions(stage, DType::kF32), settings);
     EXPECT_TRUE(Bitwise(run.run.losses, stage1.run.losses)) << "stage " << stage;
     EXPECT_TRUE(Bitwise(run.run.params, stage1.run.params)) << "stage " << stage;
   }
@@ -132,7 +125,7 @@ TEST(LambStages, ShardedStagesAgreeBitwiseOnTwoRanksWithoutClipping) {
 TEST(LambStages, Bf16TrainsAndMatchesTheSingleRankRun) {
   const TrainSettings settings = LambSettings(DType::kBF16, /*steps=*/10);
   const RunResult reference = RunReference(TinyGpt(), settings, Lamb());
-  const OffloadOutcome run = TrainLamb(LambOptions(3, DType::kBF16), settings);
+  const OffloadOutcome run = TrainOffload(LambOptions(3, DType::kBF16), settings);
   EXPECT_LT(Mean(run.run.losses, 7, 10), Mean(run.run.losses, 0, 3)) << "bf16 stage 3";
   if (TestWorld().size() == 1) {
     EXPECT_TRUE(Bitwise(run.run.losses, reference.losses));
@@ -146,7 +139,7 @@ TEST(LambStages, Bf16TrainsAndMatchesTheSingleRankRun) {
 // the same rate, from the same model and batches.
 TEST(LambTrust, StepsDifferentlyFromAdamW) {
   const TrainSettings settings = LambSettings(DType::kF32, /*steps=*/3);
-  const OffloadOutcome run = TrainLamb(LambOptions(1, DType::kF32), settings);
+  const OffloadOutcome run = TrainOffload(LambOptions(1, DType::kF32), settings);
   const RunResult adam = RunReference(TinyGpt(), settings, OptimizerConfig{});
   EXPECT_NEAR(run.run.losses.front(), adam.losses.front(), 1e-5) << "same model, first batch";
   EXPECT_FALSE(Bitwise(run.run.params, adam.params)) << "LAMB stepped as AdamW";

@@ -54,12 +54,6 @@ TrainSettings LionSettings(DType dtype, int64_t steps) {
   return s;
 }
 
-OffloadOutcome TrainLion(const ZeroOptions& options, const TrainSettings& settings) {
-  Result<ZeroRig> rig = MakeZeroRig(options, TinyGpt(), TestWorld(), settings.seed);
-  SLUICE_CHECK(rig.ok()) << rig.status().ToString();
-  return FinishOffloadRun(*rig, settings);
-}
-
 class LionStageTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(LionStageTest, LossFallsAndMatchesTheSingleRankRun) {
@@ -67,7 +61,7 @@ TEST_P(LionStageTest, LossFallsAndMatchesTheSingleRankRun) {
   const TrainSettings settings = LionSettings(DType::kF32, /*steps=*/20);
   const RunResult reference = RunReference(TinyGpt(), settings, Lion());
   const OffloadOutcome run =
-      TrainLion(LionOptions(stage, DType::kF32, OffloadDevice::kNone, ""), settings);
+      TrainOffload(LionOptions(stage, DType::kF32, OffloadDevice::kNone, ""), settings);
   const std::string what = fmt::format("Lion stage {} on {} rank(s)", stage, TestWorld().size());
   ASSERT_EQ(run.run.losses.size(), 20u);
   EXPECT_LT(run.run.losses.back(), run.run.losses.front() - 0.1) << what;
@@ -89,33 +83,32 @@ TEST_P(LionStageTest, LossFallsAndMatchesTheSingleRankRun) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Stages, LionStageTest, ::testing::Values(0, 1, 2, 3),
-                         [](const auto& info) { return "stage" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(Stages, LionStageTest, ::testing::Values(0, 1, 2, 3), StageCaseName);
 
 TEST(LionStages, AgreeBitwiseOnTwoRanksWithoutClipping) {
   if (TestWorld().size() != 2) GTEST_SKIP() << "the bitwise claim is about two ranks";
   TrainSettings settings = LionSettings(DType::kF32, /*steps=*/8);
   settings.max_grad_norm = 0.0;
   const OffloadOutcome stage0 =
-      TrainLion(LionOptions(0, DType::kF32, OffloadDevice::kNone, ""), settings);
+      TrainOffload(LionOptions(0, DType::kF32, OffloadDevice::kNone, ""), settings);
   for (int stage = 1; stage <= 3; ++stage) {
     const OffloadOutcome run =
-        TrainLion(LionOptions(stage, DType::kF32, OffloadDevice::kNone, ""), settings);
+        TrainOffload(LionOptions(stage, DType::kF32, OffloadDevice::kNone, ""), settings);
     EXPECT_TRUE(Bitwise(run.run.losses, stage0.run.losses)) << "stage " << stage;
     EXPECT_TRUE(Bitwise(run.run.params, stage0.run.params)) << "stage " << stage;
   }
 }
 
-class LionOffloadTest : public ::testing::TestWithParam<std::tuple<int, DType, OffloadDevice>> {};
+class LionOffloadTest : public ::testing::TestWithParam<OffloadCase> {};
 
 TEST_P(LionOffloadTest, BitwiseEqualToTheDeviceRunWithOneMoment) {
   const auto [stage, dtype, tier] = GetParam();
   const TrainSettings settings = LionSettings(dtype, /*steps=*/4);
   ScratchDir nvme;
   const OffloadOutcome device =
-      TrainLion(LionOptions(stage, dtype, OffloadDevice::kNone, ""), settings);
+      TrainOffload(LionOptions(stage, dtype, OffloadDevice::kNone, ""), settings);
   const OffloadOutcome offloaded =
-      TrainLion(LionOptions(stage, dtype, tier, nvme.path()), settings);
+      TrainOffload(LionOptions(stage, dtype, tier, nvme.path()), settings);
   const std::string what =
       fmt::format("Lion stage {} {} offload {} on {} rank(s)", stage, DTypeName(dtype),
                   OffloadDeviceName(tier), TestWorld().size());
@@ -149,15 +142,7 @@ TEST_P(LionOffloadTest, BitwiseEqualToTheDeviceRunWithOneMoment) {
       << what;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    StagesDtypesTiers, LionOffloadTest,
-    ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Values(DType::kF32, DType::kBF16),
-                       ::testing::Values(OffloadDevice::kCpu, OffloadDevice::kNvme)),
-    [](const auto& info) {
-      return fmt::format("Stage{}_{}_{}", std::get<0>(info.param),
-                         DTypeName(std::get<1>(info.param)),
-                         OffloadDeviceName(std::get<2>(info.param)));
-    });
+INSTANTIATE_TEST_SUITE_P(StagesDtypesTiers, LionOffloadTest, OffloadCases(), OffloadCaseName);
 
 // What a checkpoint restore does (ImportState through RestoreState), from the device engine into
 // an NVMe-offloaded one: the next steps are the same bits.
@@ -185,14 +170,7 @@ TEST(LionImport, IntoNvmeContinuesBitwiseAndAdamStateIsRefused) {
   ZeroStateReaders readers = saved->Readers();
   readers.exp_avg_sq = nullptr;
   ASSERT_TRUE(offloaded->engine->ImportState(readers).ok());
-  ASSERT_TRUE(offloaded->engine->PublishParameters().ok());
-  EXPECT_EQ(offloaded->engine->optimizer().step(), saved->step);
-
-  Result<RunResult> a = RunZero(*device, settings);
-  Result<RunResult> b = RunZero(*offloaded, settings);
-  ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_TRUE(Bitwise(a->losses, b->losses));
-  EXPECT_TRUE(Bitwise(a->params, b->params));
+  ExpectImportContinuesBitwise(*device, *offloaded, saved->step, settings);
 }
 
 TEST(LionOptions, PartialOffloadIsRefusedNamingTheKeys) {

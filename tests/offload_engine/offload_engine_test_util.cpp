@@ -1,5 +1,6 @@
 #include "offload_engine_test_util.h"
 
+#include <fmt/format.h>
 #include <stdlib.h>
 
 #include <cstdlib>
@@ -49,6 +50,15 @@ ZeroOptions OffloadTestOptions(int stage, DType dtype, OffloadDevice optimizer_t
     o.offload_param.max_in_cpu = 0;
   }
   return o;
+}
+
+std::string OffloadCaseName(const ::testing::TestParamInfo<OffloadCase>& info) {
+  return fmt::format("Stage{}_{}_{}", std::get<0>(info.param), DTypeName(std::get<1>(info.param)),
+                     OffloadDeviceName(std::get<2>(info.param)));
+}
+
+std::string StageCaseName(const ::testing::TestParamInfo<int>& info) {
+  return "stage" + std::to_string(info.param);
 }
 
 }  // namespace sluice::zero::testing

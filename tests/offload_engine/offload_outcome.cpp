@@ -36,11 +36,27 @@ OffloadOutcome FinishOffloadRun(ZeroRig& rig, const TrainSettings& settings) {
   return out;
 }
 
-OffloadOutcome TrainOffload(const ZeroOptions& options, DType dtype) {
-  const TrainSettings settings = OffloadTrainSettings(dtype);
+OffloadOutcome TrainOffload(const ZeroOptions& options, const TrainSettings& settings) {
   Result<ZeroRig> rig = MakeZeroRig(options, TinyGpt(), TestWorld(), settings.seed);
   SLUICE_CHECK(rig.ok()) << rig.status().ToString();
   return FinishOffloadRun(*rig, settings);
+}
+
+OffloadOutcome TrainOffload(const ZeroOptions& options, DType dtype) {
+  return TrainOffload(options, OffloadTrainSettings(dtype));
+}
+
+void ExpectImportContinuesBitwise(ZeroRig& device, ZeroRig& imported, int64_t saved_step,
+                                  const TrainSettings& settings) {
+  ASSERT_TRUE(imported.engine->PublishParameters().ok());
+  EXPECT_EQ(imported.engine->optimizer().step(), saved_step);
+
+  // More steps from the same state on both.
+  Result<RunResult> a = RunZero(device, settings);
+  Result<RunResult> b = RunZero(imported, settings);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(Bitwise(a->losses, b->losses));
+  EXPECT_TRUE(Bitwise(a->params, b->params));
 }
 
 const OffloadOutcome& DeviceBaseline(const ZeroOptions& options, DType dtype) {

@@ -35,7 +35,10 @@ TrainSettings OffloadTrainSettings(DType dtype, int64_t steps = 4);
 // Runs `settings` on `rig` and records the outcome (CHECK-fails on an error).
 OffloadOutcome FinishOffloadRun(ZeroRig& rig, const TrainSettings& settings);
 
-// A fresh engine of `options` on TinyGpt, trained with OffloadTrainSettings(dtype).
+// A fresh engine of `options` on TinyGpt, trained with `settings` (seeded by settings.seed).
+OffloadOutcome TrainOffload(const ZeroOptions& options, const TrainSettings& settings);
+
+// TrainOffload with OffloadTrainSettings(dtype).
 OffloadOutcome TrainOffload(const ZeroOptions& options, DType dtype);
 
 // TrainOffload of everything on the device (offload none) for `options`' stage and sizes, run
@@ -54,6 +57,12 @@ struct ExportedState {
   ZeroStateReaders Readers() const;
 };
 Result<ExportedState> ExportEngineState(const ZeroEngine& engine);
+
+// After `imported` took the state `device` exported at `saved_step` (ImportState, as a checkpoint
+// restore does): publishes its parameters, checks its step, then runs `settings` on both and
+// expects the same losses and parameters to the bit.
+void ExpectImportContinuesBitwise(ZeroRig& device, ZeroRig& imported, int64_t saved_step,
+                                  const TrainSettings& settings);
 
 // Losses, gradient norms, parameters and the whole optimizer state, to the bit.
 void ExpectSameTraining(const OffloadOutcome& a, const OffloadOutcome& b, const std::string& what);

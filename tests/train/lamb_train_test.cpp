@@ -8,77 +8,32 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "engine/train/trainer.h"
-#include "runtime/check.h"
-#include "tests/train/train_test_util.h"
+#include "tests/train/demo_train_util.h"
 
 namespace sluice::train {
 namespace {
 
 constexpr int kSteps = 40;
 
-// configs/demo_gpt.yaml with Lamb in place of its AdamW section, at DeepSpeed's default trust-ratio
-// clamp: its small initial weights start at min_coeff, so the rate is higher than AdamW's.
-std::string DemoLambYaml() {
-  std::ifstream in(std::string(SLUICE_SOURCE_DIR) + "/configs/demo_gpt.yaml");
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string yaml = text.str();
-  const std::string adamw =
-      "optimizer:\n"
-      "  type: AdamW\n"
-      "  params:\n"
-      "    lr: 1.5e-3\n"
-      "    betas: [0.9, 0.99]\n"
-      "    eps: 1.0e-8\n"
-      "    weight_decay: 0.1\n";
-  const size_t at = yaml.find(adamw);
-  EXPECT_NE(at, std::string::npos) << "configs/demo_gpt.yaml's optimizer section changed";
-  if (at == std::string::npos) return "";
-  yaml.replace(at, adamw.size(),
-               "zero_allow_untested_optimizer: true\n"
-               "optimizer:\n"
-               "  type: Lamb\n"
-               "  params: {lr: 5.0e-2, betas: [0.9, 0.999], eps: 1.0e-6, weight_decay: 0.01,\n"
-               "           max_coeff: 10.0, min_coeff: 0.01}\n");
-  return yaml;
-}
+// Lamb in place of the demo's AdamW, at DeepSpeed's default trust-ratio clamp: its small initial
+// weights start at min_coeff, so the rate is higher than AdamW's.
+constexpr char kLambSection[] =
+    "zero_allow_untested_optimizer: true\n"
+    "optimizer:\n"
+    "  type: Lamb\n"
+    "  params: {lr: 5.0e-2, betas: [0.9, 0.999], eps: 1.0e-6, weight_decay: 0.01,\n"
+    "           max_coeff: 10.0, min_coeff: 0.01}\n";
 
 std::vector<double> Train(const std::vector<std::string>& more) {
-  std::vector<std::string> overrides = {
-      // A corpus of the test's own: data/demo_corpus.txt exists only after `make run`.
-      "data.train_path=" + test_util::WriteFile(test_util::TempPath("corpus.txt"),
-                                                test_util::SyntheticCorpus(256 * 1024)),
-      "run.dir=" + test_util::TempPath("lamb_demo"),
-      "run.steps=" + std::to_string(kSteps),
-      "run.eval_interval=0",
-      "scheduler.params.warmup_num_steps=10",
-      "device.threads=2"};
-  overrides.insert(overrides.end(), more.begin(), more.end());
-  const Config config = test_util::LoadTestConfig(DemoLambYaml(), overrides);
-  EXPECT_EQ(config.optimizer.type, OptimizerType::kLamb);
-  Result<std::unique_ptr<Trainer>> trainer =
-      Trainer::Create(config, test_util::QuietTrainerOptions());
-  SLUICE_CHECK(trainer.ok()) << trainer.status().ToString();
-  std::vector<double> losses;
-  for (int s = 0; s < kSteps; ++s) {
-    Result<StepMetrics> m = (*trainer)->TrainStep();
-    SLUICE_CHECK(m.ok()) << m.status().ToString();
-    losses.push_back(m->loss);
-  }
-  return losses;
+  return test_util::TrainDemo(kLambSection, OptimizerType::kLamb, "lamb_demo", kSteps, more,
+                              /*gather_params=*/false)
+      .losses;
 }
 
-double Mean(const std::vector<double>& v, size_t begin, size_t end) {
-  double sum = 0;
-  for (size_t i = begin; i < end; ++i) sum += v[i];
-  return sum / static_cast<double>(end - begin);
-}
+using test_util::Mean;
 
 TEST(LambTrainTest, DemoModelLossFallsAtStagesZeroAndTwo) {
   const std::vector<double> stage0 = Train({"zero_optimization.stage=0"});
