@@ -34,11 +34,8 @@ Result<std::unique_ptr<CommQueue>> CommQueue::Create(Device& device, const CommF
 CommQueue::~CommQueue() {
   if (stream_ != nullptr) (void)stream_->Synchronize();
   if (stream_ != nullptr) staging_.FreeAsync(*stream_);
-  if (native_) {
-    // NCCL only borrows the stream; it meets its peers when destroyed, before the stream goes.
-    if (stream_ != nullptr) (void)stream_->Synchronize();
-    comm_.reset();
-  }
+  // NCCL only borrows the stream; it meets its peers when destroyed, before the stream goes.
+  if (native_) comm_.reset();
   stream_.reset();
   comm_.reset();
 }

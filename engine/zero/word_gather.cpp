@@ -36,11 +36,21 @@ Result<std::vector<uint64_t>> AllGatherWords(Comm& comm, std::span<const uint64_
 }
 
 Result<double> SumInRankOrder(Comm& comm, double mine) {
-  const uint64_t bits = std::bit_cast<uint64_t>(mine);
-  SLUICE_ASSIGN_OR_RETURN(std::vector<uint64_t> all, AllGatherWords(comm, {&bits, 1}));
-  double sum = 0.0;
-  for (uint64_t word : all) sum += std::bit_cast<double>(word);
-  return sum;
+  SLUICE_RETURN_IF_ERROR(SumInRankOrder(comm, std::span<double>(&mine, 1)));
+  return mine;
+}
+
+Status SumInRankOrder(Comm& comm, std::span<double> values) {
+  std::vector<uint64_t> mine(values.size());
+  for (size_t i = 0; i < values.size(); ++i) mine[i] = std::bit_cast<uint64_t>(values[i]);
+  SLUICE_ASSIGN_OR_RETURN(std::vector<uint64_t> all, AllGatherWords(comm, mine));
+  // From +0, rank 0 first: every rank adds the same bits.
+  for (size_t i = 0; i < values.size(); ++i) {
+    double sum = 0.0;
+    for (size_t at = i; at < all.size(); at += values.size()) sum += std::bit_cast<double>(all[at]);
+    values[i] = sum;
+  }
+  return OkStatus();
 }
 
 }  // namespace sluice::zero

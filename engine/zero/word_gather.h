@@ -22,5 +22,7 @@ Result<std::vector<uint64_t>> AllGatherWords(Comm& comm, std::span<const uint64_
 // Sum of one double per rank, added in rank order so every rank gets the same bits; with one
 // rank it is the value itself. Collective.
 Result<double> SumInRankOrder(Comm& comm, double mine);
+// The same for each element of `values`, in place (every rank passes as many).
+Status SumInRankOrder(Comm& comm, std::span<double> values);
 
 }  // namespace sluice::zero

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -285,20 +284,8 @@ Status ZeroEngine::SetLambPlan() {
     CommQueue* queue = queue_.get();
     plan.sum_across_ranks = [queue](std::span<double> sums) {
       if (sums.empty()) return OkStatus();
-      return queue->Run("all_gather LAMB norms", [sums](Comm& comm) -> Status {
-        std::vector<uint64_t> mine(sums.size());
-        for (size_t i = 0; i < sums.size(); ++i) mine[i] = std::bit_cast<uint64_t>(sums[i]);
-        SLUICE_ASSIGN_OR_RETURN(std::vector<uint64_t> all, AllGatherWords(comm, mine));
-        // As SumInRankOrder: from +0, rank 0 first, so every rank adds the same bits.
-        for (size_t i = 0; i < sums.size(); ++i) {
-          double total = 0.0;
-          for (size_t r = 0; r < all.size() / sums.size(); ++r) {
-            total += std::bit_cast<double>(all[r * sums.size() + i]);
-          }
-          sums[i] = total;
-        }
-        return OkStatus();
-      });
+      return queue->Run("all_gather LAMB norms",
+                        [sums](Comm& comm) { return SumInRankOrder(comm, sums); });
     };
   }
   return adam_->SetLambPlan(std::move(plan));

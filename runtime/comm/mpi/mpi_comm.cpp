@@ -194,12 +194,6 @@ CommHandle MpiComm::AllReduceAsync(void* data, size_t count, DType dtype, Reduce
   SLUICE_RETURN_HANDLE_IF_ERROR(CheckUsable(CommOpKind::kAllReduce));
   SLUICE_RETURN_HANDLE_IF_ERROR(
       internal::CheckCommBuffer("all_reduce", data, count, dtype, kMaxCount));
-  // Over one rank every reduction is the identity: nothing is posted and the buffer, which may be
-  // a GPU's memory that neither MPI nor the host can reach, is not touched.
-  if (size_ == 1) {
-    Enter(CommOpKind::kAllReduce);
-    return CommHandle();
-  }
   auto operation = std::make_unique<MpiOperation>(this, CommOpKind::kAllReduce,
                                                   Enter(CommOpKind::kAllReduce), dtype, count);
   operation->SetReduceOp(op);
