@@ -23,16 +23,23 @@
 // becomes a "recompute <block>" span on the compute lane of the trace recorder (when enabled),
 // and the pass's total is logged after the last backward.
 //
-// One object per model, shared by its blocks; used by one pass at a time.
+// Micro-batches. A pipelined pass (model.h, "Passes") has several micro-batches in flight, each
+// with its own ForwardContext: what one micro-batch keeps (its pinned slots, its hand-off) is kept
+// under ForwardContext::micro_batch(), taken at its first checkpointed block's forward and given
+// back after that block's backward; a finished micro-batch's pinned slots serve the next one.
+//
+// One object per model (a pipeline stage: its checkpointed blocks only), shared by its blocks.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/model/forward_context.h"
 #include "engine/model/model_options.h"
+#include "engine/model/model_stage.h"
 #include "engine/model/module.h"
 #include "runtime/device.h"
 #include "runtime/status.h"
@@ -43,13 +50,18 @@ template <typename T>
 class CheckpointedInputs {
  public:
   // `builder` gives the id under which the contiguous device buffer is saved in a pass; `options`
-  // the blocks (CheckpointedBlocks) and how they keep their inputs.
+  // the blocks (CheckpointedBlocks) and how they keep their inputs; `stage` the blocks the model
+  // holds (the whole model without it).
   CheckpointedInputs(ModuleBuilder& builder, const ModelOptions& options);
+  CheckpointedInputs(ModuleBuilder& builder, const ModelOptions& options, const ModelStage& stage);
   CheckpointedInputs(const CheckpointedInputs&) = delete;
   CheckpointedInputs& operator=(const CheckpointedInputs&) = delete;
 
-  // Blocks checkpointed: blocks 0 .. count() - 1, slot i for block i.
+  // Blocks checkpointed: the checkpointed blocks of the stage, first() .. first() + count() - 1;
+  // slot i is block i.
+  int64_t first() const { return first_; }
   int64_t count() const { return count_; }
+  bool holds(int64_t slot) const { return slot >= first_ && slot < first_ + count_; }
   const CheckpointingOptions& options() const { return options_; }
 
   // In checkpointed block `slot`'s forward (block id `block_id`), before its inner forward: keeps
@@ -62,9 +74,12 @@ class CheckpointedInputs {
   // `work` (cpu_checkpointing: a copy allocated as saved under `block_id` in `work`).
   Result<T*> Restore(ForwardContext<T>& ctx, ForwardContext<T>& work, int block_id, int64_t slot,
                      int64_t rows);
-  // After `slot`'s backward: slot 0, the pass's last, frees the contiguous device buffer and
-  // logs the pass's recomputation time when profiling.
+  // After `slot`'s backward: slot first(), the micro-batch's last, frees the contiguous device
+  // buffer, lets the micro-batch's state go and logs the recomputation time when profiling.
   Status Done(ForwardContext<T>& ctx, int64_t slot);
+  // After a pass, its stream drained: lets the state of every micro-batch still kept go (an
+  // evaluation pass's, or a failed pass's); their pinned slots serve later passes.
+  void DropMicroBatches();
 
   // Profiling: enqueue the clock readings around the recomputation of `slot` (named `name`).
   Status BeginRecompute(Stream& stream, int64_t slot);
@@ -75,18 +90,28 @@ class CheckpointedInputs {
   int64_t recompute_ns() const { return recompute_ns_.load(); }
 
  private:
+  // What one micro-batch keeps between its forward and its backward.
+  struct MicroBatch {
+    std::vector<PinnedBuffer> host;  // one per slot, or one for all (contiguous)
+    // The output of the last checkpointed block whose forward ran, for the hand-off.
+    int pending_id = -1;
+    const T* pending = nullptr;
+  };
+
   bool copies() const { return options_.host || options_.contiguous; }
+  // The state of ctx's micro-batch, begun by its first checkpointed block.
+  MicroBatch& Begin(const ForwardContext<T>& ctx);
+  MicroBatch& Of(const ForwardContext<T>& ctx);
   // The pinned slot of `slot` for `count` elements, allocated or grown when too small.
-  Result<T*> HostSlot(Device& device, int64_t slot, int64_t count);
+  Result<T*> HostSlot(MicroBatch& micro, Stream& stream, int64_t slot, int64_t count);
 
   CheckpointingOptions options_;
+  int64_t first_;
   int64_t count_;
   int64_t d_model_;
-  int buffer_id_;                   // the contiguous device buffer's key in a pass's saved state
-  std::vector<PinnedBuffer> host_;  // one per slot, or one for all (contiguous)
-  // The output of the last checkpointed block whose forward ran, for the hand-off.
-  int pending_id_ = -1;
-  const T* pending_ = nullptr;
+  int buffer_id_;  // the contiguous device buffer's key in a pass's saved state
+  std::unordered_map<int, MicroBatch> micro_batches_;  // by ForwardContext::micro_batch()
+  std::vector<std::vector<PinnedBuffer>> spare_host_;  // pinned slots of finished micro-batches
   // Profiling: written by host functions on the stream.
   std::vector<int64_t> start_ns_;
   int64_t pass_ns_ = 0;

@@ -18,7 +18,7 @@ DecoderBlock<T>::DecoderBlock(ModuleBuilder& builder, std::string name, const Mo
       own_inputs_ = std::make_unique<CheckpointedInputs<T>>(builder, options);
       inputs = own_inputs_.get();
     }
-    SLUICE_CHECK_LT(index_, inputs->count()) << this->name();
+    SLUICE_CHECK(inputs->holds(index_)) << this->name();
     inputs_ = inputs;
   }
   const std::string& prefix = this->name();

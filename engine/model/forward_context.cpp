@@ -1,5 +1,7 @@
 #include "engine/model/forward_context.h"
 
+#include <utility>
+
 #include "runtime/check.h"
 
 namespace sluice::model {
@@ -7,14 +9,16 @@ namespace sluice::model {
 template <typename T>
 ForwardContext<T>::ForwardContext(ops::OpsBackend& ops, Stream& stream,
                                   const ParameterBinding<T>& params, int64_t batch, int64_t seq,
-                                  const int32_t* tokens)
+                                  const int32_t* tokens, int micro_batch,
+                                  std::shared_ptr<ActivationMeter> meter)
     : ops_(&ops),
       stream_(&stream),
       params_(&params),
       batch_(batch),
       seq_(seq),
       tokens_(tokens),
-      meter_(std::make_shared<ActivationMeter>()) {}
+      micro_batch_(micro_batch),
+      meter_(meter != nullptr ? std::move(meter) : std::make_shared<ActivationMeter>()) {}
 
 template <typename T>
 ForwardContext<T>::~ForwardContext() {
@@ -25,8 +29,7 @@ ForwardContext<T>::~ForwardContext() {
 
 template <typename T>
 ForwardContext<T> ForwardContext<T>::Child() const {
-  ForwardContext child(*ops_, *stream_, *params_, batch_, seq_, tokens_);
-  child.meter_ = meter_;
+  ForwardContext child(*ops_, *stream_, *params_, batch_, seq_, tokens_, micro_batch_, meter_);
   return child;
 }
 

@@ -115,16 +115,22 @@ class ForwardContext {
   static constexpr DType kCompute = ComputeDType<T>();
 
   // `tokens` ([batch, seq] int32 in device memory), `ops`, `stream` and `params` must outlive the
-  // context; every op of the pass is enqueued on `stream`.
+  // context; every op of the pass is enqueued on `stream`. `micro_batch` names the micro-batch
+  // of a pipelined pass the context runs (0 for a whole pass): state shared by the micro-batches
+  // in flight (CheckpointedInputs) is kept per micro-batch. `meter` (null: a new one) is shared
+  // with the contexts of the pass's other micro-batches, so its peak is the pass's.
   ForwardContext(ops::OpsBackend& ops, Stream& stream, const ParameterBinding<T>& params,
-                 int64_t batch, int64_t seq, const int32_t* tokens);
+                 int64_t batch, int64_t seq, const int32_t* tokens, int micro_batch = 0,
+                 std::shared_ptr<ActivationMeter> meter = nullptr);
   ForwardContext(ForwardContext&&) = default;
   ~ForwardContext();
   ForwardContext(const ForwardContext&) = delete;
   ForwardContext& operator=(const ForwardContext&) = delete;
 
-  // Same backend, stream, parameters, geometry and tokens; nothing saved.
+  // Same backend, stream, parameters, geometry, tokens and micro-batch; nothing saved.
   ForwardContext Child() const;
+
+  int micro_batch() const { return micro_batch_; }
 
   int64_t batch() const { return batch_; }
   int64_t seq() const { return seq_; }
@@ -183,6 +189,7 @@ class ForwardContext {
   int64_t batch_;
   int64_t seq_;
   const int32_t* tokens_;
+  int micro_batch_;
   std::unordered_map<int, Slot> saved_;
   std::unordered_map<int, std::vector<DeviceBuffer>> grads_;
   std::shared_ptr<ActivationMeter> meter_;

@@ -11,58 +11,76 @@
 #include "engine/model/embedding.h"
 #include "engine/model/init.h"
 #include "engine/model/linear.h"
+#include "engine/model/model_pass.h"
 #include "engine/model/norm.h"
 #include "kernels/cpu/ops_convert.h"
 #include "kernels/ref/half.h"
-#include "kernels/ref/ops_embedding.h"
-#include "kernels/ref/ops_loss.h"
 
 namespace sluice::model {
 
 // The module tree, and the binding of parameters to the flat buffers. With bf16 storage a unit's
 // parameters are widened into one fp32 scratch buffer while the unit runs (Enter/Leave).
 template <typename T>
-class Model<T>::Impl final : public ParameterBinding<T> {
+class Model<T>::Impl final : public ParameterBinding<T>, public UnitScope {
  public:
-  Impl(Model<T>& model) : model_(model), builder_(model.registry_) {}
+  explicit Impl(Model<T>& model) : model_(model), builder_(model.registry_) {}
 
+  // The stage's units in trace order: [embeddings], its blocks, [final norm, LM head].
   void Build() {
     const ModelOptions& o = model_.options_;
+    const ModelStage& stage = model_.stage_;
     const bool gpt2 = o.family == Family::kGpt2;
     const std::string root = gpt2 ? "transformer" : "model";
     ParameterRegistry& registry = model_.registry_;
 
-    registry.BeginUnit("embeddings");
-    embeddings_ = std::make_unique<Embeddings<T>>(
-        builder_, root, root + (gpt2 ? ".wte" : ".embed_tokens"), root + ".wpe", o.vocab_size,
-        gpt2 ? o.seq_len : 0, o.d_model);
-    units_.push_back(embeddings_.get());
-    if (CheckpointedBlocks(o) > 0) {
-      checkpointed_inputs_ = std::make_unique<CheckpointedInputs<T>>(builder_, o);
+    if (IsFirstStage(stage)) {
+      registry.BeginUnit("embeddings");
+      embeddings_ = std::make_unique<Embeddings<T>>(
+          builder_, root, root + (gpt2 ? ".wte" : ".embed_tokens"), root + ".wpe", o.vocab_size,
+          gpt2 ? o.seq_len : 0, o.d_model);
+      units_.push_back(embeddings_.get());
     }
-    for (int64_t i = 0; i < o.n_layer; ++i) {
+    if (CheckpointedBlocks(o) > stage.begin_layer) {
+      checkpointed_inputs_ = std::make_unique<CheckpointedInputs<T>>(builder_, o, stage);
+    }
+    for (int64_t i = stage.begin_layer; i < stage.end_layer; ++i) {
       const std::string name = root + (gpt2 ? ".h." : ".layers.") + std::to_string(i);
       registry.BeginUnit(name);
       blocks_.push_back(
           std::make_unique<DecoderBlock<T>>(builder_, name, o, i, checkpointed_inputs_.get()));
       units_.push_back(blocks_.back().get());
     }
-    const std::string final_name = root + (gpt2 ? ".ln_f" : ".norm");
-    registry.BeginUnit(final_name);
-    if (gpt2) {
-      final_norm_ = std::make_unique<LayerNorm<T>>(builder_, final_name, o.d_model, o.norm_eps);
-    } else {
-      final_norm_ = std::make_unique<RmsNorm<T>>(builder_, final_name, o.d_model, o.norm_eps);
+    if (IsLastStage(o, stage)) {
+      const std::string final_name = root + (gpt2 ? ".ln_f" : ".norm");
+      registry.BeginUnit(final_name);
+      if (gpt2) {
+        final_norm_ = std::make_unique<LayerNorm<T>>(builder_, final_name, o.d_model, o.norm_eps);
+      } else {
+        final_norm_ = std::make_unique<RmsNorm<T>>(builder_, final_name, o.d_model, o.norm_eps);
+      }
+      units_.push_back(final_norm_.get());
+      registry.BeginUnit("lm_head");
+      if (o.tie_embeddings) {  // ValidateModelStage: the embeddings are on this stage too
+        lm_head_ = Linear<T>::Tied(builder_, "lm_head", embeddings_->token_weight_param());
+      } else {
+        lm_head_ = std::make_unique<Linear<T>>(builder_, "lm_head", o.d_model, o.vocab_size, false);
+      }
+      units_.push_back(lm_head_.get());
+      loss_ = std::make_unique<CrossEntropyLoss<T>>(builder_, o.vocab_size);
     }
-    units_.push_back(final_norm_.get());
-    registry.BeginUnit("lm_head");
-    if (o.tie_embeddings) {
-      lm_head_ = Linear<T>::Tied(builder_, "lm_head", embeddings_->token_weight_param());
-    } else {
-      lm_head_ = std::make_unique<Linear<T>>(builder_, "lm_head", o.d_model, o.vocab_size, false);
-    }
-    units_.push_back(lm_head_.get());
-    loss_ = std::make_unique<CrossEntropyLoss<T>>(builder_, o.vocab_size);
+    StageModules<T> modules;
+    modules.options = &model_.options_;
+    modules.stage = stage;
+    modules.ops = model_.ops_;
+    modules.stream = model_.stream_.get();
+    modules.units = units_;
+    modules.loss = loss_.get();
+    modules.checkpointed = checkpointed_inputs_.get();
+    // Keys of their own, after every module's: the whole model's ids stay what they were.
+    if (!IsFirstStage(stage)) modules.input_id = builder_.NextModuleId();
+    if (!IsLastStage(o, stage)) modules.output_grad_id = builder_.NextModuleId();
+    modules.scope = this;
+    pass_ = std::make_unique<ModelPass<T>>(std::move(modules));
   }
 
   // Points every parameter at the flat buffers (the values only when storage is T itself).
@@ -83,111 +101,23 @@ class Model<T>::Impl final : public ParameterBinding<T> {
   T* Grad(int param) const override { return want_grads_ ? grads_[param] : nullptr; }
 
   const std::vector<Module<T>*>& units() const { return units_; }
+  ModelPass<T>& pass() { return *pass_; }
 
-  Result<double> Run(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
-                     double loss_grad, bool backward, T* logits_out) {
-    Result<double> result = RunPass(inputs, targets, batch, seq, loss_grad, backward, logits_out);
-    // Whatever happened, nothing may still read the caller's token arrays or write the loss once
-    // the pass returns; a failed pass may also have left a unit entered.
-    const Status drained = model_.stream_->Synchronize();
-    widened_.Reset();
-    if (result.ok() && !drained.ok()) return drained;
-    return result;
-  }
-
- private:
-  Result<double> RunPass(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
-                         double loss_grad, bool backward, T* logits_out) {
-    SLUICE_RETURN_IF_ERROR(ValidateBatch(inputs, targets, batch, seq));
-    if (model_.storage_ == ModelStorage::kExternal && model_.binding_ == nullptr) {
-      return FailedPreconditionError(
-          "the model was created without flat parameter buffers (external storage): set a "
-          "parameter binding (Model::SetParameterBinding) before running it");
-    }
-    want_grads_ = backward;
-    external_ = model_.binding_ != nullptr;
-    const ParameterBinding<T>& binding = external_ ? *model_.binding_ : *this;
-    Stream& stream = *model_.stream_;
-    const int64_t rows = batch * seq;
-    SLUICE_ASSIGN_OR_RETURN(DeviceBuffer device_inputs, Upload(inputs, rows));
-    SLUICE_ASSIGN_OR_RETURN(DeviceBuffer device_targets, Upload(targets, rows));
-    ForwardContext<T> ctx(*model_.ops_, stream, binding, batch, seq,
-                          device_inputs.data_as<int32_t>());
-    const int num_units = static_cast<int>(units_.size());
-
-    Act<T> h;
-    for (int u = 0; u < num_units; ++u) {
-      SLUICE_RETURN_IF_ERROR(CallHook(&UnitHooks::BeforeForward, u));
-      SLUICE_RETURN_IF_ERROR(Enter(u));
-      SLUICE_ASSIGN_OR_RETURN(h, units_[u]->Forward(ctx, h));
-      Leave(u);
-      if (!backward && u > 0) {
-        // Evaluation: nothing will go backward, so the producer's activations can go now.
-        for (int id : units_[u - 1]->AllModuleIds()) ctx.ReleaseSaved(id);
-      }
-      SLUICE_RETURN_IF_ERROR(CallHook(&UnitHooks::AfterForward, u));
-    }
-    if (logits_out != nullptr) {
-      SLUICE_RETURN_IF_ERROR(model_.ops_->device().CopyAsync(
-          logits_out, h.data, static_cast<size_t>(h.numel()) * sizeof(T), CopyKind::kD2H, stream));
-      if (model_.hooks_ != nullptr) SLUICE_RETURN_IF_ERROR(model_.hooks_->BeforePassEnd());
-      SLUICE_RETURN_IF_ERROR(stream.Synchronize());
-      return 0.0;
-    }
-    SLUICE_ASSIGN_OR_RETURN(Scratch<T> device_loss, ctx.AllocateScratch(1));
-    const int32_t* device_targets_data = device_targets.data_as<int32_t>();
-    SLUICE_RETURN_IF_ERROR(loss_->Forward(ctx, h, device_targets_data, device_loss.get()));
-    // Read back at the end of the pass, with nothing in between waiting for it.
-    SLUICE_RETURN_IF_ERROR(model_.ops_->device().CopyAsync(&loss_value_, device_loss.get(),
-                                                           sizeof(T), CopyKind::kD2H, stream));
-    if (backward) {
-      SLUICE_ASSIGN_OR_RETURN(Act<T> grad, loss_->Backward(ctx, device_targets_data, loss_grad));
-      for (int u = num_units - 1; u >= 0; --u) {
-        SLUICE_RETURN_IF_ERROR(CallHook(&UnitHooks::BeforeBackward, u));
-        SLUICE_RETURN_IF_ERROR(Enter(u));
-        SLUICE_ASSIGN_OR_RETURN(Act<T> next, units_[u]->Backward(ctx, grad));
-        Leave(u);
-        if (u + 1 < num_units) ReleaseGradsOf(ctx, *units_[u + 1]);
-        grad = next;
-        SLUICE_RETURN_IF_ERROR(CallHook(&UnitHooks::AfterBackward, u));
-      }
-      model_.last_peak_activation_bytes_ = ctx.peak_bytes();
-    }
-    if (model_.hooks_ != nullptr) SLUICE_RETURN_IF_ERROR(model_.hooks_->BeforePassEnd());
-    SLUICE_RETURN_IF_ERROR(stream.Synchronize());
-    return static_cast<double>(loss_value_);
-  }
-
-  // `count` int32 values of host memory into stream-ordered device memory (empty for null).
-  Result<DeviceBuffer> Upload(const int32_t* values, int64_t count) {
-    if (values == nullptr) return DeviceBuffer();
-    Device& device = model_.ops_->device();
-    const size_t bytes = static_cast<size_t>(count) * sizeof(int32_t);
-    SLUICE_ASSIGN_OR_RETURN(
-        DeviceBuffer buffer,
-        device.AllocateAsync(bytes, MemoryCategory::kActivations, *model_.stream_));
-    SLUICE_RETURN_IF_ERROR(
-        device.CopyAsync(buffer.data(), values, bytes, CopyKind::kH2D, *model_.stream_));
-    return buffer;
-  }
-
-  // At enqueue time: the hooks order their own work against the stream with events.
-  Status CallHook(Status (UnitHooks::*hook)(int), int unit) {
-    UnitHooks* hooks = model_.hooks_;
-    return hooks == nullptr ? OkStatus() : (hooks->*hook)(unit);
-  }
-
-  bool widen() const {
-    if (external_) return false;  // the binding provides T values itself
-    if constexpr (std::is_same_v<T, float>) {
-      return model_.registry_.dtype() == DType::kBF16;
-    } else {
-      return false;
-    }
+  // The pass runs on the model's binding when one is set, else on the flat buffers (none with
+  // external storage: the pass's Forward reports it).
+  Status BeginPass(bool gradients) {
+    const bool external = model_.binding_ != nullptr;
+    const ParameterBinding<T>* binding = external ? model_.binding_
+                                         : model_.storage_ == ModelStorage::kExternal ? nullptr
+                                                                                      : this;
+    SLUICE_RETURN_IF_ERROR(pass_->Begin(binding, model_.hooks_, gradients));
+    want_grads_ = gradients;
+    external_ = external;
+    return OkStatus();
   }
 
   // With bf16 storage: widens the parameters unit `u` reads into one fp32 buffer, on the stream.
-  Status Enter(int u) {
+  Status Enter(int u) override {
     if (!widen()) return OkStatus();
     const UnitInfo& unit = model_.registry_.units()[u];
     int64_t total = 0;
@@ -212,59 +142,49 @@ class Model<T>::Impl final : public ParameterBinding<T> {
     return OkStatus();
   }
 
-  void Leave(int u) {
+  void Leave(int u) override {
     if (!widen()) return;
     for (int p : model_.registry_.units()[u].params) values_[p] = nullptr;
     widened_.Reset();  // freed on the stream, after the unit's ops
   }
 
-  Status ValidateBatch(const int32_t* inputs, const int32_t* targets, int64_t batch,
-                       int64_t seq) const {
-    const ModelOptions& o = model_.options_;
-    if (batch < 1 || seq < 1 || seq > o.seq_len) {
-      return InvalidArgumentError(
-          "batch of {} sequences of {} tokens: need at least one sequence of 1 to model.seq_len "
-          "= {} tokens",
-          batch, seq, o.seq_len);
+  void LeaveAll() override { widened_.Reset(); }
+
+ private:
+  bool widen() const {
+    if (external_) return false;  // the binding provides T values itself
+    if constexpr (std::is_same_v<T, float>) {
+      return model_.registry_.dtype() == DType::kBF16;
+    } else {
+      return false;
     }
-    const int64_t rows = batch * seq;
-    if (const int64_t bad = kernels::FirstInvalidToken(inputs, rows, o.vocab_size); bad >= 0) {
-      return InvalidArgumentError(
-          "input token {} at row {}, position {} is outside the vocabulary [0, {}); check that "
-          "the data was tokenized for model.vocab_size",
-          inputs[bad], bad / seq, bad % seq, o.vocab_size);
-    }
-    if (targets != nullptr) {
-      if (const int64_t bad = kernels::FirstInvalidTarget(targets, rows, o.vocab_size); bad >= 0) {
-        return InvalidArgumentError(
-            "target {} at row {}, position {} is outside the vocabulary [0, {}) and is not the "
-            "ignore index {}",
-            targets[bad], bad / seq, bad % seq, o.vocab_size, kernels::kIgnoreIndex);
-      }
-    }
-    return OkStatus();
   }
 
   Model<T>& model_;
   ModuleBuilder builder_;
-  std::unique_ptr<Embeddings<T>> embeddings_;
+  std::unique_ptr<Embeddings<T>> embeddings_;                   // the first stage's
   std::unique_ptr<CheckpointedInputs<T>> checkpointed_inputs_;  // shared by the blocks; or null
   std::vector<std::unique_ptr<DecoderBlock<T>>> blocks_;
-  std::unique_ptr<Module<T>> final_norm_;
-  std::unique_ptr<Linear<T>> lm_head_;
-  std::unique_ptr<CrossEntropyLoss<T>> loss_;
+  std::unique_ptr<Module<T>> final_norm_;      // the last stage's
+  std::unique_ptr<Linear<T>> lm_head_;         // the last stage's
+  std::unique_ptr<CrossEntropyLoss<T>> loss_;  // the last stage's
   std::vector<Module<T>*> units_;
   std::vector<const T*> values_;
   std::vector<T*> grads_;
   DeviceBuffer widened_;
-  T loss_value_ = 0;  // where the loss is read back to
   bool want_grads_ = true;
-  bool external_ = false;  // this pass runs on the model's external binding
+  bool external_ = false;               // this pass runs on the model's external binding
+  std::unique_ptr<ModelPass<T>> pass_;  // last: destroyed first, while what it runs on exists
 };
 
 template <typename T>
-Model<T>::Model(const ModelOptions& options, BufferAllocator& allocator, ops::OpsBackend& ops)
-    : options_(options), allocator_(&allocator), ops_(&ops), registry_(options.param_dtype) {}
+Model<T>::Model(const ModelOptions& options, const ModelStage& stage, BufferAllocator& allocator,
+                ops::OpsBackend& ops)
+    : options_(options),
+      stage_(stage),
+      allocator_(&allocator),
+      ops_(&ops),
+      registry_(options.param_dtype) {}
 
 template <typename T>
 Model<T>::~Model() {
@@ -276,7 +196,17 @@ template <typename T>
 Result<std::unique_ptr<Model<T>>> Model<T>::Create(const ModelOptions& options,
                                                    BufferAllocator& allocator, ops::OpsBackend& ops,
                                                    ModelStorage storage) {
+  return CreateStage(options, WholeModelStage(options), allocator, ops, storage);
+}
+
+template <typename T>
+Result<std::unique_ptr<Model<T>>> Model<T>::CreateStage(const ModelOptions& options,
+                                                        const ModelStage& stage,
+                                                        BufferAllocator& allocator,
+                                                        ops::OpsBackend& ops,
+                                                        ModelStorage storage) {
   SLUICE_RETURN_IF_ERROR(ValidateModelOptions(options));
+  SLUICE_RETURN_IF_ERROR(ValidateModelStage(options, stage));
   if (!std::is_same_v<T, float> && options.param_dtype != DType::kF32) {
     return InvalidArgumentError(
         "the fp64 reference model stores fp64 parameters; model.dtype {} "
@@ -288,7 +218,7 @@ Result<std::unique_ptr<Model<T>>> Model<T>::Create(const ModelOptions& options,
     return InvalidArgumentError("the {} ops backend does not compute in {}, which this model needs",
                                 ops.name(), DTypeName(kCompute));
   }
-  std::unique_ptr<Model<T>> model(new Model<T>(options, allocator, ops));
+  std::unique_ptr<Model<T>> model(new Model<T>(options, stage, allocator, ops));
   SLUICE_ASSIGN_OR_RETURN(model->stream_, ops.device().CreateStream());
   model->impl_ = std::make_unique<Impl>(*model);
   model->impl_->Build();
@@ -413,20 +343,69 @@ Status Model<T>::Zero(Buffer& buffer) {
 }
 
 template <typename T>
+Result<double> Model<T>::RunWhole(const int32_t* inputs, const int32_t* targets, int64_t batch,
+                                  int64_t seq, double loss_grad, bool backward, T* logits) {
+  if (!first_stage() || !last_stage()) {
+    return FailedPreconditionError(
+        "ForwardBackward, ForwardLoss and ForwardLogits run a whole model, and this one is the "
+        "pipeline stage {}: run its micro-batches with BeginPass, Forward, Backward and EndPass",
+        DescribeModelStage(options_, stage_));
+  }
+  SLUICE_RETURN_IF_ERROR(BeginPass(backward));
+  const StageInput<T> input{
+      .batch = batch, .seq = seq, .tokens = inputs, .targets = targets, .logits = logits};
+  SLUICE_RETURN_IF_ERROR(Forward(0, input));
+  if (backward) SLUICE_RETURN_IF_ERROR(Backward(0, {.loss_grad = loss_grad}));
+  Result<std::map<int, double>> losses = EndPass();
+  if (!losses.ok()) return losses.status();
+  return logits != nullptr ? 0.0 : losses->at(0);
+}
+
+template <typename T>
 Result<double> Model<T>::ForwardBackward(const int32_t* inputs, const int32_t* targets,
                                          int64_t batch, int64_t seq, double loss_grad) {
-  return impl_->Run(inputs, targets, batch, seq, loss_grad, /*backward=*/true, nullptr);
+  return RunWhole(inputs, targets, batch, seq, loss_grad, /*backward=*/true, nullptr);
 }
 
 template <typename T>
 Result<double> Model<T>::ForwardLoss(const int32_t* inputs, const int32_t* targets, int64_t batch,
                                      int64_t seq) {
-  return impl_->Run(inputs, targets, batch, seq, 0.0, /*backward=*/false, nullptr);
+  return RunWhole(inputs, targets, batch, seq, 0.0, /*backward=*/false, nullptr);
 }
 
 template <typename T>
 Status Model<T>::ForwardLogits(const int32_t* inputs, int64_t batch, int64_t seq, T* logits) {
-  return impl_->Run(inputs, nullptr, batch, seq, 0.0, /*backward=*/false, logits).status();
+  return RunWhole(inputs, nullptr, batch, seq, 0.0, /*backward=*/false, logits).status();
+}
+
+template <typename T>
+Status Model<T>::BeginPass(bool gradients) {
+  return impl_->BeginPass(gradients);
+}
+
+template <typename T>
+Status Model<T>::Forward(int micro, const StageInput<T>& input, T* output) {
+  return impl_->pass().Forward(micro, input, output);
+}
+
+template <typename T>
+Status Model<T>::Backward(int micro, const StageOutputGrad<T>& grad, T* input_grad) {
+  return impl_->pass().Backward(micro, grad, input_grad);
+}
+
+template <typename T>
+Result<std::map<int, double>> Model<T>::EndPass() {
+  return impl_->pass().End();
+}
+
+template <typename T>
+int Model<T>::micro_batches_in_flight() const {
+  return impl_->pass().in_flight();
+}
+
+template <typename T>
+int64_t Model<T>::last_peak_activation_bytes() const {
+  return impl_->pass().last_peak_bytes();
 }
 
 template class Model<float>;

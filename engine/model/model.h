@@ -30,6 +30,25 @@
 // gradients after its backward (a tied embedding's gradient is final only after the embeddings'
 // backward, the last one).
 //
+// Stages. CreateStage builds a pipeline stage instead: decoder layers [begin, end), with the
+// embeddings on the first stage and the final norm, LM head and loss on the last (model_stage.h).
+// Its registry, flat buffers, units and hooks cover its own parameters only, under their Hugging
+// Face names; Create is the stage [0, n_layer) with both roles.
+//
+// Passes. BeginPass opens a pass; Forward(micro, input) and Backward(micro, grad) run one
+// micro-batch through the stage's units; EndPass runs the hooks' BeforePassEnd, synchronizes
+// once and returns the losses. Any number of micro-batches may be in flight between their
+// Forward and Backward (each keeps its own saved activations), in any order a pipeline schedule
+// uses (GPipe, 1F1B, ...); parameter gradients accumulate (+=) in the order the Backwards run.
+// The hooks run per micro-batch as its units run. ForwardBackward is BeginPass, Forward(0),
+// Backward(0), EndPass on the whole model. A stage hands hidden states to the next one as device
+// memory the caller owns: Forward writes the stage output into `output`, Backward the gradient
+// of the stage input into `input_grad`, both enqueued on stream(); the caller orders another
+// stream's reads after them with events, and keeps what it passes in alive until the stream has
+// run the work that reads it (the model copies inputs at once on the stream). A failed Forward,
+// Backward or EndPass ends the pass: the micro-batches in flight are dropped, the stream drained,
+// and the gradients accumulated so far stay.
+//
 // Storage. By default the model allocates the flat buffers and binds every parameter to them.
 // ZeRO (engine/zero) creates it with ModelStorage::kExternal instead: no flat buffers are
 // allocated, and a ParameterBinding set with SetParameterBinding() tells each pass where the
@@ -37,12 +56,14 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "engine/model/buffer.h"
 #include "engine/model/model_options.h"
+#include "engine/model/model_stage.h"
 #include "engine/model/module.h"
 #include "engine/model/parameter_registry.h"
 #include "runtime/device.h"
@@ -86,11 +107,24 @@ class Model {
   static Result<std::unique_ptr<Model>> Create(const ModelOptions& options,
                                                BufferAllocator& allocator, ops::OpsBackend& ops,
                                                ModelStorage storage = ModelStorage::kFlat);
+  // The pipeline stage `stage` of that model; InvalidArgument for a range or tie that
+  // ValidateModelStage refuses.
+  static Result<std::unique_ptr<Model>> CreateStage(const ModelOptions& options,
+                                                    const ModelStage& stage,
+                                                    BufferAllocator& allocator,
+                                                    ops::OpsBackend& ops,
+                                                    ModelStorage storage = ModelStorage::kFlat);
   ~Model();
 
   const ModelOptions& options() const { return options_; }
+  const ModelStage& stage() const { return stage_; }
+  // Holds the embeddings and takes token ids.
+  bool first_stage() const { return IsFirstStage(stage_); }
+  // Holds the final norm, the LM head and the loss, and takes the targets.
+  bool last_stage() const { return IsLastStage(options_, stage_); }
   const ParameterRegistry& registry() const { return registry_; }
-  // Elements of the flat buffers; equals CountParameters(options()).
+  // Elements of the flat buffers; equals CountParameters(options()) for the whole model (a stage:
+  // its own parameters).
   int64_t ParameterCount() const { return registry_.total_elements(); }
 
   // Flat parameter buffer: ParameterCount() elements of registry().dtype() (T for Model<double>).
@@ -110,6 +144,8 @@ class Model {
   void InitializeParameters(uint64_t seed);
   void ZeroGrads();
 
+  // Whole model only (both roles): one pass of one batch.
+  //
   // Runs forward, mean cross-entropy against `targets` (kIgnoreIndex = -1 rows skipped) and
   // backward, accumulating d(loss_grad * mean loss)/d(params) into grads_data(). inputs and
   // targets are [batch, seq] int32, row-major, seq <= options().seq_len. Returns the mean loss
@@ -125,32 +161,59 @@ class Model {
   // generation).
   Status ForwardLogits(const int32_t* inputs, int64_t batch, int64_t seq, T* logits);
 
+  // A pass of micro-batches (see Passes above). `gradients` false: an evaluation pass, where each
+  // unit's activations go as soon as the next unit has run and a micro-batch is done after its
+  // Forward. FailedPrecondition while a pass is open.
+  Status BeginPass(bool gradients = true);
+  // Runs micro-batch `micro` (any id not yet forwarded in this pass) through the stage's units:
+  // input.tokens on the first stage, input.hidden on the others; input.targets on the last
+  // stage (input.logits instead, in a pass without gradients). A stage before the last writes its
+  // output [rows, d_model] into `output` (device memory); the last stage takes no output and
+  // computes the loss. InvalidArgument for inputs that do not match the stage's roles, out-of-
+  // range ids or lengths; FailedPrecondition outside a pass or for a micro-batch forwarded before.
+  Status Forward(int micro, const StageInput<T>& input, T* output = nullptr);
+  // Back-propagates micro-batch `micro`, in flight since its Forward, accumulating the
+  // parameter gradients: from grad.loss_grad on the last stage, from grad.hidden on the others.
+  // A stage after the first writes the gradient of its input [rows, d_model] into `input_grad`
+  // (device memory); the first stage takes none. FailedPrecondition for a micro-batch not in
+  // flight (never forwarded, or already back-propagated).
+  Status Backward(int micro, const StageOutputGrad<T>& grad, T* input_grad = nullptr);
+  // Ends the pass: the mean loss of each micro-batch the last stage forwarded (none elsewhere),
+  // by micro-batch. FailedPrecondition (the pass is dropped) while micro-batches are in flight.
+  Result<std::map<int, double>> EndPass();
+  // Micro-batches forwarded and not yet back-propagated in the open pass.
+  int micro_batches_in_flight() const;
+
   // The stream every pass runs on: what other streams order against (events) once the hooks
   // stop synchronizing.
   Stream& stream() const { return *stream_; }
   ops::OpsBackend& ops() const { return *ops_; }
 
-  // Optional; not owned; null clears.
+  // Optional; not owned; null clears. Read when a pass begins.
   void SetHooks(UnitHooks* hooks) { hooks_ = hooks; }
   // Where the passes find parameter values (fp32, T) and accumulate gradients instead of the
   // flat buffers; not owned, must outlive the passes; null restores the flat buffers. Values are
   // read as they are (no bf16 widening). A pass of a kExternal model without a binding fails
-  // with FailedPrecondition.
+  // with FailedPrecondition. Read when a pass begins.
   void SetParameterBinding(const ParameterBinding<T>* binding) { binding_ = binding; }
   ModelStorage storage() const { return storage_; }
   // The top-level modules, one per unit, in trace order.
   std::span<Module<T>* const> units() const { return units_; }
 
-  // Bytes of activations the last ForwardBackward held at its peak (saved + grads), measured by
-  // the contexts: what activation checkpointing saves.
-  int64_t last_peak_activation_bytes() const { return last_peak_activation_bytes_; }
+  // Bytes of activations the last pass with gradients held at its peak (saved + grads, all its
+  // micro-batches together), measured by the contexts: what activation checkpointing saves.
+  int64_t last_peak_activation_bytes() const;
 
  private:
-  Model(const ModelOptions& options, BufferAllocator& allocator, ops::OpsBackend& ops);
+  Model(const ModelOptions& options, const ModelStage& stage, BufferAllocator& allocator,
+        ops::OpsBackend& ops);
   class Impl;
   Status Zero(Buffer& buffer);
+  Result<double> RunWhole(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
+                          double loss_grad, bool backward, T* logits);
 
   ModelOptions options_;
+  ModelStage stage_;
   BufferAllocator* allocator_;
   ops::OpsBackend* ops_;
   std::unique_ptr<Stream> stream_;  // destroyed after impl_, whose buffers are freed on it
@@ -162,7 +225,6 @@ class Model {
   UnitHooks* hooks_ = nullptr;
   ModelStorage storage_ = ModelStorage::kFlat;
   const ParameterBinding<T>* binding_ = nullptr;
-  int64_t last_peak_activation_bytes_ = 0;
 };
 
 extern template class Model<float>;

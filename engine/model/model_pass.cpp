@@ -1,0 +1,346 @@
+#include "engine/model/model_pass.h"
+
+#include <fmt/format.h>
+
+#include <string>
+#include <utility>
+
+#include "kernels/ref/ops_embedding.h"
+#include "kernels/ref/ops_loss.h"
+
+namespace sluice::model {
+
+// One micro-batch between its Forward and its Backward. Destroyed in reverse order: the context
+// (its saved activations) before the device copies of the ids it points at; every buffer is
+// freed on the stream, after the work queued so far.
+template <typename T>
+struct ModelPass<T>::MicroBatch {
+  DeviceBuffer tokens;   // first stage
+  DeviceBuffer targets;  // last stage
+  std::optional<ForwardContext<T>> ctx;
+  Scratch<T> loss;  // last stage: the device scalar the loss is read back from
+};
+
+template <typename T>
+ModelPass<T>::ModelPass(StageModules<T> modules) : m_(std::move(modules)) {}
+
+template <typename T>
+ModelPass<T>::~ModelPass() {
+  if (open_) (void)Abort(OkStatus());
+}
+
+template <typename T>
+Status ModelPass<T>::Begin(const ParameterBinding<T>* binding, UnitHooks* hooks, bool gradients) {
+  if (open_) {
+    return FailedPreconditionError(
+        "BeginPass on {} while a pass is open: end it with EndPass first", Describe());
+  }
+  open_ = true;
+  gradients_ = gradients;
+  binding_ = binding;
+  hooks_ = hooks;
+  meter_ = std::make_shared<ActivationMeter>();
+  return OkStatus();
+}
+
+template <typename T>
+Status ModelPass<T>::Forward(int micro, const StageInput<T>& input, T* output) {
+  if (!open_) {
+    return FailedPreconditionError(
+        "Forward of micro-batch {} on {} outside a pass: call BeginPass first", micro, Describe());
+  }
+  Status status = CheckInput(micro, input, output);
+  if (status.ok()) status = ValidateBatch(input);
+  if (status.ok() && binding_ == nullptr) {
+    status = FailedPreconditionError(
+        "the model was created without flat parameter buffers (external storage): set a "
+        "parameter binding (Model::SetParameterBinding) before running it");
+  }
+  if (status.ok()) status = RunForward(micro, input, output);
+  if (!status.ok()) return Abort(std::move(status));
+  return OkStatus();
+}
+
+template <typename T>
+Status ModelPass<T>::Backward(int micro, const StageOutputGrad<T>& grad, T* input_grad) {
+  if (!open_) {
+    return FailedPreconditionError(
+        "Backward of micro-batch {} on {} outside a pass: call BeginPass first", micro, Describe());
+  }
+  if (!gradients_) {
+    return Abort(FailedPreconditionError(
+        "Backward of micro-batch {} on {} in a pass without gradients: begin the pass with "
+        "gradients to run backward",
+        micro, Describe()));
+  }
+  const auto it = in_flight_.find(micro);
+  if (it == in_flight_.end()) {
+    return Abort(FailedPreconditionError(
+        "Backward of micro-batch {} on {}: it {}; every micro-batch goes forward once, then "
+        "backward once, in each pass (the pass is dropped)",
+        micro, Describe(),
+        forwarded_.contains(micro) ? "already went backward in this pass"
+                                   : "was never forwarded in this pass"));
+  }
+  if (last() && grad.hidden != nullptr) {
+    return Abort(InvalidArgumentError(
+        "Backward of micro-batch {} on {}: the last stage starts from the loss (loss_grad); "
+        "an output gradient (hidden) is for the other stages",
+        micro, Describe()));
+  }
+  if (!last() && grad.hidden == nullptr) {
+    return Abort(InvalidArgumentError(
+        "Backward of micro-batch {} on {}: give the gradient of the stage's output "
+        "(StageOutputGrad::hidden, [batch * seq, d_model] device memory) from the next stage",
+        micro, Describe()));
+  }
+  if (first() != (input_grad == nullptr)) {
+    return Abort(InvalidArgumentError(
+        "Backward of micro-batch {} on {}: {}", micro, Describe(),
+        first() ? "the first stage's input is token ids, which have no gradient: pass no "
+                  "input_grad"
+                : "give device memory [batch * seq, d_model] for the gradient of the stage's "
+                  "input (input_grad), which the previous stage's Backward takes"));
+  }
+  const std::unique_ptr<MicroBatch> done = std::move(it->second);
+  in_flight_.erase(it);
+  Status status = RunBackward(*done, grad, input_grad);
+  if (!status.ok()) return Abort(std::move(status));
+  return OkStatus();
+}
+
+template <typename T>
+Result<std::map<int, double>> ModelPass<T>::End() {
+  if (!open_) return FailedPreconditionError("EndPass on {} without a pass open", Describe());
+  if (!in_flight_.empty()) {
+    std::string ids;
+    for (const auto& [id, micro] : in_flight_)
+      ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+    return Abort(FailedPreconditionError(
+        "EndPass on {} with micro-batches {} still in flight: run their Backward first (the pass "
+        "is dropped; the gradients of the micro-batches that finished stay accumulated)",
+        Describe(), ids));
+  }
+  if (gradients_) last_peak_bytes_ = meter_->peak;
+  // Everything of the pass is enqueued; the hooks enqueue their last work before the one wait
+  // that reads the losses back.
+  if (hooks_ != nullptr) {
+    if (Status status = hooks_->BeforePassEnd(); !status.ok()) return Abort(std::move(status));
+  }
+  if (Status status = m_.stream->Synchronize(); !status.ok()) return Abort(std::move(status));
+  std::map<int, double> losses;
+  for (const auto& [id, value] : losses_) losses[id] = static_cast<double>(value);
+  Clear();
+  return losses;
+}
+
+template <typename T>
+Status ModelPass<T>::CheckInput(int micro, const StageInput<T>& input, const T* output) const {
+  if (forwarded_.contains(micro)) {
+    return FailedPreconditionError(
+        "Forward of micro-batch {} on {}: it was already forwarded in this pass; give each "
+        "micro-batch of a pass its own id",
+        micro, Describe());
+  }
+  const auto refuse = [&](std::string_view what) {
+    return InvalidArgumentError("Forward of micro-batch {} on {}: {}", micro, Describe(), what);
+  };
+  if (first() && (input.tokens == nullptr || input.hidden != nullptr)) {
+    return refuse("the first stage takes token ids (StageInput::tokens), not hidden states");
+  }
+  if (!first() && (input.tokens != nullptr || input.hidden == nullptr)) {
+    return refuse(
+        "a stage after the first takes the previous stage's output (StageInput::hidden, "
+        "[batch * seq, d_model] device memory), not token ids");
+  }
+  if (!last() && (input.targets != nullptr || input.logits != nullptr || output == nullptr)) {
+    return refuse(
+        "a stage before the last gives hidden states: pass device memory [batch * seq, "
+        "d_model] for them (output) and no targets or logits");
+  }
+  if (last() && output != nullptr) {
+    return refuse("the last stage ends in the loss (or the logits): pass no output");
+  }
+  if (last() && input.logits != nullptr && gradients_) {
+    return refuse("logits are read in passes without gradients only");
+  }
+  if (last() && input.logits == nullptr && input.targets == nullptr) {
+    return refuse("the last stage needs the targets (StageInput::targets) for the loss");
+  }
+  return OkStatus();
+}
+
+template <typename T>
+Status ModelPass<T>::ValidateBatch(const StageInput<T>& input) const {
+  const ModelOptions& o = *m_.options;
+  const int64_t batch = input.batch;
+  const int64_t seq = input.seq;
+  if (batch < 1 || seq < 1 || seq > o.seq_len) {
+    return InvalidArgumentError(
+        "batch of {} sequences of {} tokens: need at least one sequence of 1 to model.seq_len "
+        "= {} tokens",
+        batch, seq, o.seq_len);
+  }
+  const int64_t rows = batch * seq;
+  if (input.tokens != nullptr) {
+    if (const int64_t bad = kernels::FirstInvalidToken(input.tokens, rows, o.vocab_size);
+        bad >= 0) {
+      return InvalidArgumentError(
+          "input token {} at row {}, position {} is outside the vocabulary [0, {}); check that "
+          "the data was tokenized for model.vocab_size",
+          input.tokens[bad], bad / seq, bad % seq, o.vocab_size);
+    }
+  }
+  if (input.targets != nullptr) {
+    if (const int64_t bad = kernels::FirstInvalidTarget(input.targets, rows, o.vocab_size);
+        bad >= 0) {
+      return InvalidArgumentError(
+          "target {} at row {}, position {} is outside the vocabulary [0, {}) and is not the "
+          "ignore index {}",
+          input.targets[bad], bad / seq, bad % seq, o.vocab_size, kernels::kIgnoreIndex);
+    }
+  }
+  return OkStatus();
+}
+
+template <typename T>
+Status ModelPass<T>::RunForward(int micro_id, const StageInput<T>& input, T* output) {
+  forwarded_.insert(micro_id);
+  auto micro = std::make_unique<MicroBatch>();
+  const int64_t rows = input.batch * input.seq;
+  const int64_t width = m_.options->d_model;
+  if (first()) {
+    SLUICE_ASSIGN_OR_RETURN(micro->tokens, Upload(input.tokens, rows));
+  }
+  if (input.targets != nullptr) {
+    SLUICE_ASSIGN_OR_RETURN(micro->targets, Upload(input.targets, rows));
+  }
+  ForwardContext<T>& ctx =
+      micro->ctx.emplace(*m_.ops, *m_.stream, *binding_, input.batch, input.seq,
+                         micro->tokens.template data_as<int32_t>(), micro_id, meter_);
+  Act<T> h;
+  if (!first()) {
+    // A copy of its own: the sender's buffer is free for the next micro-batch once this runs.
+    SLUICE_ASSIGN_OR_RETURN(T * x, ctx.AllocateSaved(m_.input_id, rows * width));
+    SLUICE_RETURN_IF_ERROR(ctx.Copy(Act<T>{const_cast<T*>(input.hidden), rows, width}, x));
+    h = Act<T>{x, rows, width};
+  }
+  const int num_units = static_cast<int>(m_.units.size());
+  for (int u = 0; u < num_units; ++u) {
+    SLUICE_RETURN_IF_ERROR(CallHook(&UnitHooks::BeforeForward, u));
+    SLUICE_RETURN_IF_ERROR(m_.scope->Enter(u));
+    SLUICE_ASSIGN_OR_RETURN(h, m_.units[u]->Forward(ctx, h));
+    m_.scope->Leave(u);
+    if (!gradients_) {
+      // Nothing will go backward, so the producer's activations can go now.
+      if (u > 0) {
+        for (int id : m_.units[u - 1]->AllModuleIds()) ctx.ReleaseSaved(id);
+      } else if (!first()) {
+        ctx.ReleaseSaved(m_.input_id);
+      }
+    }
+    SLUICE_RETURN_IF_ERROR(CallHook(&UnitHooks::AfterForward, u));
+  }
+  Device& device = m_.ops->device();
+  if (!last()) {
+    SLUICE_RETURN_IF_ERROR(ctx.Copy(h, output));
+  } else if (input.logits != nullptr) {
+    SLUICE_RETURN_IF_ERROR(device.CopyAsync(input.logits, h.data,
+                                            static_cast<size_t>(h.numel()) * sizeof(T),
+                                            CopyKind::kD2H, *m_.stream));
+  } else {
+    SLUICE_ASSIGN_OR_RETURN(micro->loss, ctx.AllocateScratch(1));
+    SLUICE_RETURN_IF_ERROR(
+        m_.loss->Forward(ctx, h, micro->targets.template data_as<int32_t>(), micro->loss.get()));
+    // Read back at the end of the pass, with nothing in between waiting for it.
+    T& value = losses_[micro_id];
+    SLUICE_RETURN_IF_ERROR(
+        device.CopyAsync(&value, micro->loss.get(), sizeof(T), CopyKind::kD2H, *m_.stream));
+  }
+  if (gradients_) in_flight_.emplace(micro_id, std::move(micro));
+  return OkStatus();
+}
+
+template <typename T>
+Status ModelPass<T>::RunBackward(MicroBatch& micro, const StageOutputGrad<T>& grad, T* input_grad) {
+  ForwardContext<T>& ctx = *micro.ctx;
+  const int64_t width = m_.options->d_model;
+  Act<T> g;
+  if (last()) {
+    SLUICE_ASSIGN_OR_RETURN(
+        g, m_.loss->Backward(ctx, micro.targets.template data_as<int32_t>(), grad.loss_grad));
+  } else {
+    // A copy of its own: a module's Backward may write over its dy.
+    SLUICE_ASSIGN_OR_RETURN(T * dy, ctx.AllocateGrad(m_.output_grad_id, ctx.rows() * width));
+    SLUICE_RETURN_IF_ERROR(ctx.Copy(Act<T>{const_cast<T*>(grad.hidden), ctx.rows(), width}, dy));
+    g = Act<T>{dy, ctx.rows(), width};
+  }
+  const int num_units = static_cast<int>(m_.units.size());
+  for (int u = num_units - 1; u >= 0; --u) {
+    SLUICE_RETURN_IF_ERROR(CallHook(&UnitHooks::BeforeBackward, u));
+    SLUICE_RETURN_IF_ERROR(m_.scope->Enter(u));
+    SLUICE_ASSIGN_OR_RETURN(Act<T> next, m_.units[u]->Backward(ctx, g));
+    m_.scope->Leave(u);
+    if (u + 1 < num_units) {
+      ReleaseGradsOf(ctx, *m_.units[u + 1]);
+    } else if (!last()) {
+      ctx.ReleaseGrads(m_.output_grad_id);
+    }
+    g = next;
+    SLUICE_RETURN_IF_ERROR(CallHook(&UnitHooks::AfterBackward, u));
+  }
+  if (!first()) {
+    SLUICE_RETURN_IF_ERROR(ctx.Copy(g, input_grad));
+    ReleaseGradsOf(ctx, *m_.units[0]);
+  }
+  return OkStatus();
+}
+
+// At enqueue time: the hooks order their own work against the stream with events.
+template <typename T>
+Status ModelPass<T>::CallHook(Status (UnitHooks::*hook)(int), int unit) {
+  return hooks_ == nullptr ? OkStatus() : (hooks_->*hook)(unit);
+}
+
+template <typename T>
+Result<DeviceBuffer> ModelPass<T>::Upload(const int32_t* values, int64_t count) {
+  Device& device = m_.ops->device();
+  // Moving the outer vector keeps each copy's storage where the queued upload reads it.
+  const std::vector<int32_t>& source = host_arrays_.emplace_back(values, values + count);
+  const size_t bytes = static_cast<size_t>(count) * sizeof(int32_t);
+  SLUICE_ASSIGN_OR_RETURN(DeviceBuffer buffer,
+                          device.AllocateAsync(bytes, MemoryCategory::kActivations, *m_.stream));
+  SLUICE_RETURN_IF_ERROR(
+      device.CopyAsync(buffer.data(), source.data(), bytes, CopyKind::kH2D, *m_.stream));
+  return buffer;
+}
+
+template <typename T>
+Status ModelPass<T>::Abort(Status error) {
+  in_flight_.clear();
+  // Whatever happened, nothing may still read the pass's host copies or write its losses once
+  // the pass is over.
+  (void)m_.stream->Synchronize();
+  Clear();
+  return error;
+}
+
+template <typename T>
+void ModelPass<T>::Clear() {
+  m_.scope->LeaveAll();
+  // What the checkpointed blocks still keep for a micro-batch (one of an evaluation pass, which
+  // has no backward to let it go, or of a failed pass) is not needed any more.
+  if (m_.checkpointed != nullptr) m_.checkpointed->DropMicroBatches();
+  forwarded_.clear();
+  host_arrays_.clear();
+  losses_.clear();
+  meter_.reset();
+  binding_ = nullptr;
+  hooks_ = nullptr;
+  open_ = false;
+}
+
+template class ModelPass<float>;
+template class ModelPass<double>;
+
+}  // namespace sluice::model

@@ -1,0 +1,47 @@
+#include "engine/model/model_stage.h"
+
+#include <fmt/format.h>
+
+namespace sluice::model {
+
+ModelStage WholeModelStage(const ModelOptions& options) { return {0, options.n_layer}; }
+
+Status ValidateModelStage(const ModelOptions& options, const ModelStage& stage) {
+  const int64_t begin = stage.begin_layer;
+  const int64_t end = stage.end_layer;
+  if (begin < 0 || end > options.n_layer || begin >= end) {
+    const char* why = begin < 0               ? "begins before layer 0"
+                      : end > options.n_layer ? "ends past the last layer"
+                      : begin == end          ? "is empty"
+                                              : "ends before it begins";
+    return InvalidArgumentError(
+        "pipeline stage of decoder layers [{}, {}) {}: a stage holds layers [begin, end) with 0 "
+        "<= begin < end <= model.n_layer = {} (at least one layer each)",
+        begin, end, why, options.n_layer);
+  }
+  const bool first = IsFirstStage(stage);
+  const bool last = IsLastStage(options, stage);
+  if (options.tie_embeddings && first != last) {
+    return InvalidArgumentError(
+        "pipeline stage of decoder layers [{}, {}) of {} holds the {} but not the {}, and the LM "
+        "head is tied to the token embedding (model.tie_word_embeddings): a split model would "
+        "need two copies of the table kept in sync, which is not supported; set "
+        "model.tie_word_embeddings: false, or keep the embeddings and the head on one stage",
+        begin, end, options.n_layer, first ? "token embedding" : "LM head",
+        first ? "LM head" : "token embedding");
+  }
+  return OkStatus();
+}
+
+std::string DescribeModelStage(const ModelOptions& options, const ModelStage& stage) {
+  const bool first = IsFirstStage(stage);
+  const bool last = IsLastStage(options, stage);
+  const char* role = first && last ? "whole model"
+                     : first       ? "first stage"
+                     : last        ? "last stage"
+                                   : "middle stage";
+  return fmt::format("layers [{}, {}) of {} ({})", stage.begin_layer, stage.end_layer,
+                     options.n_layer, role);
+}
+
+}  // namespace sluice::model
