@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 #include "offload/aio_backend.h"
@@ -26,7 +27,13 @@ constexpr uint64_t kBufferSlotSpan = 1ull << 30;
 
 std::string_view OpName(IoOp op) { return op == IoOp::kRead ? "read" : "write"; }
 
+std::atomic<int64_t> engines_created{0};
+std::atomic<int64_t> engines_live{0};
+
 }  // namespace
+
+int64_t AioEngine::created_count() { return engines_created.load(); }
+int64_t AioEngine::live_count() { return engines_live.load(); }
 
 AioEngine::AioEngine(const AioOptions& options) : options_(options) {
   shared_.debug_short_io_bytes = options.debug_short_io_bytes;
@@ -61,6 +68,9 @@ Result<std::unique_ptr<AioEngine>> AioEngine::Create(const AioOptions& options) 
   engine->buffer_slot_used_.assign(static_cast<size_t>(engine->backend_->buffer_slots()), false);
   SLUICE_LOG(kDebug, "aio", "engine on {}: {}", engine->backend_name(),
              DescribeAioOptions(options));
+  engines_created.fetch_add(1);
+  engines_live.fetch_add(1);
+  engine->counted_ = true;
   return engine;
 }
 
@@ -68,6 +78,7 @@ AioEngine::~AioEngine() {
   // Destroying the backend finishes every queued chunk and joins its threads; the files and the
   // shared state are destroyed after it (member order).
   backend_.reset();
+  if (counted_) engines_live.fetch_sub(1);
 }
 
 std::string_view AioEngine::backend_name() const { return backend_->name(); }

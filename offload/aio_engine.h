@@ -101,6 +101,12 @@ class AioEngine {
   const AioOptions& options() const { return options_; }
   AioEngineStats stats() const;
 
+  // Engines made by Create in this process since it started, and those alive now: every engine
+  // owns its rings and completion threads, so a rank should hold one (offload::RankTiers), and
+  // tests hold it to that.
+  static int64_t created_count();
+  static int64_t live_count();
+
  private:
   struct Region {
     char* begin = nullptr;
@@ -127,6 +133,7 @@ class AioEngine {
   std::vector<bool> buffer_slot_used_;
 
   std::unique_ptr<internal::IoBackend> backend_;
+  bool counted_ = false;  // in created_count() / live_count(): Create finished
 };
 
 }  // namespace sluice::offload

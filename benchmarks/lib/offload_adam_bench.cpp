@@ -11,12 +11,13 @@
 #include <filesystem>
 
 #include "benchmarks/lib/bench_record.h"
-#include "engine/zero/nvme_state_store.h"
-#include "engine/zero/offloaded_adam.h"
-#include "engine/zero/partition_copy.h"
+#include "engine/zero/offload_options.h"
 #include "engine/zero/sharded_adam.h"
 #include "kernels/cpu/cpu_features.h"
 #include "offload/aio_engine.h"
+#include "offload/dtype_convert.h"
+#include "offload/nvme_state_store.h"
+#include "offload/offloaded_adam.h"
 #include "offload/swap_store.h"
 #include "runtime/device/device_factory.h"
 #include "runtime/durable_file.h"
@@ -24,9 +25,6 @@
 
 namespace sluice::bench {
 namespace {
-
-using zero::OffloadedAdam;
-using zero::OffloadStepTimings;
 
 Result<int64_t> ParseCount(const std::string& text, std::string_view flag) {
   try {
@@ -54,7 +52,7 @@ std::vector<std::byte> Values(int64_t n, DType dtype, uint64_t seed, float scale
     v = scale * (static_cast<float>(x >> 40) / static_cast<float>(1 << 23) - 1.0f);
   }
   std::vector<std::byte> out(static_cast<size_t>(n) * DTypeSize(dtype));
-  zero::ConvertFromF32(f.data(), out.data(), dtype, n, 0);
+  offload::ConvertFromF32(f.data(), out.data(), dtype, n, 0);
   return out;
 }
 
@@ -65,8 +63,8 @@ struct Mode {
   std::string dir;
   std::unique_ptr<offload::SwapStore> store;
   DeviceBuffer params;
-  std::unique_ptr<OffloadedAdam> adam;
-  std::vector<OffloadStepTimings> samples;
+  std::unique_ptr<offload::OffloadedAdam> adam;
+  std::vector<offload::OffloadStepTimings> samples;
 };
 
 Status CopySync(Device& device, void* dst, const void* src, size_t bytes, CopyKind kind) {
@@ -77,7 +75,7 @@ Status CopySync(Device& device, void* dst, const void* src, size_t bytes, CopyKi
 
 nlohmann::json ModeJson(const Mode& mode) {
   std::vector<double> wall, read, write, adam, d2h, h2d;
-  for (const OffloadStepTimings& t : mode.samples) {
+  for (const offload::OffloadStepTimings& t : mode.samples) {
     wall.push_back(t.wall_s);
     read.push_back(t.nvme_read_s());
     write.push_back(t.nvme_write_s());
@@ -85,7 +83,7 @@ nlohmann::json ModeJson(const Mode& mode) {
     d2h.push_back(t.d2h_wait_s);
     h2d.push_back(t.h2d_wait_s);
   }
-  const OffloadStepTimings& any = mode.samples.front();
+  const offload::OffloadStepTimings& any = mode.samples.front();
   return {{"wall_s", Median(wall)},
           {"nvme_read_s", Median(read)},
           {"nvme_write_s", Median(write)},
@@ -106,7 +104,7 @@ nlohmann::json ModeJson(const Mode& mode) {
 // The NVMe work of one step with nothing else running: every tile's extent read and written
 // back unchanged (same requests, same checksums as the step), through `slots` staging buffers
 // with reads and writes overlapping as in the pipelined step. Seconds.
-Result<double> TimeOverlappedIo(offload::SwapStore& store, const zero::TileGrid& grid,
+Result<double> TimeOverlappedIo(offload::SwapStore& store, const offload::TileGrid& grid,
                                 const PinnedBuffer& ring, int slots) {
   const uint64_t slot_bytes = static_cast<uint64_t>(grid.tile_elements) * 12;
   auto buffer = [&](int slot) { return ring.data_as<std::byte>() + slot_bytes * slot; };
@@ -125,13 +123,13 @@ Result<double> TimeOverlappedIo(offload::SwapStore& store, const zero::TileGrid&
     if (g < tiles) {
       const int slot = static_cast<int>(g % slots);
       keep(writes[slot].Wait());
-      reads[slot] = store.ReadAsync(zero::NvmeStateStore::ExtentName(g), buffer(slot), bytes(g));
+      reads[slot] = store.ReadAsync(offload::NvmeStateStore::ExtentName(g), buffer(slot), bytes(g));
     }
     if (g > 0) {
       const int slot = static_cast<int>((g - 1) % slots);
       keep(reads[slot].Wait());
       writes[slot] =
-          store.WriteAsync(zero::NvmeStateStore::ExtentName(g - 1), buffer(slot), bytes(g - 1));
+          store.WriteAsync(offload::NvmeStateStore::ExtentName(g - 1), buffer(slot), bytes(g - 1));
     }
   }
   for (auto& w : writes) keep(w.Wait());
@@ -201,8 +199,8 @@ Result<OffloadAdamBenchReport> RunOffloadAdamBench(const OffloadAdamBenchOptions
   aio.intra_op_parallelism = o.aio_intra_op_parallelism;
   SLUICE_ASSIGN_OR_RETURN(auto engine, offload::AioEngine::Create(aio));
 
-  zero::OffloadedAdamOptions base;
-  base.tier = zero::OptimizerStateTier::kNvme;
+  offload::OffloadedAdamOptions base;
+  base.tier = offload::OptimizerStateTier::kNvme;
   base.tile_elements = tile;
   base.buffer_count = o.buffer_count;
   if (o.register_ring) base.aio_engine = engine.get();
@@ -237,13 +235,14 @@ Result<OffloadAdamBenchReport> RunOffloadAdamBench(const OffloadAdamBenchOptions
     SLUICE_ASSIGN_OR_RETURN(mode.params, device->Allocate(param_bytes, MemoryCategory::kParams));
     SLUICE_RETURN_IF_ERROR(
         CopySync(*device, mode.params.data(), initial.data(), param_bytes, CopyKind::kH2D));
-    zero::OffloadedAdamOptions options = base;
+    offload::OffloadedAdamOptions options = base;
     options.swap_store = mode.store.get();
     options.pipeline_read = mode.pipelined;
     options.pipeline_write = mode.pipelined;
     SLUICE_ASSIGN_OR_RETURN(
-        mode.adam, OffloadedAdam::Create(*device, optimizer, param_dtype, mode.params.data(),
-                                         grad_dtype, count, o.threads, options));
+        mode.adam,
+        offload::OffloadedAdam::Create(*device, zero::CpuOptimizerOf(optimizer), param_dtype,
+                                       mode.params.data(), grad_dtype, count, o.threads, options));
     SLUICE_RETURN_IF_ERROR(mode.adam->LoadMasterFromParams());
   }
 
@@ -255,7 +254,7 @@ Result<OffloadAdamBenchReport> RunOffloadAdamBench(const OffloadAdamBenchOptions
                                                      MemoryCategory::kBuffers));
   const bool io_registered =
       o.register_ring && engine->RegisterBuffer(io_ring.data(), io_ring.size());
-  const zero::TileGrid grid{count, tile};
+  const offload::TileGrid grid{count, tile};
 
   // Rounds: each mode steps once per round, the order alternating, then the I/O-only pass.
   std::vector<double> lrs, scales, speedups, io_only;
@@ -325,7 +324,7 @@ Result<OffloadAdamBenchReport> RunOffloadAdamBench(const OffloadAdamBenchOptions
     SLUICE_RETURN_IF_ERROR(reference->LoadMasterFromParams(*stream));
     std::vector<float> g(static_cast<size_t>(check));
     for (int round = 0; round < rounds; ++round) {
-      zero::ConvertToF32(grads_host[round % 2].data(), grad_dtype, g.data(), check, o.threads);
+      offload::ConvertToF32(grads_host[round % 2].data(), grad_dtype, g.data(), check, o.threads);
       SLUICE_RETURN_IF_ERROR(device->CopyAsync(ref_grads.data(), g.data(), g.size() * sizeof(float),
                                                CopyKind::kH2D, *stream));
       SLUICE_RETURN_IF_ERROR(
@@ -337,8 +336,8 @@ Result<OffloadAdamBenchReport> RunOffloadAdamBench(const OffloadAdamBenchOptions
                                                     state.data() + 2 * check));
     SLUICE_RETURN_IF_ERROR(
         reference->StreamState(*stream, 0, check, check,
-                               zero::StateArraysSink(0, expected.data(), expected.data() + check,
-                                                     expected.data() + 2 * check)));
+                               offload::StateArraysSink(0, expected.data(), expected.data() + check,
+                                                        expected.data() + 2 * check)));
     std::vector<std::byte> ref_host(ref_bytes);
     SLUICE_RETURN_IF_ERROR(
         CopySync(*device, ref_host.data(), ref_params.data(), ref_bytes, CopyKind::kD2H));

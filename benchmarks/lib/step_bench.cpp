@@ -9,8 +9,8 @@
 #include "benchmarks/lib/bench_record.h"
 #include "engine/train/run_setup.h"
 #include "engine/train/trainer.h"
-#include "engine/zero/offloaded_adam.h"
 #include "kernels/cpu/cpu_features.h"
+#include "offload/offloaded_adam.h"
 #include "runtime/trace.h"
 
 namespace sluice::bench {
@@ -135,7 +135,7 @@ Result<StepBenchReport> RunStepBench(const StepBenchOptions& options) {
   TraceRecorder& trace = TraceRecorder::Global();
   trace.Clear();
   trace.Enable();
-  const zero::NvmeParamStore* param_store = trainer->engine().param_store();
+  const offload::NvmeParamStore* param_store = trainer->engine().param_store();
   auto param_read_ns = [param_store]() {
     return param_store == nullptr ? int64_t{0} : param_store->stats().read_ns;
   };
@@ -155,7 +155,7 @@ Result<StepBenchReport> RunStepBench(const StepBenchOptions& options) {
     sample.loss = m->loss;
     sample.optimizer_wall_s = m->optimizer_s;
     sample.engine_step_s = m->optimizer_s;
-    if (const zero::OffloadStepTimings* t = trainer->optimizer().last_step_timings()) {
+    if (const offload::OffloadStepTimings* t = trainer->optimizer().last_step_timings()) {
       sample.phase_s[kD2H] = t->d2h_wait_s;
       sample.phase_s[kH2D] = t->h2d_wait_s;
       sample.phase_s[kNvmeRead] = t->nvme_read_s();

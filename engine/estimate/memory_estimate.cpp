@@ -15,8 +15,8 @@
 #include "engine/train/run_setup.h"
 #include "engine/zero/offload_options.h"
 #include "engine/zero/offload_ratio.h"
-#include "engine/zero/offload_staging_ring.h"
 #include "offload/aligned_buffer.h"
+#include "offload/staging_ring.h"
 #include "offload/swap_format.h"
 #include "offload/swap_store.h"
 #include "runtime/comm.h"
@@ -231,8 +231,8 @@ void AddOptimizer(const Context& c, const Count& elements, bool master, ItemList
               (1 + c.moments) * AlignUp(kF32 * off, kPage),
               Times((1 + c.moments) * kF32, place.offloaded) + ", pages");
   }
-  const zero::StagingSlotLayout slot =
-      zero::ComputeStagingSlotLayout(tile, DType::kF32, c.param_dtype, nvme, c.moments);
+  const offload::StagingSlotLayout slot =
+      offload::ComputeStagingSlotLayout(tile, DType::kF32, c.param_dtype, nvme, c.moments);
   items.Add(
       "optimizer staging ring", MemoryTier::kHostPinned, MemoryCategory::kOptimizer,
       static_cast<int64_t>(slot.slot_bytes) * oo.buffer_count,
@@ -241,7 +241,7 @@ void AddOptimizer(const Context& c, const Count& elements, bool master, ItemList
                   oo.buffer_count, slot.slot_bytes, FormatCount(tile), nvme ? "state, " : ""));
 }
 
-// This rank's pieces of the NVMe parameter groups (engine/zero/nvme_param_store.h), in the order
+// This rank's pieces of the NVMe parameter groups (offload/nvme_param_store.h), in the order
 // they are first read: the persistent run (gathered after initialization), then each unit's
 // non-persistent run in trace order. Every piece is ceil(numel / N) a parameter.
 std::vector<int64_t> NvmeParamGroupElements(const Context& c) {
@@ -265,7 +265,7 @@ std::vector<int64_t> NvmeParamGroupElements(const Context& c) {
 // Stage 3 parameter offload: the shard on the host (cpu) or on NVMe behind pinned buffers.
 void AddOffloadedParameters(const Context& c, ItemList& items) {
   const OffloadParamConfig& op = c.z->offload_param;
-  if (op.device == OffloadDevice::kCpu) {  // pageable, as engine/zero/host_shard_buffer.h
+  if (op.device == OffloadDevice::kCpu) {  // pageable, as offload/host_shard_buffer.h
     items.Add("parameter shard (offload_param cpu)", MemoryTier::kHost, MemoryCategory::kParams,
               AlignUp(c.p * c.shard, kPage), Times(c.p, c.sharded, c.p_text) + ", pages");
     return;
@@ -484,7 +484,7 @@ Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
   c.all = Count{"Ψ", c.psi};
   c.sharded = Count{fmt::format("shard Σ ceil(numel/{})", shard_world), c.shard};
   if (c.stage == 3 && c.z->offload_param.device == OffloadDevice::kNvme) {
-    // The engine refuses the same (engine/zero/nvme_param_store.h): a unit is read in one piece.
+    // The engine refuses the same (offload/nvme_param_store.h): a unit is read in one piece.
     for (int64_t elements : NvmeParamGroupElements(c)) {
       if (elements > c.z->offload_param.buffer_size) {
         return InvalidArgumentError(

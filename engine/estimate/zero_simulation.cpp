@@ -1,139 +1,25 @@
 #include "engine/estimate/zero_simulation.h"
 
 #include <algorithm>
-#include <limits>
+#include <utility>
 
 namespace sluice::estimate {
 namespace {
 
-struct Access {
-  int unit = 0;
-};
-
-// Forward of every unit in order, then the backwards in reverse.
-std::vector<Access> TrainingTrace(size_t units) {
-  std::vector<Access> trace;
-  for (size_t u = 0; u < units; ++u) trace.push_back({static_cast<int>(u)});
-  for (size_t u = units; u-- > 0;) trace.push_back({static_cast<int>(u)});
+// Forward of every unit in order, then the backwards in reverse (engine/model/model.cpp).
+zero::ModuleTrace TrainingTrace(size_t units) {
+  zero::ModuleTrace trace;
+  for (size_t u = 0; u < units; ++u) trace.Append({static_cast<int>(u), zero::Phase::kForward});
+  for (size_t u = units; u-- > 0;) trace.Append({static_cast<int>(u), zero::Phase::kBackward});
   return trace;
 }
 
-// The coordinator's groups: one per unit with gathered elements.
-class CoordinatorReplay {
- public:
-  CoordinatorReplay(const std::vector<ZeroUnit>& units, const CoordinatorLimits& limits)
-      : units_(units), limits_(limits), trace_(TrainingTrace(units.size())) {
-    resident_.assign(units.size(), false);
-    in_use_.assign(units.size(), false);
-    live_ = limits.persistent;
-  }
-
-  CoordinatorPeaks Run() {
-    position_ = 0;
-    Prefetch();
-    for (const Access& access : trace_) {
-      ++position_;
-      const int group = Need(access.unit);
-      if (group >= 0) {
-        in_use_[group] = true;
-        if (!resident_[group]) {
-          MakeRoom(units_[group].gathered);
-          Issue(group);
-        }
-      }
-      Prefetch();
-      if (group >= 0) {
-        in_use_[group] = false;
-        if (!KeepForReuse(group)) Release(group);
-      }
-    }
-    peaks_.gathered_elements = peak_ - limits_.persistent;
-    return peaks_;
-  }
-
- private:
-  static constexpr size_t kNever = std::numeric_limits<size_t>::max();
-
-  int Need(int unit) const {
-    const int owner = units_[unit].reads;
-    return owner >= 0 && units_[owner].gathered > 0 ? owner : -1;
-  }
-  void Issue(int group) {
-    resident_[group] = true;
-    live_ += units_[group].gathered;
-    peak_ = std::max(peak_, live_);
-    int64_t partitions = 0;
-    for (int64_t numel : units_[group].gathered_params) {
-      partitions += (numel + limits_.world - 1) / limits_.world;
-    }
-    const int64_t staging = limits_.world * (partitions + 1);
-    peaks_.largest_gather_staging = std::max(peaks_.largest_gather_staging, staging);
-  }
-  void Release(int group) {
-    if (!resident_[group]) return;
-    resident_[group] = false;
-    live_ -= units_[group].gathered;
-  }
-  size_t NextUse(int group) const {
-    for (size_t j = position_; j < trace_.size(); ++j) {
-      if (Need(trace_[j].unit) == group) return j;
-    }
-    return kNever;
-  }
-  bool KeepForReuse(int group) const {
-    int64_t distance = 0;
-    for (size_t j = position_; j < trace_.size(); ++j) {
-      const int need = Need(trace_[j].unit);
-      if (need == group) return distance < limits_.max_reuse_distance;
-      if (need >= 0) distance += units_[need].gathered;
-    }
-    return false;
-  }
-  void MakeRoom(int64_t missing) {
-    while (live_ + missing > limits_.max_live_parameters) {
-      int victim = -1;
-      size_t victim_use = 0;
-      for (size_t g = 0; g < units_.size(); ++g) {
-        if (!resident_[g] || in_use_[g]) continue;
-        const size_t use = NextUse(static_cast<int>(g));
-        if (victim < 0 || use > victim_use) {
-          victim = static_cast<int>(g);
-          victim_use = use;
-        }
-      }
-      if (victim < 0) return;  // the engine refuses such a budget at creation
-      Release(victim);
-    }
-  }
-  void Prefetch() {
-    if (limits_.prefetch_bucket_size == 0) return;
-    std::vector<bool> visited(units_.size(), false);
-    int64_t ahead = 0;
-    for (size_t j = position_; j < trace_.size(); ++j) {
-      const int group = Need(trace_[j].unit);
-      if (group < 0 || visited[group] || in_use_[group]) continue;
-      visited[group] = true;
-      if (resident_[group]) {
-        ahead += units_[group].gathered;
-        continue;
-      }
-      if (ahead >= limits_.prefetch_bucket_size) return;
-      if (live_ + units_[group].gathered > limits_.max_live_parameters) return;
-      Issue(group);
-      ahead += units_[group].gathered;
-    }
-  }
-
-  const std::vector<ZeroUnit>& units_;
-  CoordinatorLimits limits_;
-  std::vector<Access> trace_;
-  std::vector<bool> resident_;
-  std::vector<bool> in_use_;
-  size_t position_ = 0;
-  int64_t live_ = 0;
-  int64_t peak_ = 0;
-  CoordinatorPeaks peaks_;
-};
+// A unit's all-gather stages world x (its partitions + a tag) elements.
+int64_t GatherStaging(const ZeroUnit& unit, int world) {
+  int64_t partitions = 0;
+  for (int64_t numel : unit.gathered_params) partitions += (numel + world - 1) / world;
+  return world * (partitions + 1);
+}
 
 }  // namespace
 
@@ -170,9 +56,61 @@ int64_t ShardElements(const std::vector<ZeroUnit>& units, int world) {
   return shard;
 }
 
+zero::Stage3Planner PlannerFor(const std::vector<ZeroUnit>& units,
+                               const CoordinatorLimits& limits) {
+  std::vector<zero::Stage3Group> groups;
+  std::vector<int> group_of_unit(units.size(), -1);
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (units[u].gathered == 0) continue;
+    group_of_unit[u] = static_cast<int>(groups.size());
+    groups.push_back({static_cast<int>(u), units[u].gathered});
+  }
+  std::vector<std::vector<int>> needs(units.size());
+  for (size_t u = 0; u < units.size(); ++u) {
+    const int owner = units[u].reads;
+    if (owner >= 0 && group_of_unit[static_cast<size_t>(owner)] >= 0) {
+      needs[u].push_back(group_of_unit[static_cast<size_t>(owner)]);
+    }
+  }
+  return zero::Stage3Planner(std::move(groups), std::move(needs), limits.persistent,
+                             {.prefetch_bucket_size = limits.prefetch_bucket_size,
+                              .max_live_parameters = limits.max_live_parameters,
+                              .max_reuse_distance = limits.max_reuse_distance});
+}
+
+CoordinatorReplay ReplayCoordinator(const std::vector<ZeroUnit>& units,
+                                    const CoordinatorLimits& limits) {
+  zero::Stage3Planner planner = PlannerFor(units, limits);
+  const zero::ModuleTrace trace = TrainingTrace(units.size());
+  CoordinatorReplay replay;
+  int pass = 0;
+  const auto record = [&](const zero::Stage3Step& step) {
+    for (const zero::Stage3Action& action : step.actions) {
+      const int unit = planner.groups()[static_cast<size_t>(action.group)].unit;
+      replay.events.push_back({pass, action.kind, unit});
+      if (action.kind == zero::Stage3ActionKind::kGather ||
+          action.kind == zero::Stage3ActionKind::kPrefetch) {
+        replay.peaks.largest_gather_staging =
+            std::max(replay.peaks.largest_gather_staging,
+                     GatherStaging(units[static_cast<size_t>(unit)], limits.world));
+      }
+    }
+  };
+  for (pass = 0; pass < 2; ++pass) {
+    record(planner.BeginPass(pass == 0 ? nullptr : &trace));
+    for (const zero::ModuleAccess& access : trace.accesses()) {
+      record(planner.Fetch(access));
+      record(planner.Release(access));
+    }
+    record(planner.EndPass());
+  }
+  replay.peaks.gathered_elements = planner.peak_live() - limits.persistent;
+  return replay;
+}
+
 CoordinatorPeaks SimulateCoordinator(const std::vector<ZeroUnit>& units,
                                      const CoordinatorLimits& limits) {
-  return CoordinatorReplay(units, limits).Run();
+  return ReplayCoordinator(units, limits).peaks;
 }
 
 ReducerPeaks SimulateReduceScatter(const std::vector<ZeroUnit>& units, int world,

@@ -1,18 +1,23 @@
 // What the ZeRO engine (engine/zero) holds at its peaks, replayed from the model layout without
-// running it: the stage-3 parameter coordinator's live set (prefetch by trace, reuse distance,
-// live budget; parameter_coordinator.h) and the stage-2/3 gradient reducer's unit buffers and
-// buckets (reduce_scatter_reducer.h), plus the shard and bucket sizes of the per-parameter shard
-// layout (shard_layout.h: every parameter cut into ceil(numel / N) elements per rank).
+// running it: the stage-3 parameter coordinator's live set and the stage-2/3 gradient reducer's
+// unit buffers and buckets (reduce_scatter_reducer.h), plus the shard and bucket sizes of the
+// per-parameter shard layout (shard_layout.h: every parameter cut into ceil(numel / N) elements
+// per rank).
 //
-// The replays follow the rules those headers document, over a training pass (the forward of
-// every unit in order, then their backwards in reverse) after the first one (the coordinator
-// records the trace on the first pass and prefetches from the second on).
+// The coordinator is not imitated: its policy (prefetch by trace, reuse distance, live budget
+// with eviction) is one function, zero::Stage3Planner (engine/zero/stage3_planner.h), which the
+// engine's ParameterCoordinator carries out and ReplayCoordinator runs here over training
+// passes (the forward of every unit in order, then their backwards in reverse): the first
+// records the trace and fetches on demand, the second replays it (every later pass repeats the
+// second: each starts with nothing but the persistent parameters gathered). The reducer replay
+// follows the rules its header documents.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "engine/estimate/model_layout.h"
+#include "engine/zero/stage3_planner.h"
 
 namespace sluice::estimate {
 
@@ -50,6 +55,27 @@ struct CoordinatorPeaks {
   int64_t largest_gather_staging = 0;
 };
 
+// The planner over `units`, grouped as the coordinator groups them: one gather group per unit
+// with gathered elements, in unit order; a unit needs the group of the unit it reads.
+zero::Stage3Planner PlannerFor(const std::vector<ZeroUnit>& units, const CoordinatorLimits& limits);
+
+// One planner action, as the coordinator carries it out.
+struct CoordinatorEvent {
+  int pass = 0;  // 0: the first (on demand, recording the trace), 1: a replay of it
+  zero::Stage3ActionKind kind = zero::Stage3ActionKind::kGather;
+  int unit = -1;  // whose parameters it gathers or releases
+  bool operator==(const CoordinatorEvent&) const = default;
+};
+
+struct CoordinatorReplay {
+  CoordinatorPeaks peaks;
+  std::vector<CoordinatorEvent> events;  // both passes, in order
+};
+
+// Two training passes of the stage-3 coordinator (see above).
+CoordinatorReplay ReplayCoordinator(const std::vector<ZeroUnit>& units,
+                                    const CoordinatorLimits& limits);
+// ReplayCoordinator's peaks.
 CoordinatorPeaks SimulateCoordinator(const std::vector<ZeroUnit>& units,
                                      const CoordinatorLimits& limits);
 

@@ -1,14 +1,17 @@
 #include "engine/zero/offload_options.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "runtime/logging.h"
 
 namespace sluice::zero {
 
-std::string_view OptimizerStateTierName(OptimizerStateTier tier) {
-  return tier == OptimizerStateTier::kNvme ? "nvme" : "cpu";
-}
+using offload::kDefaultOffloadTileElements;
+using offload::kOffloadTileQuantum;
+using offload::OffloadedAdamOptions;
+using offload::OptimizerStateTier;
 
 int64_t OffloadTileElements(int64_t sub_group_size) {
   return std::min(sub_group_size / kOffloadTileQuantum * kOffloadTileQuantum,
@@ -55,33 +58,8 @@ Result<OffloadedAdamOptions> OffloadedAdamOptionsFromConfig(const ZeroConfig& ze
   options.pipeline_write = c.pipeline_write;
   options.swap_store = swap_store;
   options.aio_engine = aio_engine;
-  SLUICE_RETURN_IF_ERROR(ValidateOffloadedAdamOptions(options));
+  SLUICE_RETURN_IF_ERROR(offload::ValidateOffloadedAdamOptions(options));
   return options;
-}
-
-Status ValidateOffloadedAdamOptions(const OffloadedAdamOptions& options) {
-  if (options.tile_elements <= 0 || options.tile_elements % kOffloadTileQuantum != 0) {
-    return InvalidArgumentError(
-        "optimizer tile of {} elements (zero_optimization.sub_group_size) must be a positive "
-        "multiple of {}",
-        options.tile_elements, kOffloadTileQuantum);
-  }
-  if (options.buffer_count < 1 || options.buffer_count > 64) {
-    return InvalidArgumentError(
-        "zero_optimization.offload_optimizer.buffer_count must be in [1, 64], got {} (3 lets "
-        "read, update and write overlap; 4 is the default)",
-        options.buffer_count);
-  }
-  if (options.tier == OptimizerStateTier::kNvme && options.swap_store == nullptr) {
-    return InvalidArgumentError(
-        "zero_optimization.offload_optimizer.device is nvme but no swap store was given (set "
-        "zero_optimization.offload_optimizer.nvme_path)");
-  }
-  if (options.numa_node < -1) {
-    return InvalidArgumentError(
-        "optimizer state NUMA node must be -1 (first touch) or >= 0, got {}", options.numa_node);
-  }
-  return OkStatus();
 }
 
 offload::AioOptions AioOptionsOf(const AioConfig& aio) {
@@ -92,6 +70,59 @@ offload::AioOptions AioOptionsOf(const AioConfig& aio) {
   options.single_submit = aio.single_submit;
   options.overlap_events = aio.overlap_events;
   return options;
+}
+
+offload::CpuOptimizer CpuOptimizerOf(const OptimizerConfig& config) {
+  offload::CpuOptimizer optimizer;
+  optimizer.kind = config.type == OptimizerType::kLion ? offload::CpuOptimizerKind::kLion
+                                                       : offload::CpuOptimizerKind::kAdam;
+  optimizer.name = std::string(OptimizerTypeName(config.type));
+  optimizer.adam_w_mode = config.adam_w_mode;
+  optimizer.beta1 = config.beta1;
+  optimizer.beta2 = config.beta2;
+  optimizer.eps = config.eps;
+  optimizer.weight_decay = config.weight_decay;
+  optimizer.bias_correction = config.bias_correction;
+  return optimizer;
+}
+
+offload::RankTiersOptions RankTiersOptionsOf(const AioConfig& aio, int rank) {
+  offload::RankTiersOptions options;
+  options.rank = rank;
+  options.aio = AioOptionsOf(aio);
+  return options;
+}
+
+offload::NvmeParamStoreOptions NvmeParamStoreOptionsOf(const OffloadParamConfig& config,
+                                                       DType dtype, int rank) {
+  offload::NvmeParamStoreOptions options;
+  options.nvme_path = config.nvme_path;
+  options.rank = rank;
+  options.dtype = dtype;
+  options.buffer_count = config.buffer_count;
+  options.buffer_size = config.buffer_size;
+  options.max_in_cpu = config.max_in_cpu;
+  return options;
+}
+
+std::vector<offload::NvmeParamGroup> NvmeParamGroupsOf(const ShardLayout& layout,
+                                                       const model::ParameterRegistry& registry) {
+  std::vector<offload::NvmeParamGroup> groups;
+  for (size_t u = 0; u < layout.units().size(); ++u) {
+    const UnitShards& shards = layout.units()[u];
+    if (shards.gathered_numel == 0) continue;
+    groups.push_back({.what = fmt::format("the parameters of {}", registry.units()[u].name),
+                      .extent = fmt::format("params.{}", groups.size()),
+                      .shard_offset = shards.gather_offset,
+                      .elements = shards.gather_elements});
+  }
+  if (layout.persistent_elements() > 0) {
+    groups.push_back({.what = "the persistent parameters",
+                      .extent = "params.persistent",
+                      .shard_offset = layout.persistent_offset(),
+                      .elements = layout.persistent_elements()});
+  }
+  return groups;
 }
 
 }  // namespace sluice::zero

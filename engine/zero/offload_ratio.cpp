@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "engine/zero/offload_options.h"
 #include "engine/zero/sharded_adam.h"
 #include "engine/zero/split_optimizer.h"
 #include "engine/zero/zeroed_buffer.h"
@@ -102,7 +103,8 @@ OffloadRatioChoice ChooseSplit(const OptimizerThroughput& throughput, int64_t co
 
 Result<OptimizerThroughput> MeasureOptimizerThroughput(ops::OpsBackend& ops,
                                                        const ZeroOptions& options,
-                                                       int64_t probe_elements, int runs, int rank) {
+                                                       int64_t probe_elements, int runs,
+                                                       offload::RankTiers& tiers) {
   Device& device = ops.device();
   if (probe_elements <= 0 || runs < 1) {
     return InvalidArgumentError("optimizer probe of {} elements and {} runs", probe_elements, runs);
@@ -142,11 +144,11 @@ Result<OptimizerThroughput> MeasureOptimizerThroughput(ops::OpsBackend& ops,
   {
     Result<OffloadedPart> part =
         CreateOffloadedPart(device, options, {.shard = params.data()}, /*host_gradients=*/false,
-                            probe_elements, rank, "sluice_ratio_probe");
+                            probe_elements, tiers, "sluice_ratio_probe");
     if (!part.ok()) {
       return Status(part.status()).WithContext("creating the offloaded optimizer probe");
     }
-    OffloadedAdam& adam = *part->adam;
+    offload::OffloadedAdam& adam = *part->adam;
     SLUICE_RETURN_IF_ERROR(adam.LoadMasterFromParams());
     SLUICE_ASSIGN_OR_RETURN(t.offloaded_seconds,
                             TimeSteps(runs, [&]() { return adam.Step(grad_data, lr, 1.0); }));
@@ -157,7 +159,7 @@ Result<OptimizerThroughput> MeasureOptimizerThroughput(ops::OpsBackend& ops,
 }
 
 Result<OffloadRatioChoice> ResolveAutoOffloadRatio(ops::OpsBackend& ops, const ZeroOptions& options,
-                                                   int64_t count, int rank) {
+                                                   int64_t count, offload::RankTiers& tiers) {
   Device& device = ops.device();
   const OffloadOptimizerConfig& offload = options.offload_optimizer;
   const DType dtype = options.param_dtype;
@@ -188,7 +190,7 @@ Result<OffloadRatioChoice> ResolveAutoOffloadRatio(ops::OpsBackend& ops, const Z
                                  "device";
   } else {
     Result<OptimizerThroughput> measured =
-        MeasureOptimizerThroughput(ops, options, probe, kProbeRuns, rank);
+        MeasureOptimizerThroughput(ops, options, probe, kProbeRuns, tiers);
     if (!measured.ok()) {
       return Status(measured.status())
           .WithContext(

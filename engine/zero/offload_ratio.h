@@ -20,6 +20,7 @@
 #include <string>
 
 #include "engine/zero/zero_options.h"
+#include "offload/rank_tiers.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
 #include "runtime/ops/ops_backend.h"
@@ -81,12 +82,13 @@ OffloadRatioChoice ChooseSplit(const OptimizerThroughput& throughput, int64_t co
 // offload_optimizer.nvme_path, removed afterwards). Everything is freed before it returns.
 Result<OptimizerThroughput> MeasureOptimizerThroughput(ops::OpsBackend& ops,
                                                        const ZeroOptions& options,
-                                                       int64_t probe_elements, int runs, int rank);
+                                                       int64_t probe_elements, int runs,
+                                                       offload::RankTiers& tiers);
 
-// ratio "auto" for a shard of `count` elements on `rank`: the budget (auto_state_budget, or half
-// the device memory free now), the probe (at most 4 tiles, the shard, and what the budget and
+// ratio "auto" for a shard of `count` elements on `tiers`' rank: the budget (auto_state_budget, or
+// half the device memory free now), the probe (at most 4 tiles, the shard, and what the budget and
 // the free memory allow), the split; logs the figures and the choice.
 Result<OffloadRatioChoice> ResolveAutoOffloadRatio(ops::OpsBackend& ops, const ZeroOptions& options,
-                                                   int64_t count, int rank);
+                                                   int64_t count, offload::RankTiers& tiers);
 
 }  // namespace sluice::zero

@@ -2,38 +2,9 @@
 
 #include <fmt/format.h>
 
-#include "engine/zero/adam_hyperparams.h"
 #include "kernels/cpu/lion.h"
 
 namespace sluice::zero {
-
-kernels::LionTensors LionTensorsOf(const kernels::AdamTensors& t) {
-  return kernels::LionTensors{.params = t.params,
-                              .exp_avg = t.exp_avg,
-                              .grads = t.grads,
-                              .grad_type = t.grad_type,
-                              .param_copy = t.param_copy,
-                              .copy_type = t.copy_type,
-                              .count = t.count};
-}
-
-std::string CpuOptimizerStepError(const OptimizerConfig& config, const kernels::AdamTensors& t,
-                                  double lr, int64_t step,
-                                  const kernels::AdamThreading& threading) {
-  if (config.type == OptimizerType::kLion) {
-    return kernels::LionStepArgsError(LionTensorsOf(t), LionHyperparamsFor(config, lr), threading);
-  }
-  return kernels::AdamStepArgsError(t, AdamHyperparamsFor(config, lr, step), threading);
-}
-
-void CpuOptimizerStep(const OptimizerConfig& config, const kernels::AdamTensors& t, double lr,
-                      int64_t step, float grad_scale, const kernels::AdamThreading& threading) {
-  if (config.type == OptimizerType::kLion) {
-    kernels::LionStep(LionTensorsOf(t), LionHyperparamsFor(config, lr), grad_scale, threading);
-    return;
-  }
-  kernels::AdamStep(t, AdamHyperparamsFor(config, lr, step), grad_scale, threading);
-}
 
 Status CheckLionOnDevice(const ops::OpsBackend& ops) {
   if (ops.kind() != DeviceKind::kCuda) return OkStatus();

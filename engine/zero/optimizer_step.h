@@ -22,18 +22,6 @@
 
 namespace sluice::zero {
 
-// Empty when CpuOptimizerStep may run with these arguments, else what is wrong, naming the field.
-std::string CpuOptimizerStepError(const OptimizerConfig& config, const kernels::AdamTensors& t,
-                                  double lr, int64_t step, const kernels::AdamThreading& threading);
-
-// `step` is the 1-based step being taken (Adam's bias correction; Lion ignores it). Aborts on
-// arguments CpuOptimizerStepError rejects.
-void CpuOptimizerStep(const OptimizerConfig& config, const kernels::AdamTensors& t, double lr,
-                      int64_t step, float grad_scale, const kernels::AdamThreading& threading);
-
-// Lion's tensors: t without exp_avg_sq.
-kernels::LionTensors LionTensorsOf(const kernels::AdamTensors& t);
-
 // OK, or Unimplemented naming optimizer.type and the offload setting when Lion's state cannot live
 // on `ops`' device (a CUDA device: see above).
 Status CheckLionOnDevice(const ops::OpsBackend& ops);

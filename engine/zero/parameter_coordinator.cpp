@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "engine/zero/offload_options.h"
 #include "engine/zero/partition_copy.h"
 #include "engine/zero/rank_agreement.h"
 #include "engine/zero/zeroed_buffer.h"
@@ -56,7 +57,7 @@ ParameterCoordinator::ParameterCoordinator(const CoordinatorOptions& options,
 Result<std::unique_ptr<ParameterCoordinator>> ParameterCoordinator::Create(
     const CoordinatorOptions& options, const model::ParameterRegistry& registry,
     const ShardLayout& layout, CommQueue& queue, Stream& compute, ZeroBinding& binding,
-    const void* param_shard, NvmeParamStore* nvme) {
+    const void* param_shard, offload::NvmeParamStore* nvme) {
   std::unique_ptr<ParameterCoordinator> c(
       new ParameterCoordinator(options, registry, layout, queue, compute, binding, param_shard));
   c->nvme_ = nvme;
@@ -79,18 +80,25 @@ Result<std::unique_ptr<ParameterCoordinator>> ParameterCoordinator::Create(
     }
   }
   const std::vector<std::vector<int>> reads = StorageUnitsReadBy(registry);
-  c->needs_.resize(num_units);
+  std::vector<std::vector<int>> needs(num_units);
   for (size_t u = 0; u < num_units; ++u) {
     for (int owner : reads[u]) {
       if (group_of_unit[static_cast<size_t>(owner)] >= 0) {
-        c->needs_[u].push_back(group_of_unit[static_cast<size_t>(owner)]);
+        needs[u].push_back(group_of_unit[static_cast<size_t>(owner)]);
       }
     }
   }
+  std::vector<Stage3Group> planned;
+  for (const Group& g : c->groups_) planned.push_back({g.unit, g.numel});
+  c->planner_ = std::make_unique<Stage3Planner>(
+      std::move(planned), std::move(needs), layout.persistent_numel(),
+      Stage3Budgets{.prefetch_bucket_size = options.prefetch_bucket_size,
+                    .max_live_parameters = options.max_live_parameters,
+                    .max_reuse_distance = options.max_reuse_distance});
 
   if (nvme != nullptr) {
     // Group g of the coordinator is group g of the store; the persistent run comes last.
-    const std::vector<NvmeParamGroup> expected = NvmeParamGroupsOf(layout, registry);
+    const std::vector<offload::NvmeParamGroup> expected = NvmeParamGroupsOf(layout, registry);
     bool same = expected.size() == nvme->groups().size();
     for (size_t g = 0; same && g < expected.size(); ++g) {
       same = expected[g].shard_offset == nvme->groups()[g].shard_offset &&
@@ -105,17 +113,15 @@ Result<std::unique_ptr<ParameterCoordinator>> ParameterCoordinator::Create(
   }
 
   const int64_t persistent = layout.persistent_numel();
-  for (size_t u = 0; u < num_units; ++u) {
-    const int64_t need = c->UnitNeed(static_cast<int>(u));
-    if (persistent + need > options.max_live_parameters) {
-      return InvalidArgumentError(
-          "zero_optimization.stage3_max_live_parameters = {} is too small: {} needs {} parameter "
-          "elements gathered at once plus the {} of the persistent parameters (those of at most "
-          "stage3_param_persistence_threshold elements stay gathered); raise it to at least {} "
-          "or lower the persistence threshold",
-          options.max_live_parameters, registry.units()[u].name, need, persistent,
-          persistent + need);
-    }
+  if (const int u = c->planner_->UnitOverBudget(); u >= 0) {
+    const int64_t need = c->UnitNeed(u);
+    return InvalidArgumentError(
+        "zero_optimization.stage3_max_live_parameters = {} is too small: {} needs {} parameter "
+        "elements gathered at once plus the {} of the persistent parameters (those of at most "
+        "stage3_param_persistence_threshold elements stay gathered); raise it to at least {} "
+        "or lower the persistence threshold",
+        options.max_live_parameters, registry.units()[static_cast<size_t>(u)].name, need,
+        persistent, persistent + need);
   }
 
   if (persistent > 0) {
@@ -145,12 +151,6 @@ ParameterCoordinator::~ParameterCoordinator() {
   for (Group& g : groups_) {
     if (g.state == State::kInflight) (void)queue_->Wait(g.ticket);
   }
-}
-
-int64_t ParameterCoordinator::UnitNeed(int unit) const {
-  int64_t need = 0;
-  for (int g : needs_[static_cast<size_t>(unit)]) need += groups_[static_cast<size_t>(g)].numel;
-  return need;
 }
 
 const ModuleTrace* ParameterCoordinator::trace(PassKind kind) const {
@@ -203,14 +203,15 @@ Result<CommTicket> ParameterCoordinator::EnqueueGather(uint32_t tag, const std::
   const std::vector<int>* partitions = &run;
   // NVMe: the read starts now (when the gather is issued or prefetched) and the operation waits
   // for it; the slot is freed when the operation is done with it, or dropped unrun.
-  std::shared_ptr<NvmeParamRead> read;
+  std::shared_ptr<offload::NvmeParamRead> read;
   if (nvme_ != nullptr) {
-    NvmeParamStore* nvme = nvme_;
-    read = std::shared_ptr<NvmeParamRead>(new NvmeParamRead(nvme->BeginRead(nvme_group)),
-                                          [nvme](NvmeParamRead* r) {
-                                            nvme->EndRead(*r);
-                                            delete r;
-                                          });
+    offload::NvmeParamStore* nvme = nvme_;
+    read = std::shared_ptr<offload::NvmeParamRead>(
+        new offload::NvmeParamRead(nvme->BeginRead(nvme_group)),
+        [nvme](offload::NvmeParamRead* r) {
+          nvme->EndRead(*r);
+          delete r;
+        });
   }
   SLUICE_ASSIGN_OR_RETURN(
       void* staging,
@@ -312,90 +313,43 @@ Status ParameterCoordinator::ReleaseGroup(int group) {
   return OkStatus();
 }
 
-size_t ParameterCoordinator::NextUse(int group) const {
-  if (mode_ != Mode::kReplay) return kNever;
-  const ModuleTrace& trace = active_trace();
-  for (size_t j = position_; j < trace.size(); ++j) {
-    const std::vector<int>& needs = needs_[static_cast<size_t>(trace[j].unit)];
-    if (std::find(needs.begin(), needs.end(), group) != needs.end()) return j;
-  }
-  return kNever;
-}
-
-bool ParameterCoordinator::KeepForReuse(int group) const {
-  if (mode_ != Mode::kReplay) return false;
-  const ModuleTrace& trace = active_trace();
-  int64_t distance = 0;
-  for (size_t j = position_; j < trace.size(); ++j) {
-    const std::vector<int>& needs = needs_[static_cast<size_t>(trace[j].unit)];
-    if (std::find(needs.begin(), needs.end(), group) != needs.end()) {
-      return distance < options_.max_reuse_distance;
+Status ParameterCoordinator::Carry(const Stage3Step& step) {
+  stats_.reused += step.reused;
+  for (const Stage3Action& action : step.actions) {
+    switch (action.kind) {
+      case Stage3ActionKind::kGather:
+        SLUICE_RETURN_IF_ERROR(Issue(action.group));
+        break;
+      case Stage3ActionKind::kPrefetch:
+        SLUICE_RETURN_IF_ERROR(Issue(action.group));
+        ++stats_.prefetches;
+        break;
+      case Stage3ActionKind::kEvict:
+        SLUICE_RETURN_IF_ERROR(ReleaseGroup(action.group));
+        ++stats_.evictions;
+        break;
+      case Stage3ActionKind::kRelease:
+        SLUICE_RETURN_IF_ERROR(ReleaseGroup(action.group));
+        break;
     }
-    distance += UnitNeed(trace[j].unit);
-  }
-  return false;
-}
-
-Result<bool> ParameterCoordinator::MakeRoom(int64_t missing, size_t needed_at) {
-  while (stats_.live + missing > options_.max_live_parameters) {
-    // Evict the resident group used farthest ahead (Belady), if that is after `needed_at`.
-    int victim = -1;
-    size_t victim_use = 0;
-    for (size_t g = 0; g < groups_.size(); ++g) {
-      const Group& group = groups_[g];
-      if (!resident(group) || group.in_use) continue;
-      const size_t use = NextUse(static_cast<int>(g));
-      if (victim < 0 || use > victim_use) {
-        victim = static_cast<int>(g);
-        victim_use = use;
-      }
-    }
-    if (victim < 0 || (needed_at != kNever && victim_use <= needed_at)) return false;
-    SLUICE_RETURN_IF_ERROR(ReleaseGroup(victim));
-    ++stats_.evictions;
-  }
-  return true;
-}
-
-Status ParameterCoordinator::Prefetch() {
-  if (options_.prefetch_bucket_size == 0) return OkStatus();
-  const ModuleTrace& trace = active_trace();
-  std::vector<bool> visited(groups_.size(), false);
-  int64_t ahead = 0;
-  for (size_t j = position_; j < trace.size(); ++j) {
-    for (int group : needs_[static_cast<size_t>(trace[j].unit)]) {
-      Group& g = groups_[static_cast<size_t>(group)];
-      if (visited[static_cast<size_t>(group)] || g.in_use) continue;
-      visited[static_cast<size_t>(group)] = true;
-      if (resident(g)) {
-        ahead += g.numel;
-        continue;
-      }
-      if (ahead >= options_.prefetch_bucket_size) return OkStatus();
-      // Room only at the expense of groups needed later than this one.
-      SLUICE_ASSIGN_OR_RETURN(const bool fits, MakeRoom(g.numel, j));
-      if (!fits) return OkStatus();
-      SLUICE_RETURN_IF_ERROR(Issue(group));
-      ++stats_.prefetches;
-      ahead += g.numel;
-    }
+    if (action_observer_) action_observer_(action);
   }
   return OkStatus();
 }
 
 void ParameterCoordinator::LeaveTrace(const ModuleAccess& access) {
-  mode_ = Mode::kOnDemand;
   ++stats_.divergences;
   if (divergence_logged_) return;
   divergence_logged_ = true;
-  const ModuleTrace& trace = active_trace();
+  const ModuleTrace& trace = *traces_[static_cast<int>(kind_)];
+  const size_t position = planner_->position();
   SLUICE_LOG(kWarn, "zero",
              "a {} pass left its recorded module trace at access {}: expected {}, got {}; "
              "fetching parameters on demand for the rest of the pass (said once; later "
              "divergences are only counted)",
-             PassKindName(kind_), position_ + 1,
-             position_ < trace.size() ? DescribeAccess(trace[position_], *registry_)
-                                      : std::string("the end of the pass"),
+             PassKindName(kind_), position + 1,
+             position < trace.size() ? DescribeAccess(trace[position], *registry_)
+                                     : std::string("the end of the pass"),
              DescribeAccess(access, *registry_));
 }
 
@@ -403,67 +357,27 @@ Status ParameterCoordinator::BeginPass(PassKind kind) {
   SLUICE_CHECK(!in_pass_) << "BeginPass without EndPass";
   in_pass_ = true;
   kind_ = kind;
-  position_ = 0;
-  if (traces_[static_cast<int>(kind)].has_value()) {
-    mode_ = Mode::kReplay;
-    return Prefetch();
-  }
-  mode_ = Mode::kRecord;
-  recording_ = ModuleTrace();
-  return OkStatus();
+  const std::optional<ModuleTrace>& trace = traces_[static_cast<int>(kind)];
+  recording_pass_ = !trace.has_value();
+  if (recording_pass_) recording_ = ModuleTrace();
+  return Carry(planner_->BeginPass(recording_pass_ ? nullptr : &*trace));
 }
 
 Status ParameterCoordinator::Fetch(const ModuleAccess& access) {
   SLUICE_CHECK(in_pass_) << "Fetch outside a pass";
-  SLUICE_CHECK(access.unit >= 0 && static_cast<size_t>(access.unit) < needs_.size());
-  switch (mode_) {
-    case Mode::kRecord:
-      recording_.Append(access);
-      break;
-    case Mode::kReplay: {
-      const ModuleTrace& trace = active_trace();
-      if (position_ < trace.size() && trace[position_] == access) {
-        ++position_;
-      } else {
-        LeaveTrace(access);
-      }
-      break;
-    }
-    case Mode::kOnDemand:
-      break;
-  }
-  const std::vector<int>& needs = needs_[static_cast<size_t>(access.unit)];
-  int64_t missing = 0;
-  for (int group : needs) {
-    Group& g = groups_[static_cast<size_t>(group)];
-    g.in_use = true;
-    if (resident(g)) {
-      ++stats_.reused;
-    } else {
-      missing += g.numel;
-    }
-  }
-  SLUICE_ASSIGN_OR_RETURN(const bool fits, MakeRoom(missing, kNever));
-  // Create() checked that every access fits the budget on its own.
-  SLUICE_CHECK(fits) << "no group to evict for " << missing << " elements";
-  for (int group : needs) {
-    if (!resident(groups_[static_cast<size_t>(group)])) SLUICE_RETURN_IF_ERROR(Issue(group));
-  }
-  if (mode_ == Mode::kReplay) SLUICE_RETURN_IF_ERROR(Prefetch());
-  for (int group : needs) SLUICE_RETURN_IF_ERROR(WaitFor(group));
+  SLUICE_CHECK(access.unit >= 0 && access.unit < static_cast<int>(registry_->units().size()));
+  if (recording_pass_) recording_.Append(access);
+  const Stage3Step step = planner_->Fetch(access);
+  if (step.left_trace) LeaveTrace(access);
+  SLUICE_RETURN_IF_ERROR(Carry(step));
+  for (int group : planner_->needs(access.unit)) SLUICE_RETURN_IF_ERROR(WaitFor(group));
   if (observer_) observer_(access, stats_);
   return OkStatus();
 }
 
 Status ParameterCoordinator::Release(const ModuleAccess& access) {
   SLUICE_CHECK(in_pass_) << "Release outside a pass";
-  const std::vector<int>& needs = needs_[static_cast<size_t>(access.unit)];
-  for (int group : needs) groups_[static_cast<size_t>(group)].in_use = false;
-  for (int group : needs) {
-    if (KeepForReuse(group)) continue;
-    SLUICE_RETURN_IF_ERROR(ReleaseGroup(group));
-  }
-  return OkStatus();
+  return Carry(planner_->Release(access));
 }
 
 Status ParameterCoordinator::CheckTraceAcrossRanks(const ModuleTrace& trace) {
@@ -483,14 +397,19 @@ Status ParameterCoordinator::CheckTraceAcrossRanks(const ModuleTrace& trace) {
 Status ParameterCoordinator::EndPass() {
   SLUICE_CHECK(in_pass_) << "EndPass without BeginPass";
   in_pass_ = false;
+  // The planner's releases, then (after a failed action only) whatever it no longer counts.
   Status status;
+  for (const Stage3Action& action : planner_->EndPass().actions) {
+    Status released = ReleaseGroup(action.group);
+    if (action_observer_) action_observer_(action);
+    if (status.ok()) status = std::move(released);
+  }
   for (size_t g = 0; g < groups_.size(); ++g) {
-    groups_[g].in_use = false;
     Status released = ReleaseGroup(static_cast<int>(g));
     if (status.ok()) status = std::move(released);
   }
   SLUICE_RETURN_IF_ERROR(status);
-  if (mode_ == Mode::kRecord) {
+  if (recording_pass_) {
     SLUICE_RETURN_IF_ERROR(CheckTraceAcrossRanks(recording_));
     traces_[static_cast<int>(kind_)] = std::move(recording_);
     recording_ = ModuleTrace();

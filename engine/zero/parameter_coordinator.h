@@ -16,22 +16,20 @@
 // of at most stage3_param_persistence_threshold elements are persistent: gathered once after
 // every optimizer step into one buffer and never released.
 //
-// Trace. The first pass of each kind (training, evaluation) records the order of the accesses;
-// at its end the trace is compared across ranks (a rank that ran different modules is an
-// error). Later passes replay it:
-//   - prefetch: after each fetch, the groups of the next accesses in trace order are gathered
-//     ahead while the numel gathered ahead is below stage3_prefetch_bucket_size (0 disables);
-//   - reuse: a released group is kept when the trace uses it again within
-//     stage3_max_reuse_distance elements (the numel of the accesses in between);
-//   - budget: stage3_max_live_parameters bounds the elements gathered or being gathered,
-//     persistent ones included, at every moment. To make room, resident groups the current
-//     access does not use are evicted, those used farthest ahead first: a fetch evicts what it
-//     must; a prefetch only groups needed later than the one it brings, and stops otherwise.
-//     Create() fails when one access alone cannot fit.
-// An access that is not the trace's next one leaves the trace: the rest of the pass fetches on
-// demand and releases after use. The first time, a warning says so; later ones are counted.
-// Every pass ends with nothing gathered but the persistent parameters (the optimizer step that
-// may follow changes the shards).
+// Policy. Which groups are gathered, prefetched, kept and evicted when is decided by one
+// Stage3Planner (stage3_planner.h, where the rules are written down: prefetch by the trace within
+// stage3_prefetch_bucket_size, reuse within stage3_max_reuse_distance, the hard
+// stage3_max_live_parameters budget with farthest-next-use eviction); the memory estimator
+// replays the same planner. The coordinator carries its actions out in order and counts them.
+// Create() fails when one access alone cannot fit the budget.
+//
+// Trace. The first pass of each kind (training, evaluation) records the order of the accesses,
+// fetching on demand; at its end the trace is compared across ranks (a rank that ran different
+// modules is an error). Later passes replay it through the planner. An access that is not the
+// trace's next one leaves the trace: the rest of the pass fetches on demand and releases after
+// use. The first time, a warning says so; later ones are counted. Every pass ends with nothing
+// gathered but the persistent parameters (the optimizer step that may follow changes the
+// shards).
 //
 // NVMe (a NvmeParamStore given to Create): this rank's piece of every gather is read from the
 // store instead of the shard. The read is issued when the gather is issued (on demand or by the
@@ -52,9 +50,10 @@
 #include "engine/model/parameter_registry.h"
 #include "engine/zero/comm_queue.h"
 #include "engine/zero/module_trace.h"
-#include "engine/zero/nvme_param_store.h"
 #include "engine/zero/shard_layout.h"
+#include "engine/zero/stage3_planner.h"
 #include "engine/zero/zero_binding.h"
+#include "offload/nvme_param_store.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
 #include "runtime/status.h"
@@ -81,6 +80,8 @@ struct CoordinatorStats {
 
 // Called at the end of every Fetch (the access's parameters are ready), with the stats then.
 using FetchObserver = std::function<void(const ModuleAccess&, const CoordinatorStats&)>;
+// Called for every planner action as it is carried out (groups numbered as planner().groups()).
+using ActionObserver = std::function<void(const Stage3Action&)>;
 
 class ParameterCoordinator {
  public:
@@ -92,7 +93,7 @@ class ParameterCoordinator {
   static Result<std::unique_ptr<ParameterCoordinator>> Create(
       const CoordinatorOptions& options, const model::ParameterRegistry& registry,
       const ShardLayout& layout, CommQueue& queue, Stream& compute, ZeroBinding& binding,
-      const void* param_shard, NvmeParamStore* nvme = nullptr);
+      const void* param_shard, offload::NvmeParamStore* nvme = nullptr);
   // Waits for gathers still in flight.
   ~ParameterCoordinator();
 
@@ -115,24 +116,24 @@ class ParameterCoordinator {
   // The comm queue's staging memory (bytes) the largest gather needs.
   size_t LargestStagingBytes() const;
   void SetFetchObserver(FetchObserver observer) { observer_ = std::move(observer); }
+  void SetActionObserver(ActionObserver observer) { action_observer_ = std::move(observer); }
   // The recorded trace of a pass kind, if any.
   const ModuleTrace* trace(PassKind kind) const;
   // Elements access of `unit` needs gathered at once (its groups, without persistent ones).
-  int64_t UnitNeed(int unit) const;
+  int64_t UnitNeed(int unit) const { return planner_->UnitNeed(unit); }
   const CoordinatorOptions& options() const { return options_; }
+  // The policy: one gather group per unit with non-persistent parameters, in unit order.
+  const Stage3Planner& planner() const { return *planner_; }
 
  private:
   enum class State : uint8_t { kReleased, kInflight, kAvailable };
-  enum class Mode : uint8_t { kRecord, kReplay, kOnDemand };
   struct Group {
     int unit = -1;
     int64_t numel = 0;
     State state = State::kReleased;
-    bool in_use = false;
     DeviceBuffer buffer;
     CommTicket ticket;
   };
-  static constexpr size_t kNever = static_cast<size_t>(-1);
 
   ParameterCoordinator(const CoordinatorOptions& options, const model::ParameterRegistry& registry,
                        const ShardLayout& layout, CommQueue& queue, Stream& compute,
@@ -151,18 +152,10 @@ class ParameterCoordinator {
   Status Issue(int group);
   Status WaitFor(int group);
   Status ReleaseGroup(int group);
-  // Evicts resident groups the current access does not use, farthest next use first, until
-  // `missing` more elements fit the budget. With `needed_at` (a trace index) only groups used
-  // after it may go; false when that is not enough. kNever: any such group may go.
-  Result<bool> MakeRoom(int64_t missing, size_t needed_at);
-  Status Prefetch();
+  // Carries out the planner's actions in order, counting them.
+  Status Carry(const Stage3Step& step);
   void LeaveTrace(const ModuleAccess& access);
-  // Index of the next trace access (from position_) that needs `group`; kNever if none.
-  size_t NextUse(int group) const;
-  bool KeepForReuse(int group) const;
   Status CheckTraceAcrossRanks(const ModuleTrace& trace);
-  bool resident(const Group& g) const { return g.state != State::kReleased; }
-  const ModuleTrace& active_trace() const { return *traces_[static_cast<int>(kind_)]; }
 
   CoordinatorOptions options_;
   const model::ParameterRegistry* registry_;
@@ -171,21 +164,21 @@ class ParameterCoordinator {
   Stream* compute_;
   ZeroBinding* binding_;
   const void* param_shard_;
-  NvmeParamStore* nvme_ = nullptr;
+  offload::NvmeParamStore* nvme_ = nullptr;
   std::vector<Group> groups_;
-  std::vector<std::vector<int>> needs_;  // per unit: group indices
-  std::vector<int64_t> dense_offset_;    // per registry parameter: offset in its gathered buffer
+  std::unique_ptr<Stage3Planner> planner_;
+  std::vector<int64_t> dense_offset_;  // per registry parameter: offset in its gathered buffer
   DeviceBuffer persistent_;
 
   std::optional<ModuleTrace> traces_[kNumPassKinds];
   ModuleTrace recording_;
   PassKind kind_ = PassKind::kTrain;
-  Mode mode_ = Mode::kRecord;
-  size_t position_ = 0;  // the next expected access in the trace
+  bool recording_pass_ = false;  // the first pass of its kind
   bool in_pass_ = false;
   bool divergence_logged_ = false;
   CoordinatorStats stats_;
   FetchObserver observer_;
+  ActionObserver action_observer_;
 };
 
 }  // namespace sluice::zero

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/ops_convert.h"
+#include "offload/dtype_convert.h"
 #include "runtime/check.h"
 
 namespace sluice::zero {
@@ -25,8 +25,8 @@ void UnpackGathered(const ShardLayout& layout, std::span<const int> run, const v
     for (int index : run) {
       const PartitionInfo& p = layout.partitions()[static_cast<size_t>(index)];
       const ShardSpan owned = layout.Owned(p, r);
-      ConvertToF32(bytes + static_cast<size_t>(at) * element_size, dtype, dst(p) + owned.offset,
-                   static_cast<int64_t>(owned.count), 1);
+      offload::ConvertToF32(bytes + static_cast<size_t>(at) * element_size, dtype,
+                            dst(p) + owned.offset, static_cast<int64_t>(owned.count), 1);
       at += p.partition;
     }
   }
@@ -65,40 +65,6 @@ void ExtractOwned(const ShardLayout& layout, const float* full, float* shard) {
   }
 }
 
-void ConvertFromF32(const float* src, void* dst, DType dtype, int64_t n, int num_threads) {
-  switch (dtype) {
-    case DType::kF32:
-      if (n > 0 && src != dst) std::memmove(dst, src, static_cast<size_t>(n) * sizeof(float));
-      return;
-    case DType::kBF16:
-      kernels::cpu::ConvertF32ToBf16(src, static_cast<uint16_t*>(dst), n, num_threads);
-      return;
-    case DType::kF16:
-      kernels::cpu::ConvertF32ToF16(src, static_cast<uint16_t*>(dst), n, num_threads);
-      return;
-    case DType::kF64:  // not a parameter dtype (reference ops only)
-      break;
-  }
-  SLUICE_CHECK(false) << "dtype " << static_cast<int>(dtype);
-}
-
-void ConvertToF32(const void* src, DType dtype, float* dst, int64_t n, int num_threads) {
-  switch (dtype) {
-    case DType::kF32:
-      if (n > 0 && src != dst) std::memmove(dst, src, static_cast<size_t>(n) * sizeof(float));
-      return;
-    case DType::kBF16:
-      kernels::cpu::ConvertBf16ToF32(static_cast<const uint16_t*>(src), dst, n, num_threads);
-      return;
-    case DType::kF16:
-      kernels::cpu::ConvertF16ToF32(static_cast<const uint16_t*>(src), dst, n, num_threads);
-      return;
-    case DType::kF64:  // not a parameter dtype (reference ops only)
-      break;
-  }
-  SLUICE_CHECK(false) << "dtype " << static_cast<int>(dtype);
-}
-
 void RoundThrough(float* data, int64_t n, DType dtype, int num_threads) {
   if (dtype == DType::kF32) return;
   // A bounded scratch block: rounding a whole shard must not need a second shard-size buffer.
@@ -106,8 +72,8 @@ void RoundThrough(float* data, int64_t n, DType dtype, int num_threads) {
   std::vector<uint16_t> half(static_cast<size_t>(std::min(n, kBlock)));
   for (int64_t begin = 0; begin < n; begin += kBlock) {
     const int64_t count = std::min(kBlock, n - begin);
-    ConvertFromF32(data + begin, half.data(), dtype, count, num_threads);
-    ConvertToF32(half.data(), dtype, data + begin, count, num_threads);
+    offload::ConvertFromF32(data + begin, half.data(), dtype, count, num_threads);
+    offload::ConvertToF32(half.data(), dtype, data + begin, count, num_threads);
   }
 }
 

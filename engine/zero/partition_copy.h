@@ -8,6 +8,7 @@
 #include <span>
 
 #include "engine/zero/shard_layout.h"
+#include "offload/dtype_convert.h"
 #include "runtime/dtype.h"
 
 namespace sluice::zero {
@@ -40,9 +41,7 @@ void AccumulateIntoShard(const ShardLayout& layout, std::span<const int> run, co
 // its shard (padding left as it is).
 void ExtractOwned(const ShardLayout& layout, const float* full, float* shard);
 
-// fp32 <-> `dtype` (kF32 copies, kBF16 / kF16 round to nearest even).
-void ConvertFromF32(const float* src, void* dst, DType dtype, int64_t n, int num_threads);
-void ConvertToF32(const void* src, DType dtype, float* dst, int64_t n, int num_threads);
+// (fp32 <-> `dtype` conversions: offload/dtype_convert.h.)
 // Rounds each value to `dtype` and back, in place (f16: past 65504 becomes inf).
 void RoundThrough(float* data, int64_t n, DType dtype, int num_threads);
 

@@ -72,7 +72,7 @@ Status ShardedAdam::Step(Stream& stream, const float* grads, double lr, double g
                                  .exp_avg_sq = exp_avg_sq_.data_as<float>(),
                                  .grads = grads,
                                  .param_copy = param_dtype_ == DType::kF32 ? nullptr : param_shard_,
-                                 .copy_type = AdamCopyTypeFor(param_dtype_),
+                                 .copy_type = offload::AdamCopyTypeFor(param_dtype_),
                                  .count = static_cast<size_t>(count_)};
     Status done =
         LambShardStep(*ops_, stream, *lamb_plan_, t, LambHyperparamsFor(config_, lr, step_ + 1),
@@ -85,7 +85,7 @@ Status ShardedAdam::Step(Stream& stream, const float* grads, double lr, double g
                                  .exp_avg = exp_avg_.data_as<float>(),
                                  .grads = grads,
                                  .param_copy = param_dtype_ == DType::kF32 ? nullptr : param_shard_,
-                                 .copy_type = AdamCopyTypeFor(param_dtype_),
+                                 .copy_type = offload::AdamCopyTypeFor(param_dtype_),
                                  .count = static_cast<size_t>(count_)};
     Status launched =
         EnqueueLionStep(*ops_, stream, t, LionHyperparamsFor(config_, lr),
@@ -112,8 +112,8 @@ Status ShardedAdam::Step(Stream& stream, const float* grads, double lr, double g
 }
 
 Status ShardedAdam::StreamState(Stream& stream, int64_t begin, int64_t n, int64_t piece,
-                                const OptimizerStateSink& sink) const {
-  SLUICE_RETURN_IF_ERROR(CheckStateRange(begin, n, count_));
+                                const offload::OptimizerStateSink& sink) const {
+  SLUICE_RETURN_IF_ERROR(offload::CheckStateRange(begin, n, count_));
   if (n == 0) return OkStatus();
   Device& device = ops_->device();
   const int64_t chunk = std::min(n, std::max<int64_t>(piece, 1));
@@ -162,8 +162,8 @@ uint64_t ShardedAdam::state_bytes() const {
   return exp_avg_.size() + exp_avg_sq_.size() + master_buffer_.size();
 }
 
-Status RestoreShardedAdam(ShardedAdam& adam, Stream& stream, const OptimizerStateSource& source,
-                          int64_t step) {
+Status RestoreShardedAdam(ShardedAdam& adam, Stream& stream,
+                          const offload::OptimizerStateSource& source, int64_t step) {
   const size_t count = static_cast<size_t>(adam.count());
   const bool with_sq = adam.state_tensors() == 3;
   std::vector<float> master(count), exp_avg(count), exp_avg_sq(with_sq ? count : 0);

@@ -20,7 +20,7 @@
 
 #include "engine/config/config.h"
 #include "engine/zero/lamb_step.h"
-#include "engine/zero/optimizer_state_stream.h"
+#include "offload/optimizer_state_stream.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
 #include "runtime/ops/ops_backend.h"
@@ -53,7 +53,7 @@ class ShardedAdam {
   // `piece` elements, in increasing order (copied from the device on `stream`); exp_avg_sq null
   // for Lion.
   Status StreamState(Stream& stream, int64_t begin, int64_t n, int64_t piece,
-                     const OptimizerStateSink& sink) const;
+                     const offload::OptimizerStateSink& sink) const;
   // Replaces the whole state (each pointer: `count` values of host memory; exp_avg_sq is not read
   // for Lion and may be null) and the step counter,
   // and sets the parameter shard to the master weights in the parameter dtype, rounded as Step()
@@ -94,9 +94,9 @@ class ShardedAdam {
   std::optional<LambPlan> lamb_plan_;
 };
 
-// RestoreState from a source (offloaded_adam.h) through host copies of the whole state: the
+// RestoreState from a source (offload/offloaded_adam.h) through host copies of the whole state: the
 // device holds all of it anyway, so they are no larger than what the device already holds.
-Status RestoreShardedAdam(ShardedAdam& adam, Stream& stream, const OptimizerStateSource& source,
-                          int64_t step);
+Status RestoreShardedAdam(ShardedAdam& adam, Stream& stream,
+                          const offload::OptimizerStateSource& source, int64_t step);
 
 }  // namespace sluice::zero

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "engine/zero/offload_options.h"
 #include "runtime/logging.h"
 #include "runtime/trace.h"
 
@@ -19,11 +20,9 @@ void* Offset(void* base, int64_t elements, DType dtype) {
 
 }  // namespace
 
-Result<std::unique_ptr<SplitOptimizer>> SplitOptimizer::Create(ops::OpsBackend& ops,
-                                                               const ZeroOptions& options,
-                                                               const ParamShardTarget& params,
-                                                               int64_t count,
-                                                               int64_t device_elements, int rank) {
+Result<std::unique_ptr<SplitOptimizer>> SplitOptimizer::Create(
+    ops::OpsBackend& ops, const ZeroOptions& options, const ParamShardTarget& params, int64_t count,
+    int64_t device_elements, offload::RankTiers& tiers) {
   if (params.nvme != nullptr) {
     return InvalidArgumentError(
         "zero_optimization.offload_optimizer.ratio < 1 cannot be combined with "
@@ -62,7 +61,7 @@ Result<std::unique_ptr<SplitOptimizer>> SplitOptimizer::Create(ops::OpsBackend& 
         CreateOffloadedPart(device, options,
                             {.shard = Offset(params.shard, device_elements, options.param_dtype),
                              .host = params.host},
-                            /*host_gradients=*/false, count - device_elements, rank,
+                            /*host_gradients=*/false, count - device_elements, tiers,
                             "sluice_optimizer"));
   }
   return split;
@@ -139,8 +138,9 @@ Status SplitOptimizer::Step(const float* grads, double lr, double grad_scale) {
   return OkStatus();
 }
 
-Status SplitOptimizer::StreamState(int64_t begin, int64_t n, const OptimizerStateSink& sink) const {
-  SLUICE_RETURN_IF_ERROR(CheckStateRange(begin, n, count_));
+Status SplitOptimizer::StreamState(int64_t begin, int64_t n,
+                                   const offload::OptimizerStateSink& sink) const {
+  SLUICE_RETURN_IF_ERROR(offload::CheckStateRange(begin, n, count_));
   const int64_t end = begin + n;
   // The device part in pieces of at most one tile, as the offloaded part hands them out.
   for (int64_t at = begin; at < std::min(end, device_elements_);) {
@@ -160,7 +160,7 @@ Status SplitOptimizer::StreamState(int64_t begin, int64_t n, const OptimizerStat
       });
 }
 
-Status SplitOptimizer::RestoreState(const OptimizerStateSource& source, int64_t step) {
+Status SplitOptimizer::RestoreState(const offload::OptimizerStateSource& source, int64_t step) {
   // No CheckUsable(): replacing the whole state is how a failed step is recovered from.
   if (step < 0) return InvalidArgumentError("restoring the optimizer at step {}", step);
   if (stream_ != nullptr && !stream_->Synchronize().ok()) {
@@ -205,26 +205,27 @@ uint64_t SplitOptimizer::nvme_bytes() const {
   return offloaded_part_.adam != nullptr ? offloaded_part_.adam->nvme_bytes() : 0;
 }
 
-const OffloadStepTimings* SplitOptimizer::last_step_timings() const {
+const offload::OffloadStepTimings* SplitOptimizer::last_step_timings() const {
   return offloaded_part_.adam != nullptr ? &offloaded_part_.adam->last_step_timings() : nullptr;
 }
 
 Result<std::unique_ptr<ZeroOptimizer>> CreateSplitOptimizer(ops::OpsBackend& ops,
                                                             const ZeroOptions& options,
                                                             const ParamShardTarget& params,
-                                                            int64_t count, int rank) {
+                                                            int64_t count,
+                                                            offload::RankTiers& tiers) {
   SLUICE_ASSIGN_OR_RETURN(const int64_t tile, CheckedOffloadTileElements(options.sub_group_size));
   std::optional<OffloadRatioChoice> choice;
   int64_t device_elements = 0;
   if (options.offload_optimizer.ratio_auto) {
-    SLUICE_ASSIGN_OR_RETURN(choice, ResolveAutoOffloadRatio(ops, options, count, rank));
+    SLUICE_ASSIGN_OR_RETURN(choice, ResolveAutoOffloadRatio(ops, options, count, tiers));
     device_elements = choice->device_elements;
   } else {
     device_elements = DeviceElementsForRatio(count, tile, options.offload_optimizer.ratio);
   }
   SLUICE_ASSIGN_OR_RETURN(
       std::unique_ptr<SplitOptimizer> split,
-      SplitOptimizer::Create(ops, options, params, count, device_elements, rank));
+      SplitOptimizer::Create(ops, options, params, count, device_elements, tiers));
   if (choice.has_value()) split->set_auto_choice(*std::move(choice));
   SLUICE_LOG(kDebug, "offload",
              "partial optimizer offload{}: elements [0, {}) of {} on the device, the rest on {} "

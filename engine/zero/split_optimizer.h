@@ -20,11 +20,11 @@
 #include <string_view>
 
 #include "engine/zero/offload_ratio.h"
-#include "engine/zero/offloaded_adam.h"
 #include "engine/zero/offloaded_part.h"
 #include "engine/zero/sharded_adam.h"
 #include "engine/zero/zero_optimizer.h"
 #include "offload/aio_engine.h"
+#include "offload/offloaded_adam.h"
 #include "offload/swap_store.h"
 
 namespace sluice::zero {
@@ -37,15 +37,16 @@ class SplitOptimizer final : public ZeroOptimizer {
                                                         const ZeroOptions& options,
                                                         const ParamShardTarget& params,
                                                         int64_t count, int64_t device_elements,
-                                                        int rank);
+                                                        offload::RankTiers& tiers);
   ~SplitOptimizer() override;
 
   Status LoadMasterFromParams() override;
   // `grads`: the device fp32 gradient shard. After a failure of either part the optimizer
   // refuses further steps until RestoreState.
   Status Step(const float* grads, double lr, double grad_scale) override;
-  Status StreamState(int64_t begin, int64_t n, const OptimizerStateSink& sink) const override;
-  Status RestoreState(const OptimizerStateSource& source, int64_t step) override;
+  Status StreamState(int64_t begin, int64_t n,
+                     const offload::OptimizerStateSink& sink) const override;
+  Status RestoreState(const offload::OptimizerStateSource& source, int64_t step) override;
 
   int64_t step() const override { return step_; }
   int64_t count() const override { return count_; }
@@ -55,7 +56,7 @@ class SplitOptimizer final : public ZeroOptimizer {
   uint64_t pinned_bytes() const override;
   uint64_t nvme_bytes() const override;
   // The offloaded part's last step (null when it is empty).
-  const OffloadStepTimings* last_step_timings() const override;
+  const offload::OffloadStepTimings* last_step_timings() const override;
 
   // The split: elements [0, device_elements()) on the device.
   int64_t device_elements() const { return device_elements_; }
@@ -91,6 +92,7 @@ class SplitOptimizer final : public ZeroOptimizer {
 Result<std::unique_ptr<ZeroOptimizer>> CreateSplitOptimizer(ops::OpsBackend& ops,
                                                             const ZeroOptions& options,
                                                             const ParamShardTarget& params,
-                                                            int64_t count, int rank);
+                                                            int64_t count,
+                                                            offload::RankTiers& tiers);
 
 }  // namespace sluice::zero

@@ -12,6 +12,7 @@
 #include "engine/model/init.h"
 #include "engine/zero/allreduce_reducer.h"
 #include "engine/zero/device_segments.h"
+#include "engine/zero/offload_options.h"
 #include "engine/zero/partition_copy.h"
 #include "engine/zero/rank_agreement.h"
 #include "engine/zero/reduce_scatter_reducer.h"
@@ -166,9 +167,10 @@ Status ZeroEngine::Build(Comm& world) {
   if (GradShardOnHost(options_)) {
     // The offloaded optimizer reads it in place: reduce-scattered buckets are accumulated
     // straight into host memory as they finish, and no device copy of the shard exists.
-    SLUICE_ASSIGN_OR_RETURN(host_grad_shard_,
-                            HostShardBuffer::Allocate(shard * sizeof(float), MemoryCategory::kGrads,
-                                                      "the offloaded fp32 gradient shard"));
+    SLUICE_ASSIGN_OR_RETURN(
+        host_grad_shard_,
+        offload::HostShardBuffer::Allocate(shard * sizeof(float), MemoryCategory::kGrads,
+                                           "the offloaded fp32 gradient shard"));
     grad_shard_data_ = host_grad_shard_.data_as<float>();
   } else if (stage >= 1) {
     SLUICE_ASSIGN_OR_RETURN(grad_shard_,
@@ -177,6 +179,8 @@ Status ZeroEngine::Build(Comm& world) {
     grad_shard_data_ = grad_shard_.data_as<float>();
   }
   const bool host_params = options_.offload_param.device == OffloadDevice::kCpu;
+  // One I/O engine and pinned staging budget for every tier of this rank (made on first use).
+  tiers_ = std::make_unique<offload::RankTiers>(RankTiersOptionsOf(options_.aio, world.rank()));
   if (stage == 0 && options_.param_dtype == DType::kF32) {
     param_shard_data_ = full_params_.data();  // the master weights are the compute copy
   } else if (options_.offload_param.device == OffloadDevice::kNvme) {
@@ -185,16 +189,17 @@ Status ZeroEngine::Build(Comm& world) {
     // each unit's piece from it ahead of the all-gather.
     SLUICE_ASSIGN_OR_RETURN(
         param_store_,
-        NvmeParamStore::Create(*device_,
-                               NvmeParamStoreOptionsOf(options_.offload_param, options_.param_dtype,
-                                                       options_.aio, world.rank()),
-                               NvmeParamGroupsOf(layout_, registry)));
+        offload::NvmeParamStore::Create(
+            *device_, *tiers_,
+            NvmeParamStoreOptionsOf(options_.offload_param, options_.param_dtype, world.rank()),
+            NvmeParamGroupsOf(layout_, registry)));
   } else if (host_params) {
     // Stage 3 only (ValidateZeroOptions): the coordinator copies each gathered unit's piece from
     // here into the device all-gather buffer, and the optimizer writes the updates back here.
-    SLUICE_ASSIGN_OR_RETURN(host_param_shard_,
-                            HostShardBuffer::Allocate(shard * param_size, MemoryCategory::kParams,
-                                                      "the offloaded parameter shard"));
+    SLUICE_ASSIGN_OR_RETURN(
+        host_param_shard_,
+        offload::HostShardBuffer::Allocate(shard * param_size, MemoryCategory::kParams,
+                                           "the offloaded parameter shard"));
     param_shard_data_ = host_param_shard_.data();
   } else {
     SLUICE_ASSIGN_OR_RETURN(param_shard_,
@@ -206,7 +211,7 @@ Status ZeroEngine::Build(Comm& world) {
       adam_, CreateZeroOptimizer(
                  model_->ops(), compute(), options_,
                  {.shard = param_shard_data_, .host = host_params, .nvme = param_store_.get()},
-                 layout_.shard_elements(), world.rank()));
+                 layout_.shard_elements(), *tiers_));
   if (options_.optimizer.type == OptimizerType::kLamb) SLUICE_RETURN_IF_ERROR(SetLambPlan());
 
   if (stage == 3) {
@@ -336,8 +341,8 @@ Status ZeroEngine::InitializeParameters(uint64_t seed) {
         dst = (device_shard ? scratch.data() : static_cast<uint8_t*>(param_shard_data_)) +
               static_cast<size_t>(p.shard_offset) * param_size;
       }
-      ConvertFromF32(values.data(), dst, options_.param_dtype, static_cast<int64_t>(owned.count),
-                     options_.num_threads);
+      offload::ConvertFromF32(values.data(), dst, options_.param_dtype,
+                              static_cast<int64_t>(owned.count), options_.num_threads);
       if (param_store_ != nullptr) {
         status = param_store_->WriteBack(p.shard_offset, p.partition, dst);
         if (!status.ok()) break;
@@ -794,8 +799,8 @@ Status ZeroEngine::ImportState(const ZeroStateReaders& readers) {
   // the partitions it overlaps; padding stays zero, as a fresh shard's.
   const std::vector<PartitionInfo>& partitions = layout_.partitions();
   const model::ParameterRegistry& registry = model_->registry();
-  const OptimizerStateSource source = [&](int64_t begin, int64_t n, float* master, float* exp_avg,
-                                          float* exp_avg_sq) -> Status {
+  const offload::OptimizerStateSource source = [&](int64_t begin, int64_t n, float* master,
+                                                   float* exp_avg, float* exp_avg_sq) -> Status {
     const size_t bytes = static_cast<size_t>(n) * sizeof(float);
     std::memset(master, 0, bytes);
     std::memset(exp_avg, 0, bytes);

@@ -48,7 +48,6 @@
 #include "engine/zero/comm_queue.h"
 #include "engine/zero/device_segments.h"
 #include "engine/zero/gradient_reducer.h"
-#include "engine/zero/host_shard_buffer.h"
 #include "engine/zero/parameter_coordinator.h"
 #include "engine/zero/shard_layout.h"
 #include "engine/zero/shard_norm_plan.h"
@@ -56,6 +55,8 @@
 #include "engine/zero/zero_binding.h"
 #include "engine/zero/zero_optimizer.h"
 #include "engine/zero/zero_options.h"
+#include "offload/host_shard_buffer.h"
+#include "offload/rank_tiers.h"
 #include "runtime/comm.h"
 #include "runtime/device.h"
 #include "runtime/status.h"
@@ -172,7 +173,7 @@ class ZeroEngine {
   const ReducerStats& reducer_stats() const { return reducer_->stats(); }
   const ZeroOptimizer& optimizer() const { return *adam_; }
   // offload_param nvme only (null otherwise).
-  const NvmeParamStore* param_store() const { return param_store_.get(); }
+  const offload::NvmeParamStore* param_store() const { return param_store_.get(); }
   ZeroMemory memory() const;
   // A host copy of the fp32 gradients this rank steps with: its shard (stages 1-3) or the full
   // buffer (stage 0), as they are between the last micro-batch and Step().
@@ -242,12 +243,15 @@ class ZeroEngine {
   DeviceBuffer full_grads_;
   DeviceBuffer grad_shard_;
   // With offload_optimizer: the fp32 gradient shard in host memory instead of grad_shard_.
-  HostShardBuffer host_grad_shard_;
+  offload::HostShardBuffer host_grad_shard_;
   float* grad_shard_data_ = nullptr;  // grad_shard_ or host_grad_shard_ (stages 1-3)
   // With offload_param cpu: the parameter shard in host memory instead of param_shard_.
-  HostShardBuffer host_param_shard_;
+  offload::HostShardBuffer host_param_shard_;
+  // The rank's offload tiers (one I/O engine, one pinned staging budget): declared before the
+  // parameter store and the optimizer, which borrow it.
+  std::unique_ptr<offload::RankTiers> tiers_;
   // With offload_param nvme: the parameter shard's only home (param_shard_data_ is null).
-  std::unique_ptr<NvmeParamStore> param_store_;
+  std::unique_ptr<offload::NvmeParamStore> param_store_;
   void* param_shard_data_ = nullptr;  // param_shard_, or full_params_ in stage 0 / f32
   std::unique_ptr<ZeroOptimizer> adam_;
   std::unique_ptr<CommQueue> queue_;

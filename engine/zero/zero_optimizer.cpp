@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "engine/zero/offload_options.h"
 #include "engine/zero/offloaded_part.h"
 #include "engine/zero/sharded_adam.h"
 #include "engine/zero/split_optimizer.h"
@@ -20,10 +21,11 @@ class DeviceOptimizer final : public ZeroOptimizer {
   Status Step(const float* grads, double lr, double grad_scale) override {
     return adam_->Step(*stream_, grads, lr, grad_scale);
   }
-  Status StreamState(int64_t begin, int64_t n, const OptimizerStateSink& sink) const override {
+  Status StreamState(int64_t begin, int64_t n,
+                     const offload::OptimizerStateSink& sink) const override {
     return adam_->StreamState(*stream_, begin, n, piece_, sink);
   }
-  Status RestoreState(const OptimizerStateSource& source, int64_t step) override {
+  Status RestoreState(const offload::OptimizerStateSource& source, int64_t step) override {
     return RestoreShardedAdam(*adam_, *stream_, source, step);
   }
   Status SetLambPlan(LambPlan plan) override {
@@ -50,10 +52,11 @@ class OffloadedOptimizer final : public ZeroOptimizer {
   Status Step(const float* grads, double lr, double grad_scale) override {
     return part_.adam->Step(grads, lr, grad_scale);
   }
-  Status StreamState(int64_t begin, int64_t n, const OptimizerStateSink& sink) const override {
+  Status StreamState(int64_t begin, int64_t n,
+                     const offload::OptimizerStateSink& sink) const override {
     return part_.adam->StreamState(begin, n, sink);
   }
-  Status RestoreState(const OptimizerStateSource& source, int64_t step) override {
+  Status RestoreState(const offload::OptimizerStateSource& source, int64_t step) override {
     return part_.adam->RestoreState(source, step);
   }
   int64_t step() const override { return part_.adam->step(); }
@@ -64,7 +67,7 @@ class OffloadedOptimizer final : public ZeroOptimizer {
   uint64_t host_bytes() const override { return part_.adam->host_bytes(); }
   uint64_t pinned_bytes() const override { return part_.adam->pinned_bytes(); }
   uint64_t nvme_bytes() const override { return part_.adam->nvme_bytes(); }
-  const OffloadStepTimings* last_step_timings() const override {
+  const offload::OffloadStepTimings* last_step_timings() const override {
     return &part_.adam->last_step_timings();
   }
 
@@ -76,17 +79,18 @@ class OffloadedOptimizer final : public ZeroOptimizer {
 
 Status ZeroOptimizer::ReadState(int64_t begin, int64_t n, float* master, float* exp_avg,
                                 float* exp_avg_sq) const {
-  return StreamState(begin, n, StateArraysSink(begin, master, exp_avg, exp_avg_sq));
+  return StreamState(begin, n, offload::StateArraysSink(begin, master, exp_avg, exp_avg_sq));
 }
 
 Result<std::unique_ptr<ZeroOptimizer>> CreateZeroOptimizer(ops::OpsBackend& ops, Stream& stream,
                                                            const ZeroOptions& options,
                                                            const ParamShardTarget& params,
-                                                           int64_t count, int rank) {
+                                                           int64_t count,
+                                                           offload::RankTiers& tiers) {
   Device& device = ops.device();
   // Partial offload (ratio < 1 or "auto"): split_optimizer.h.
   if (options.offload_optimizer.partial()) {
-    return CreateSplitOptimizer(ops, options, params, count, rank);
+    return CreateSplitOptimizer(ops, options, params, count, tiers);
   }
   const OffloadOptimizerConfig& offload = options.offload_optimizer;
   if (offload.device == OffloadDevice::kNone) {
@@ -104,7 +108,7 @@ Result<std::unique_ptr<ZeroOptimizer>> CreateZeroOptimizer(ops::OpsBackend& ops,
   // the optimizer reads it in place.
   SLUICE_ASSIGN_OR_RETURN(OffloadedPart part,
                           CreateOffloadedPart(device, options, params, /*host_gradients=*/true,
-                                              count, rank, "sluice_optimizer"));
+                                              count, tiers, "sluice_optimizer"));
   return std::unique_ptr<ZeroOptimizer>(std::make_unique<OffloadedOptimizer>(std::move(part)));
 }
 

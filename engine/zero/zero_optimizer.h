@@ -5,7 +5,7 @@
 // Lion (optimizer.type; Lion keeps no exp_avg_sq, and its state streams hand out a null one).
 //
 //   SLUICE_ASSIGN_OR_RETURN(auto adam, CreateZeroOptimizer(ops, stream, options, params,
-//                                                          count, rank));
+//                                                          count, tiers));
 //   SLUICE_RETURN_IF_ERROR(adam->LoadMasterFromParams());
 //   SLUICE_RETURN_IF_ERROR(adam->Step(grads, lr, clip / loss_scale));
 #pragma once
@@ -15,9 +15,10 @@
 #include <memory>
 
 #include "engine/zero/lamb_step.h"
-#include "engine/zero/nvme_param_store.h"
-#include "engine/zero/offloaded_adam.h"
 #include "engine/zero/zero_options.h"
+#include "offload/nvme_param_store.h"
+#include "offload/offloaded_adam.h"
+#include "offload/rank_tiers.h"
 #include "runtime/device.h"
 #include "runtime/ops/ops_backend.h"
 #include "runtime/status.h"
@@ -31,7 +32,7 @@ struct ParamShardTarget {
   bool host = false;
   // offload_param nvme: updated tiles are written back to the store (needs the optimizer
   // offloaded: with it on the device, its master weights would keep the shard there anyway).
-  NvmeParamStore* nvme = nullptr;
+  offload::NvmeParamStore* nvme = nullptr;
 };
 
 class ZeroOptimizer {
@@ -52,11 +53,12 @@ class ZeroOptimizer {
   // Hands elements [begin, begin + n) of the state to `sink` in increasing order, each piece
   // valid only during its call (checkpoint streaming): pieces of at most one tile where the state
   // is tiled (offloaded and split optimizers), the whole range where it is not.
-  virtual Status StreamState(int64_t begin, int64_t n, const OptimizerStateSink& sink) const = 0;
+  virtual Status StreamState(int64_t begin, int64_t n,
+                             const offload::OptimizerStateSink& sink) const = 0;
   // Replaces the whole state, asking `source` for it in increasing pieces of at most one tile
   // (offloaded state: a restore holds one tile in memory), and the step count; sets the parameter
   // shard from the master weights.
-  virtual Status RestoreState(const OptimizerStateSource& source, int64_t step) = 0;
+  virtual Status RestoreState(const offload::OptimizerStateSource& source, int64_t step) = 0;
 
   virtual int64_t step() const = 0;
   virtual int64_t count() const = 0;
@@ -79,17 +81,19 @@ class ZeroOptimizer {
         "supported: set offload_optimizer.device none");
   }
   // The last step's breakdown (offloaded only; null otherwise).
-  virtual const OffloadStepTimings* last_step_timings() const { return nullptr; }
+  virtual const offload::OffloadStepTimings* last_step_timings() const { return nullptr; }
 };
 
 // ShardedAdam when options.offload_optimizer.device is none, else OffloadedAdam (for nvme with
-// an io_uring engine and a swap store in offload_optimizer.nvme_path, file
-// "sluice_optimizer.rank<rank>.swp"). The parameter shard `params` holds `count` values of
+// a swap store in offload_optimizer.nvme_path, file "sluice_optimizer.rank<rank>.swp", on the
+// I/O engine of `tiers`, which also holds its pinned staging budget and must outlive the
+// optimizer). The parameter shard `params` holds `count` values of
 // options.param_dtype. Device work runs on `ops`' device, on `stream` (the engine's compute
 // stream), which must outlive the optimizer.
 Result<std::unique_ptr<ZeroOptimizer>> CreateZeroOptimizer(ops::OpsBackend& ops, Stream& stream,
                                                            const ZeroOptions& options,
                                                            const ParamShardTarget& params,
-                                                           int64_t count, int rank);
+                                                           int64_t count,
+                                                           offload::RankTiers& tiers);
 
 }  // namespace sluice::zero

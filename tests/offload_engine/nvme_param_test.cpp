@@ -12,12 +12,14 @@
 #include <string>
 #include <vector>
 
-#include "engine/zero/nvme_param_store.h"
-#include "engine/zero/offloaded_adam.h"
+#include "engine/zero/offload_options.h"
 #include "engine/zero/parameter_coordinator.h"
 #include "engine/zero/partition_copy.h"
 #include "kernels/ref/half.h"
 #include "offload/aligned_buffer.h"
+#include "offload/nvme_param_store.h"
+#include "offload/offloaded_adam.h"
+#include "offload/rank_tiers.h"
 #include "offload/swap_format.h"
 #include "offload_engine_test_util.h"
 #include "runtime/check.h"
@@ -64,7 +66,7 @@ class NvmeParamRig {
         }
       }
     }
-    NvmeParamStoreOptions options;
+    offload::NvmeParamStoreOptions options;
     options.nvme_path = dir_.path();
     options.rank = world.rank();
     options.dtype = dtype;
@@ -72,7 +74,9 @@ class NvmeParamRig {
     options.buffer_size = buffer_size;
     options.max_in_cpu = max_in_cpu;
     store_status_ = OkStatus();
-    auto store = NvmeParamStore::Create(*device_, options, NvmeParamGroupsOf(layout_, registry()));
+    tiers_ = std::make_unique<offload::RankTiers>(offload::RankTiersOptions{.rank = world.rank()});
+    auto store = offload::NvmeParamStore::Create(*device_, *tiers_, options,
+                                                 NvmeParamGroupsOf(layout_, registry()));
     if (!store.ok()) {
       store_status_ = store.status();
       return;
@@ -89,7 +93,7 @@ class NvmeParamRig {
   const model::ParameterRegistry& registry() const { return model_->registry(); }
   const ShardLayout& layout() const { return layout_; }
   const Status& store_status() const { return store_status_; }
-  NvmeParamStore& store() { return *store_; }
+  offload::NvmeParamStore& store() { return *store_; }
   Device& device() { return *device_; }
   const std::vector<uint8_t>& shard() const { return shard_; }
   // What an optimizer step does to the shard: every stored value changes.
@@ -165,16 +169,17 @@ class NvmeParamRig {
   ShardLayout layout_;
   std::vector<uint8_t> shard_;
   Status store_status_;
-  std::unique_ptr<NvmeParamStore> store_;
+  std::unique_ptr<offload::RankTiers> tiers_;  // before the store, which borrows it
+  std::unique_ptr<offload::NvmeParamStore> store_;
   std::unique_ptr<ZeroBinding> binding_;
   std::unique_ptr<CommQueue> queue_;
   std::unique_ptr<Stream> compute_;
   std::unique_ptr<ParameterCoordinator> coordinator_;
 };
 
-int64_t LargestGroup(const NvmeParamStore& store) {
+int64_t LargestGroup(const offload::NvmeParamStore& store) {
   int64_t largest = 0;
-  for (const NvmeParamGroup& g : store.groups()) largest = std::max(largest, g.elements);
+  for (const offload::NvmeParamGroup& g : store.groups()) largest = std::max(largest, g.elements);
   return largest;
 }
 
@@ -193,8 +198,8 @@ TEST_P(NvmeParamDtype, WriteBackInTilesThenReadEveryGroupBitwise) {
   ASSERT_TRUE(rig.WriteShard(777).ok());
   const size_t size = DTypeSize(GetParam());
   for (size_t g = 0; g < rig.store().groups().size(); ++g) {
-    const NvmeParamGroup& group = rig.store().groups()[g];
-    NvmeParamRead read = rig.store().BeginRead(static_cast<int>(g));
+    const offload::NvmeParamGroup& group = rig.store().groups()[g];
+    offload::NvmeParamRead read = rig.store().BeginRead(static_cast<int>(g));
     Result<const void*> values = rig.store().AwaitRead(read);
     ASSERT_TRUE(values.ok()) << values.status().ToString();
     EXPECT_EQ(std::memcmp(*values, rig.shard().data() + group.shard_offset * size,
@@ -203,7 +208,7 @@ TEST_P(NvmeParamDtype, WriteBackInTilesThenReadEveryGroupBitwise) {
         << group.what;
     rig.store().EndRead(read);
   }
-  const NvmeParamStoreStats stats = rig.store().stats();
+  const offload::NvmeParamStoreStats stats = rig.store().stats();
   EXPECT_EQ(stats.group_writes, static_cast<int64_t>(rig.store().groups().size()));
   EXPECT_EQ(stats.nvme_reads, static_cast<int64_t>(rig.store().groups().size()));
   EXPECT_EQ(stats.cache_hits, 0) << "max_in_cpu = 0 caches nothing";
@@ -227,12 +232,13 @@ TEST_P(NvmeParamDtype, LoadingTheMasterWeightsReadsEachGroupAtMostTwice) {
   ASSERT_TRUE(rig.WriteShard(777).ok());
   const int64_t count = rig.layout().shard_elements();
   const int64_t groups = static_cast<int64_t>(rig.store().groups().size());
-  ASSERT_GT(LargestGroup(rig.store()), 2 * kOffloadTileQuantum) << "groups must span tiles";
-  OffloadedAdamOptions options;
-  options.tile_elements = kOffloadTileQuantum;
+  ASSERT_GT(LargestGroup(rig.store()), 2 * offload::kOffloadTileQuantum)
+      << "groups must span tiles";
+  offload::OffloadedAdamOptions options;
+  options.tile_elements = offload::kOffloadTileQuantum;
   options.param_store = &rig.store();
-  auto adam = OffloadedAdam::Create(rig.device(), OptimizerConfig{}, GetParam(), nullptr,
-                                    DType::kF32, count, 1, options);
+  auto adam = offload::OffloadedAdam::Create(rig.device(), CpuOptimizerOf(OptimizerConfig{}),
+                                             GetParam(), nullptr, DType::kF32, count, 1, options);
   ASSERT_TRUE(adam.ok()) << adam.status().ToString();
   const int64_t reads_before = rig.store().stats().nvme_reads;
   ASSERT_TRUE((*adam)->LoadMasterFromParams().ok());
@@ -243,7 +249,7 @@ TEST_P(NvmeParamDtype, LoadingTheMasterWeightsReadsEachGroupAtMostTwice) {
   std::vector<float> master(static_cast<size_t>(count));
   ASSERT_TRUE((*adam)->ReadState(0, count, master.data(), nullptr, nullptr).ok());
   std::vector<float> expected(static_cast<size_t>(count));
-  ConvertToF32(rig.shard().data(), GetParam(), expected.data(), count, 1);
+  offload::ConvertToF32(rig.shard().data(), GetParam(), expected.data(), count, 1);
   EXPECT_EQ(std::memcmp(master.data(), expected.data(), expected.size() * sizeof(float)), 0);
 }
 
@@ -288,7 +294,7 @@ TEST(NvmeParam, CorruptedExtentIsDataLossNamingTheUnit) {
   // Rank 0 flips one byte inside the extent of the second group (a unit's run) in its swap file;
   // the other ranks' stores are intact.
   const bool corrupt = TestWorld().rank() == 0;
-  const NvmeParamGroup& victim = rig.store().groups()[1];
+  const offload::NvmeParamGroup& victim = rig.store().groups()[1];
   Result<offload::SwapExtent> extent = rig.store().swap_store().Find(victim.extent);
   ASSERT_TRUE(extent.ok());
   const std::string path = rig.store().swap_store().file_paths().at(0);
@@ -346,7 +352,7 @@ TEST(NvmeParam, PrefetchIssuesTheNextReadBeforeTheComputeEnds) {
 TEST(NvmeParam, MaxInCpuCachesTheFirstGroupsReadAndKeepsThemFresh) {
   NvmeParamRig probe(DType::kF32, 2, 1 << 20, 0);
   ASSERT_TRUE(probe.store_status().ok());
-  const std::vector<NvmeParamGroup>& groups = probe.store().groups();
+  const std::vector<offload::NvmeParamGroup>& groups = probe.store().groups();
   ASSERT_GE(groups.size(), 3u);
   const int64_t budget = groups[0].elements + groups[1].elements;
   NvmeParamRig rig(DType::kF32, 2, 1 << 20, budget);
@@ -355,7 +361,7 @@ TEST(NvmeParam, MaxInCpuCachesTheFirstGroupsReadAndKeepsThemFresh) {
   std::vector<float> seen;
   ASSERT_TRUE(rig.RunPass(&seen).ok());
   ASSERT_TRUE(rig.RunPass(&seen).ok());
-  const NvmeParamStoreStats first = rig.store().stats();
+  const offload::NvmeParamStoreStats first = rig.store().stats();
   EXPECT_GT(first.cache_hits, 0) << "the replay reads the cached groups from host memory";
   EXPECT_LE(rig.store().cache_bytes(), static_cast<uint64_t>(budget) * sizeof(float));
   EXPECT_GT(rig.store().cache_bytes(), 0u);
@@ -366,7 +372,7 @@ TEST(NvmeParam, MaxInCpuCachesTheFirstGroupsReadAndKeepsThemFresh) {
   ASSERT_TRUE(rig.coordinator().GatherPersistent().ok());  // as after every optimizer step
   seen.clear();
   ASSERT_TRUE(rig.RunPass(&seen).ok());
-  const NvmeParamStoreStats second = rig.store().stats();
+  const offload::NvmeParamStoreStats second = rig.store().stats();
   EXPECT_GT(second.cache_hits, first.cache_hits);
   ASSERT_TRUE(rig.MakeCoordinator(/*nvme=*/false).ok());
   std::vector<float> expected;

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/zero/nvme_param_store.h"
 #include "engine/zero/zero_engine.h"
+#include "offload/nvme_param_store.h"
 #include "tests/zero/zero_test_util.h"
 
 namespace sluice::zero::testing {
@@ -23,8 +23,8 @@ bool Bitwise(const std::vector<T>& a, const std::vector<T>& b) {
 struct OffloadOutcome {
   RunResult run;
   ZeroMemory memory;
-  NvmeParamStoreStats param_store;  // offload_param nvme
-  double offloaded = 0;             // the engine optimizer's offload_ratio()
+  offload::NvmeParamStoreStats param_store;  // offload_param nvme
+  double offloaded = 0;                      // the engine optimizer's offload_ratio()
   std::vector<float> master, exp_avg, exp_avg_sq;
   int64_t step = 0;
 };

@@ -52,14 +52,14 @@ std::vector<std::byte> RandomValues(int64_t n, DType dtype, uint64_t seed, float
   std::vector<float> values(static_cast<size_t>(n));
   for (float& v : values) v = dist(rng);
   std::vector<std::byte> out(static_cast<size_t>(n) * DTypeSize(dtype));
-  ConvertFromF32(values.data(), out.data(), dtype, n, 1);
+  offload::ConvertFromF32(values.data(), out.data(), dtype, n, 1);
   return out;
 }
 
 std::vector<float> ToF32(const std::vector<std::byte>& values, DType dtype) {
   const int64_t n = static_cast<int64_t>(values.size() / DTypeSize(dtype));
   std::vector<float> out(static_cast<size_t>(n));
-  ConvertToF32(values.data(), dtype, out.data(), n, 1);
+  offload::ConvertToF32(values.data(), dtype, out.data(), n, 1);
   return out;
 }
 
@@ -129,20 +129,20 @@ StateAfter RunShardedAdam(Device& device, const RunInputs& in, int steps) {
   out.exp_avg_sq.resize(n);
   SLUICE_CHECK((*adam)
                    ->StreamState(**stream, 0, in.count, in.count,
-                                 StateArraysSink(0, out.master.data(), out.exp_avg.data(),
-                                                 out.exp_avg_sq.data()))
+                                 offload::StateArraysSink(0, out.master.data(), out.exp_avg.data(),
+                                                          out.exp_avg_sq.data()))
                    .ok());
   out.params = FromDevice(device, params);
   return out;
 }
 
 Result<StateAfter> RunOffloadedAdam(Device& device, const RunInputs& in, int steps,
-                                    const OffloadedAdamOptions& options) {
+                                    const offload::OffloadedAdamOptions& options) {
   DeviceBuffer params =
       ToDevice(device, in.params.data(), in.params.size(), MemoryCategory::kParams);
-  SLUICE_ASSIGN_OR_RETURN(
-      auto adam, OffloadedAdam::Create(device, TestOptimizer(), in.param_dtype, params.data(),
-                                       in.grad_dtype, in.count, 1, options));
+  SLUICE_ASSIGN_OR_RETURN(auto adam, offload::OffloadedAdam::Create(
+                                         device, CpuOptimizerOf(TestOptimizer()), in.param_dtype,
+                                         params.data(), in.grad_dtype, in.count, 1, options));
   SLUICE_RETURN_IF_ERROR(adam->LoadMasterFromParams());
   for (int s = 0; s < steps; ++s) {
     DeviceBuffer grads =

@@ -9,8 +9,9 @@
 #include <vector>
 
 #include "engine/config/config.h"
-#include "engine/zero/offloaded_adam.h"
+#include "engine/zero/offload_options.h"
 #include "offload/aio_engine.h"
+#include "offload/offloaded_adam.h"
 #include "offload/swap_store.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
@@ -65,7 +66,7 @@ RunInputs MakeRunInputs(DType param_dtype, DType grad_dtype, int64_t count, int 
 StateAfter RunShardedAdam(Device& device, const RunInputs& inputs, int steps);
 // OffloadedAdam over the same inputs; the state read back with ReadState.
 Result<StateAfter> RunOffloadedAdam(Device& device, const RunInputs& inputs, int steps,
-                                    const OffloadedAdamOptions& options);
+                                    const offload::OffloadedAdamOptions& options);
 
 // "" when equal bit for bit, else where they first differ.
 std::string FirstDifference(const StateAfter& expected, const StateAfter& actual);

@@ -8,8 +8,8 @@
 
 #include <filesystem>
 
-#include "engine/zero/nvme_state_store.h"
-#include "engine/zero/offloaded_adam.h"
+#include "offload/nvme_state_store.h"
+#include "offload/offloaded_adam.h"
 #include "offload/swap_format.h"
 #include "tests/offload_optimizer/offload_optimizer_test_util.h"
 
@@ -27,11 +27,11 @@ using testing::RunInputs;
 using testing::RunShardedAdam;
 using testing::StateAfter;
 
-constexpr int64_t kTile = 16 * kOffloadTileQuantum;  // 32 Ki elements: 384 KiB extents
+constexpr int64_t kTile = 16 * offload::kOffloadTileQuantum;  // 32 Ki elements: 384 KiB extents
 
-OffloadedAdamOptions NvmeOptions(offload::SwapStore& store) {
-  OffloadedAdamOptions o;
-  o.tier = OptimizerStateTier::kNvme;
+offload::OffloadedAdamOptions NvmeOptions(offload::SwapStore& store) {
+  offload::OffloadedAdamOptions o;
+  o.tier = offload::OptimizerStateTier::kNvme;
   o.tile_elements = kTile;
   o.swap_store = &store;
   return o;
@@ -72,8 +72,9 @@ TEST(OffloadedAdamFaultTest, NoRoomUnderTheFileSizeLimitNamesTheTileAndLeavesThe
   {
     // Room for about two more tiles' extents: a later one cannot be placed.
     ScopedFileSizeLimit limit(file_bytes + (1 << 20));
-    status = OffloadedAdam::Create(*device, testing::TestOptimizer(), DType::kBF16, params.data(),
-                                   DType::kBF16, 8 * kTile, 1, NvmeOptions(*nvme.store))
+    status = offload::OffloadedAdam::Create(*device, CpuOptimizerOf(testing::TestOptimizer()),
+                                            DType::kBF16, params.data(), DType::kBF16, 8 * kTile, 1,
+                                            NvmeOptions(*nvme.store))
                  .status();
   }
   ASSERT_EQ(status.code(), StatusCode::kResourceExhausted) << status.ToString();
@@ -100,10 +101,10 @@ TEST(OffloadedAdamFaultTest, AFullFilesystemNamesTheTile) {
   std::vector<std::byte> zeros(16 * kTile * 2);
   DeviceBuffer params =
       testing::ToDevice(*device, zeros.data(), zeros.size(), MemoryCategory::kParams);
-  Status status =
-      OffloadedAdam::Create(*device, testing::TestOptimizer(), DType::kBF16, params.data(),
-                            DType::kBF16, 16 * kTile, 1, NvmeOptions(**store))
-          .status();
+  Status status = offload::OffloadedAdam::Create(*device, CpuOptimizerOf(testing::TestOptimizer()),
+                                                 DType::kBF16, params.data(), DType::kBF16,
+                                                 16 * kTile, 1, NvmeOptions(**store))
+                      .status();
   ASSERT_EQ(status.code(), StatusCode::kResourceExhausted) << status.ToString();
   EXPECT_THAT(status.message(), ContainsRegex("tile [0-9]+ of 16"));
   EXPECT_THAT(status.message(), HasSubstr("(ENOSPC)"));
@@ -123,11 +124,12 @@ TEST(OffloadedAdamFaultTest, AWriteFailingMidStepNamesTheTileAndKeepsEarlierTile
     const StateAfter expected = RunShardedAdam(*device, inputs, 2);
     DeviceBuffer params = testing::ToDevice(*device, inputs.params.data(), inputs.params.size(),
                                             MemoryCategory::kParams);
-    OffloadedAdamOptions options = NvmeOptions(*nvme.store);
+    offload::OffloadedAdamOptions options = NvmeOptions(*nvme.store);
     options.pipeline_read = pipelined;
     options.pipeline_write = pipelined;
-    auto adam = OffloadedAdam::Create(*device, testing::TestOptimizer(), DType::kBF16,
-                                      params.data(), DType::kBF16, count, 1, options);
+    auto adam = offload::OffloadedAdam::Create(*device, CpuOptimizerOf(testing::TestOptimizer()),
+                                               DType::kBF16, params.data(), DType::kBF16, count, 1,
+                                               options);
     ASSERT_TRUE(adam.ok()) << adam.status().ToString();
     ASSERT_TRUE((*adam)->LoadMasterFromParams().ok());
     DeviceBuffer grads0 = testing::ToDevice(*device, inputs.grads[0].data(), inputs.grads[0].size(),
@@ -136,8 +138,8 @@ TEST(OffloadedAdamFaultTest, AWriteFailingMidStepNamesTheTileAndKeepsEarlierTile
 
     constexpr int kFailing = 3;
     // Extents are placed in tile order, so every tile from kFailing on lies past the limit.
-    const uint64_t limit_at = FileOffsetOf(nvme, NvmeStateStore::ExtentName(kFailing));
-    ASSERT_GT(limit_at, FileOffsetOf(nvme, NvmeStateStore::ExtentName(kFailing - 1)));
+    const uint64_t limit_at = FileOffsetOf(nvme, offload::NvmeStateStore::ExtentName(kFailing));
+    ASSERT_GT(limit_at, FileOffsetOf(nvme, offload::NvmeStateStore::ExtentName(kFailing - 1)));
     DeviceBuffer grads1 = testing::ToDevice(*device, inputs.grads[1].data(), inputs.grads[1].size(),
                                             MemoryCategory::kGrads);
     Status status;
@@ -169,11 +171,12 @@ TEST(OffloadedAdamFaultTest, AWriteFailingMidStepNamesTheTileAndKeepsEarlierTile
     // Restoring the state of step 1 (a checkpoint) makes it usable again, and the retried step
     // lands exactly where it should have.
     const StateAfter after1 = RunShardedAdam(*device, inputs, 1);
-    ASSERT_TRUE((*adam)
-                    ->RestoreState(StateArraysSource(after1.master.data(), after1.exp_avg.data(),
-                                                     after1.exp_avg_sq.data()),
-                                   1)
-                    .ok());
+    ASSERT_TRUE(
+        (*adam)
+            ->RestoreState(offload::StateArraysSource(after1.master.data(), after1.exp_avg.data(),
+                                                      after1.exp_avg_sq.data()),
+                           1)
+            .ok());
     ASSERT_TRUE((*adam)->Step(grads1.data(), inputs.lrs[1], inputs.scales[1]).ok());
     std::vector<float> all(count);
     ASSERT_TRUE((*adam)->ReadState(0, count, nullptr, nullptr, all.data()).ok());
@@ -189,8 +192,9 @@ TEST(OffloadedAdamFaultTest, ACorruptedExtentIsDetectedNamingTheTile) {
   const RunInputs inputs = MakeRunInputs(DType::kF16, DType::kF16, count, 2, 8);
   DeviceBuffer params = testing::ToDevice(*device, inputs.params.data(), inputs.params.size(),
                                           MemoryCategory::kParams);
-  auto adam = OffloadedAdam::Create(*device, testing::TestOptimizer(), DType::kF16, params.data(),
-                                    DType::kF16, count, 1, NvmeOptions(*nvme.store));
+  auto adam = offload::OffloadedAdam::Create(*device, CpuOptimizerOf(testing::TestOptimizer()),
+                                             DType::kF16, params.data(), DType::kF16, count, 1,
+                                             NvmeOptions(*nvme.store));
   ASSERT_TRUE(adam.ok()) << adam.status().ToString();
   ASSERT_TRUE((*adam)->LoadMasterFromParams().ok());
   DeviceBuffer grads = testing::ToDevice(*device, inputs.grads[0].data(), inputs.grads[0].size(),
@@ -203,7 +207,7 @@ TEST(OffloadedAdamFaultTest, ACorruptedExtentIsDetectedNamingTheTile) {
   ASSERT_GE(fd, 0);
   const float bad = 12345.0f;
   ASSERT_EQ(pwrite(fd, &bad, sizeof(bad),
-                   FileOffsetOf(nvme, NvmeStateStore::ExtentName(2)) + (kTile + 5) * 4),
+                   FileOffsetOf(nvme, offload::NvmeStateStore::ExtentName(2)) + (kTile + 5) * 4),
             static_cast<ssize_t>(sizeof(bad)));
   ASSERT_EQ(fsync(fd), 0);
   close(fd);

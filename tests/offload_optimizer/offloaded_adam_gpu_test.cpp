@@ -3,7 +3,7 @@
 // ShardedAdam's (run on the cpu device) bit for bit. Skips without a GPU.
 #include <gtest/gtest.h>
 
-#include "engine/zero/offloaded_adam.h"
+#include "offload/offloaded_adam.h"
 #include "runtime/device/device_factory.h"
 #include "tests/offload_optimizer/offload_optimizer_test_util.h"
 
@@ -17,18 +17,20 @@ TEST(OffloadedAdamGpuTest, MatchesShardedAdamWithTheShardsInGpuMemory) {
   auto gpu = CreateDevice(options);
   ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
   auto cpu = testing::MakeCpuDevice();
-  for (OptimizerStateTier tier : {OptimizerStateTier::kHost, OptimizerStateTier::kNvme}) {
+  for (offload::OptimizerStateTier tier :
+       {offload::OptimizerStateTier::kHost, offload::OptimizerStateTier::kNvme}) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
-      SCOPED_TRACE(fmt::format("{} {}", OptimizerStateTierName(tier), DTypeName(dtype)));
+      SCOPED_TRACE(fmt::format("{} {}", offload::OptimizerStateTierName(tier), DTypeName(dtype)));
       const testing::RunInputs inputs =
-          testing::MakeRunInputs(dtype, dtype, 5 * kOffloadTileQuantum + 3, 3, 17);
+          testing::MakeRunInputs(dtype, dtype, 5 * offload::kOffloadTileQuantum + 3, 3, 17);
       const testing::StateAfter expected = testing::RunShardedAdam(*cpu, inputs, 3);
       testing::NvmeFixture nvme;
-      OffloadedAdamOptions offload;
-      offload.tier = tier;
-      offload.tile_elements = kOffloadTileQuantum;
-      if (tier == OptimizerStateTier::kNvme) offload.swap_store = nvme.store.get();
-      Result<testing::StateAfter> actual = testing::RunOffloadedAdam(**gpu, inputs, 3, offload);
+      offload::OffloadedAdamOptions adam_options;
+      adam_options.tier = tier;
+      adam_options.tile_elements = offload::kOffloadTileQuantum;
+      if (tier == offload::OptimizerStateTier::kNvme) adam_options.swap_store = nvme.store.get();
+      Result<testing::StateAfter> actual =
+          testing::RunOffloadedAdam(**gpu, inputs, 3, adam_options);
       ASSERT_TRUE(actual.ok()) << actual.status().ToString();
       EXPECT_EQ(testing::FirstDifference(expected, *actual), "");
     }

@@ -1,7 +1,7 @@
 // OffloadedAdam against ShardedAdam: bit-identical parameters, master weights and moments over
 // several steps, with the state in host memory and on NVMe, for every parameter and gradient
 // dtype, odd sizes and every pipeline setting; and the memory it charges to each tier.
-#include "engine/zero/offloaded_adam.h"
+#include "offload/offloaded_adam.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -25,20 +25,21 @@ using testing::RunOffloadedAdam;
 using testing::RunShardedAdam;
 using testing::StateAfter;
 
-constexpr int64_t kTile = kOffloadTileQuantum;  // small tiles: many of them in a small shard
+constexpr int64_t kTile =
+    offload::kOffloadTileQuantum;  // small tiles: many of them in a small shard
 
-OffloadedAdamOptions HostOptions() {
-  OffloadedAdamOptions o;
-  o.tier = OptimizerStateTier::kHost;
+offload::OffloadedAdamOptions HostOptions() {
+  offload::OffloadedAdamOptions o;
+  o.tier = offload::OptimizerStateTier::kHost;
   o.tile_elements = kTile;
   return o;
 }
 
 // With the engine, so the staging ring is registered as io_uring fixed buffers (the fault tests
 // run without).
-OffloadedAdamOptions NvmeOptions(NvmeFixture& nvme) {
-  OffloadedAdamOptions o;
-  o.tier = OptimizerStateTier::kNvme;
+offload::OffloadedAdamOptions NvmeOptions(NvmeFixture& nvme) {
+  offload::OffloadedAdamOptions o;
+  o.tier = offload::OptimizerStateTier::kNvme;
   o.tile_elements = kTile;
   o.swap_store = nvme.store.get();
   o.aio_engine = nvme.engine.get();
@@ -47,7 +48,7 @@ OffloadedAdamOptions NvmeOptions(NvmeFixture& nvme) {
 
 // (tier, param dtype, count)
 class ExactnessTest
-    : public ::testing::TestWithParam<std::tuple<OptimizerStateTier, DType, int64_t>> {};
+    : public ::testing::TestWithParam<std::tuple<offload::OptimizerStateTier, DType, int64_t>> {};
 
 TEST_P(ExactnessTest, MatchesShardedAdamBitForBitOverSeveralSteps) {
   const auto [tier, dtype, count] = GetParam();
@@ -55,8 +56,8 @@ TEST_P(ExactnessTest, MatchesShardedAdamBitForBitOverSeveralSteps) {
   const RunInputs inputs = MakeRunInputs(dtype, DType::kF32, count, 3, 11 + count);
   const StateAfter expected = RunShardedAdam(*device, inputs, 3);
   NvmeFixture nvme;
-  const OffloadedAdamOptions options =
-      tier == OptimizerStateTier::kNvme ? NvmeOptions(nvme) : HostOptions();
+  const offload::OffloadedAdamOptions options =
+      tier == offload::OptimizerStateTier::kNvme ? NvmeOptions(nvme) : HostOptions();
   Result<StateAfter> actual = RunOffloadedAdam(*device, inputs, 3, options);
   ASSERT_TRUE(actual.ok()) << actual.status().ToString();
   EXPECT_EQ(FirstDifference(expected, *actual), "");
@@ -66,11 +67,12 @@ TEST_P(ExactnessTest, MatchesShardedAdamBitForBitOverSeveralSteps) {
 
 INSTANTIATE_TEST_SUITE_P(
     TiersDtypesSizes, ExactnessTest,
-    ::testing::Combine(::testing::Values(OptimizerStateTier::kHost, OptimizerStateTier::kNvme),
+    ::testing::Combine(::testing::Values(offload::OptimizerStateTier::kHost,
+                                         offload::OptimizerStateTier::kNvme),
                        ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                        ::testing::Values(int64_t{1}, int64_t{7}, kTile + 1, 3 * kTile + 5)),
     [](const auto& info) {
-      return fmt::format("{}_{}_{}", OptimizerStateTierName(std::get<0>(info.param)),
+      return fmt::format("{}_{}_{}", offload::OptimizerStateTierName(std::get<0>(info.param)),
                          DTypeName(std::get<1>(info.param)), std::get<2>(info.param));
     });
 
@@ -79,14 +81,16 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(OffloadedAdamTest, LowPrecisionGradientsMatchTheirWidenedValues) {
   auto device = MakeCpuDevice();
   for (DType grad : {DType::kBF16, DType::kF16}) {
-    for (OptimizerStateTier tier : {OptimizerStateTier::kHost, OptimizerStateTier::kNvme}) {
-      SCOPED_TRACE(fmt::format("{} grads, {}", DTypeName(grad), OptimizerStateTierName(tier)));
+    for (offload::OptimizerStateTier tier :
+         {offload::OptimizerStateTier::kHost, offload::OptimizerStateTier::kNvme}) {
+      SCOPED_TRACE(
+          fmt::format("{} grads, {}", DTypeName(grad), offload::OptimizerStateTierName(tier)));
       const RunInputs inputs = MakeRunInputs(grad, grad, 2 * kTile + 3, 3, 5);
       const StateAfter expected = RunShardedAdam(*device, inputs, 3);
       NvmeFixture nvme;
-      Result<StateAfter> actual =
-          RunOffloadedAdam(*device, inputs, 3,
-                           tier == OptimizerStateTier::kNvme ? NvmeOptions(nvme) : HostOptions());
+      Result<StateAfter> actual = RunOffloadedAdam(
+          *device, inputs, 3,
+          tier == offload::OptimizerStateTier::kNvme ? NvmeOptions(nvme) : HostOptions());
       ASSERT_TRUE(actual.ok()) << actual.status().ToString();
       EXPECT_EQ(FirstDifference(expected, *actual), "");
     }
@@ -102,7 +106,7 @@ TEST(OffloadedAdamTest, EveryPipelineSettingGivesTheSameBits) {
       for (bool write : {false, true}) {
         SCOPED_TRACE(fmt::format("buffer_count {} read {} write {}", buffers, read, write));
         NvmeFixture nvme;
-        OffloadedAdamOptions options = NvmeOptions(nvme);
+        offload::OffloadedAdamOptions options = NvmeOptions(nvme);
         options.buffer_count = buffers;
         options.pipeline_read = read;
         options.pipeline_write = write;
@@ -119,22 +123,24 @@ TEST(OffloadedAdamTest, RestoredStateContinuesExactly) {
   const RunInputs inputs = MakeRunInputs(DType::kBF16, DType::kF32, 3 * kTile + 1, 3, 9);
   const StateAfter after2 = RunShardedAdam(*device, inputs, 2);
   const StateAfter after3 = RunShardedAdam(*device, inputs, 3);
-  for (OptimizerStateTier tier : {OptimizerStateTier::kHost, OptimizerStateTier::kNvme}) {
-    SCOPED_TRACE(OptimizerStateTierName(tier));
+  for (offload::OptimizerStateTier tier :
+       {offload::OptimizerStateTier::kHost, offload::OptimizerStateTier::kNvme}) {
+    SCOPED_TRACE(offload::OptimizerStateTierName(tier));
     NvmeFixture nvme;
     std::vector<std::byte> zeros(inputs.params.size());
     DeviceBuffer params =
         testing::ToDevice(*device, zeros.data(), zeros.size(), MemoryCategory::kParams);
-    auto adam = OffloadedAdam::Create(
-        *device, testing::TestOptimizer(), inputs.param_dtype, params.data(), inputs.grad_dtype,
-        inputs.count, 1, tier == OptimizerStateTier::kNvme ? NvmeOptions(nvme) : HostOptions());
+    auto adam = offload::OffloadedAdam::Create(
+        *device, CpuOptimizerOf(testing::TestOptimizer()), inputs.param_dtype, params.data(),
+        inputs.grad_dtype, inputs.count, 1,
+        tier == offload::OptimizerStateTier::kNvme ? NvmeOptions(nvme) : HostOptions());
     ASSERT_TRUE(adam.ok()) << adam.status().ToString();
     // The restore asks for the state tile by tile, in order: it never holds more than a tile.
-    const OptimizerStateSource arrays =
-        StateArraysSource(after2.master.data(), after2.exp_avg.data(), after2.exp_avg_sq.data());
+    const offload::OptimizerStateSource arrays = offload::StateArraysSource(
+        after2.master.data(), after2.exp_avg.data(), after2.exp_avg_sq.data());
     int64_t next = 0;
-    const OptimizerStateSource recorded = [&](int64_t begin, int64_t n, float* master,
-                                              float* exp_avg, float* exp_avg_sq) {
+    const offload::OptimizerStateSource recorded = [&](int64_t begin, int64_t n, float* master,
+                                                       float* exp_avg, float* exp_avg_sq) {
       EXPECT_EQ(begin, next);
       EXPECT_LE(n, (*adam)->tiles().tile_elements);
       next = begin + n;
@@ -174,8 +180,9 @@ TEST(OffloadedAdamTest, StepBeforeTheMasterWeightsIsRefused) {
       testing::ToDevice(*device, zeros.data(), zeros.size(), MemoryCategory::kParams);
   DeviceBuffer grads =
       testing::ToDevice(*device, zeros.data(), zeros.size(), MemoryCategory::kGrads);
-  auto adam = OffloadedAdam::Create(*device, testing::TestOptimizer(), DType::kBF16, params.data(),
-                                    DType::kBF16, 64, 1, HostOptions());
+  auto adam = offload::OffloadedAdam::Create(*device, CpuOptimizerOf(testing::TestOptimizer()),
+                                             DType::kBF16, params.data(), DType::kBF16, 64, 1,
+                                             HostOptions());
   ASSERT_TRUE(adam.ok()) << adam.status().ToString();
   Status status = (*adam)->Step(grads.data(), 1e-3, 1.0);
   EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition);
@@ -193,29 +200,31 @@ TEST(OffloadedAdamTest, ChargesEachTierWhatItHoldsAndNothingToTheDevice) {
                                           MemoryCategory::kParams);
   DeviceBuffer grads = testing::ToDevice(*device, inputs.grads[0].data(), inputs.grads[0].size(),
                                          MemoryCategory::kGrads);
-  for (OptimizerStateTier tier : {OptimizerStateTier::kHost, OptimizerStateTier::kNvme}) {
-    SCOPED_TRACE(OptimizerStateTierName(tier));
+  for (offload::OptimizerStateTier tier :
+       {offload::OptimizerStateTier::kHost, offload::OptimizerStateTier::kNvme}) {
+    SCOPED_TRACE(offload::OptimizerStateTierName(tier));
     NvmeFixture nvme;
-    OffloadedAdamOptions options =
-        tier == OptimizerStateTier::kNvme ? NvmeOptions(nvme) : HostOptions();
+    offload::OffloadedAdamOptions options =
+        tier == offload::OptimizerStateTier::kNvme ? NvmeOptions(nvme) : HostOptions();
     options.buffer_count = 3;
     const MemorySnapshot before = ledger.Snapshot();
-    auto adam = OffloadedAdam::Create(*device, testing::TestOptimizer(), DType::kBF16,
-                                      params.data(), DType::kBF16, count, 1, options);
+    auto adam = offload::OffloadedAdam::Create(*device, CpuOptimizerOf(testing::TestOptimizer()),
+                                               DType::kBF16, params.data(), DType::kBF16, count, 1,
+                                               options);
     ASSERT_TRUE(adam.ok()) << adam.status().ToString();
     const MemorySnapshot created = ledger.Snapshot();
     auto delta = [&](const MemorySnapshot& s, MemoryTier t) {
       return static_cast<int64_t>(s.tier(t).current) - static_cast<int64_t>(before.tier(t).current);
     };
     // One tile per slot: its gradients and parameters (2 + 2 bytes), plus p|m|v on NVMe.
-    const int64_t per_element = tier == OptimizerStateTier::kNvme ? 12 + 2 + 2 : 2 + 2;
+    const int64_t per_element = tier == offload::OptimizerStateTier::kNvme ? 12 + 2 + 2 : 2 + 2;
     const int64_t tile_bytes = kTile * per_element;
     EXPECT_EQ(delta(created, MemoryTier::kHostPinned), 3 * tile_bytes);
     EXPECT_EQ((*adam)->pinned_bytes(), static_cast<uint64_t>(3 * tile_bytes));
     EXPECT_EQ(delta(created, MemoryTier::kDevice), 0);
     const int64_t page = sysconf(_SC_PAGESIZE);
     const int64_t state_bytes = 3 * ((count * 4 + page - 1) / page * page);
-    if (tier == OptimizerStateTier::kHost) {
+    if (tier == offload::OptimizerStateTier::kHost) {
       EXPECT_EQ(delta(created, MemoryTier::kHost), state_bytes);
       EXPECT_EQ(delta(created, MemoryTier::kNvme), 0);
     } else {
@@ -252,8 +261,8 @@ TEST(OffloadedAdamOptionsTest, TileAndRingComeFromTheConfig) {
   zero.offload_optimizer.pipeline_write = false;
   auto options = OffloadedAdamOptionsFromConfig(zero, nullptr);
   ASSERT_TRUE(options.ok()) << options.status().ToString();
-  EXPECT_EQ(options->tier, OptimizerStateTier::kHost);
-  EXPECT_EQ(options->tile_elements, kDefaultOffloadTileElements);  // 1e9 is capped
+  EXPECT_EQ(options->tier, offload::OptimizerStateTier::kHost);
+  EXPECT_EQ(options->tile_elements, offload::kDefaultOffloadTileElements);  // 1e9 is capped
   EXPECT_EQ(options->buffer_count, 5);
   EXPECT_TRUE(options->pipeline_read);
   EXPECT_FALSE(options->pipeline_write);

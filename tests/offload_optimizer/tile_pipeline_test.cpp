@@ -1,12 +1,12 @@
-// The tile schedule on its own (offload_tile_pipeline.h): order, overlap, the bound on slots in
+// The tile schedule on its own (offload/tile_pipeline.h): order, overlap, the bound on slots in
 // use, and how an error drains the transfers in flight.
+#include "offload/tile_pipeline.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
-
-#include "engine/zero/offload_tile_pipeline.h"
 
 namespace sluice::zero {
 namespace {
@@ -19,8 +19,8 @@ using ::testing::HasSubstr;
 struct Recorder {
   explicit Recorder(int slots) : owner(static_cast<size_t>(slots), -1) {}
 
-  TilePipelineHooks Hooks() {
-    TilePipelineHooks h;
+  offload::TilePipelineHooks Hooks() {
+    offload::TilePipelineHooks h;
     h.begin_fetch = [this](int64_t t, int s) { return Log('F', t, s); };
     h.finish_fetch = [this](int64_t t, int s) { return Log('f', t, s); };
     h.compute = [this](int64_t t, int s) { return Log('C', t, s); };
@@ -64,28 +64,28 @@ struct Recorder {
 };
 
 TEST(TileGridTest, CutsTheRangeIntoTilesWithAShortLastOne) {
-  const TileGrid grid{5000, 2048};
+  const offload::TileGrid grid{5000, 2048};
   EXPECT_EQ(grid.num_tiles(), 3);
   EXPECT_EQ(grid.begin(2), 4096);
   EXPECT_EQ(grid.length(0), 2048);
   EXPECT_EQ(grid.length(2), 904);
   EXPECT_EQ(grid.max_length(), 2048);
-  EXPECT_EQ((TileGrid{7, 2048}).max_length(), 7);
-  EXPECT_EQ((TileGrid{0, 2048}).num_tiles(), 0);
+  EXPECT_EQ((offload::TileGrid{7, 2048}).max_length(), 7);
+  EXPECT_EQ((offload::TileGrid{0, 2048}).num_tiles(), 0);
 }
 
 TEST(TilePipelineTest, ReadAheadFollowsTheSwitchesAndTheRing) {
-  EXPECT_EQ(TileReadAhead({4, true, true}), 2);
-  EXPECT_EQ(TileReadAhead({4, true, false}), 3);
-  EXPECT_EQ(TileReadAhead({3, true, true}), 1);
-  EXPECT_EQ(TileReadAhead({2, true, true}), 1);
-  EXPECT_EQ(TileReadAhead({1, true, true}), 0);
-  EXPECT_EQ(TileReadAhead({4, false, true}), 0);
+  EXPECT_EQ(offload::TileReadAhead({4, true, true}), 2);
+  EXPECT_EQ(offload::TileReadAhead({4, true, false}), 3);
+  EXPECT_EQ(offload::TileReadAhead({3, true, true}), 1);
+  EXPECT_EQ(offload::TileReadAhead({2, true, true}), 1);
+  EXPECT_EQ(offload::TileReadAhead({1, true, true}), 0);
+  EXPECT_EQ(offload::TileReadAhead({4, false, true}), 0);
 }
 
 TEST(TilePipelineTest, WithoutPipeliningEachTileIsReadUpdatedAndWrittenAlone) {
   Recorder r(4);
-  ASSERT_TRUE(RunTilePipeline(3, {4, false, false}, r.Hooks()).ok());
+  ASSERT_TRUE(offload::RunTilePipeline(3, {4, false, false}, r.Hooks()).ok());
   EXPECT_THAT(r.log, ElementsAre("F0", "f0", "C0", "S0", "s0", "F1", "f1", "C1", "S1", "s1", "F2",
                                  "f2", "C2", "S2", "s2"));
   EXPECT_TRUE(r.violations.empty()) << r.violations.front();
@@ -95,7 +95,7 @@ TEST(TilePipelineTest, PipelinedReadsAheadAndWritesBehindWithinTheRing) {
   for (int slots : {2, 3, 4, 6}) {
     SCOPED_TRACE(slots);
     Recorder r(slots);
-    ASSERT_TRUE(RunTilePipeline(10, {slots, true, true}, r.Hooks()).ok());
+    ASSERT_TRUE(offload::RunTilePipeline(10, {slots, true, true}, r.Hooks()).ok());
     EXPECT_TRUE(r.violations.empty()) << r.violations.front();
     EXPECT_LE(r.max_in_use, slots);
     for (int t = 0; t < 10; ++t) {
@@ -123,7 +123,7 @@ TEST(TilePipelineTest, PipelinedReadsAheadAndWritesBehindWithinTheRing) {
 
 TEST(TilePipelineTest, PipelineWriteAloneOverlapsTheWriteWithTheNextTile) {
   Recorder r(2);
-  ASSERT_TRUE(RunTilePipeline(4, {2, false, true}, r.Hooks()).ok());
+  ASSERT_TRUE(offload::RunTilePipeline(4, {2, false, true}, r.Hooks()).ok());
   EXPECT_TRUE(r.violations.empty()) << r.violations.front();
   for (int t = 1; t < 4; ++t) {
     // Not read ahead: tile t is fetched after t-1 was updated...
@@ -135,7 +135,7 @@ TEST(TilePipelineTest, PipelineWriteAloneOverlapsTheWriteWithTheNextTile) {
 
 TEST(TilePipelineTest, ASingleSlotSerializesEverything) {
   Recorder r(1);
-  ASSERT_TRUE(RunTilePipeline(3, {1, true, true}, r.Hooks()).ok());
+  ASSERT_TRUE(offload::RunTilePipeline(3, {1, true, true}, r.Hooks()).ok());
   EXPECT_TRUE(r.violations.empty()) << r.violations.front();
   EXPECT_EQ(r.max_in_use, 1);
 }
@@ -144,7 +144,7 @@ TEST(TilePipelineTest, AnUpdateErrorStopsTheStepAndDrainsEveryTransfer) {
   Recorder r(4);
   r.fail_at_what = 'C';
   r.fail_at_tile = 3;
-  Status status = RunTilePipeline(10, {4, true, true}, r.Hooks());
+  Status status = offload::RunTilePipeline(10, {4, true, true}, r.Hooks());
   ASSERT_EQ(status.code(), StatusCode::kIoError);
   EXPECT_THAT(status.message(), HasSubstr("injected at C3"));
   EXPECT_EQ(r.Position("C4"), -1);  // nothing updated after the failure
@@ -160,7 +160,7 @@ TEST(TilePipelineTest, AStoreErrorIsReportedForTheFirstFailingTile) {
   Recorder r(4);
   r.fail_at_what = 's';
   r.fail_at_tile = 8;  // among the last stores, which finish at the end of the step
-  Status status = RunTilePipeline(10, {4, true, true}, r.Hooks());
+  Status status = offload::RunTilePipeline(10, {4, true, true}, r.Hooks());
   ASSERT_FALSE(status.ok());
   EXPECT_THAT(status.message(), HasSubstr("s8"));
   EXPECT_NE(r.Position("s9"), -1);  // the rest still settled

@@ -31,7 +31,7 @@
 namespace sluice::zero::testing {
 namespace {
 
-constexpr int64_t kTile = kOffloadTileQuantum;
+constexpr int64_t kTile = offload::kOffloadTileQuantum;
 
 using Outcome = OffloadOutcome;
 

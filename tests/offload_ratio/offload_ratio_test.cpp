@@ -20,7 +20,7 @@ namespace {
 using ::sluice::testing::LoadJson;
 using ::sluice::testing::LoadYaml;
 
-constexpr int64_t kTile = kOffloadTileQuantum;  // 2048
+constexpr int64_t kTile = offload::kOffloadTileQuantum;  // 2048
 
 TEST(OffloadRatioRule, KeepsTheFirstTilesOnTheDeviceAsDeepSpeed) {
   const int64_t count = 10 * kTile;

@@ -14,6 +14,7 @@
 
 #include "engine/zero/partition_copy.h"
 #include "engine/zero/zero_optimizer.h"
+#include "offload/rank_tiers.h"
 #include "runtime/check.h"
 #include "runtime/device/device_factory.h"
 #include "tests/common/test_ops.h"
@@ -24,8 +25,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr int64_t kTile = kOffloadTileQuantum;  // sub_group_size 2048
-constexpr int64_t kCount = 5 * kTile + 700;     // six tiles, the last one partial
+constexpr int64_t kTile = offload::kOffloadTileQuantum;  // sub_group_size 2048
+constexpr int64_t kCount = 5 * kTile + 700;              // six tiles, the last one partial
 
 ZeroOptions SplitOptions(DType dtype, OffloadDevice tier, double ratio) {
   ZeroOptions o;
@@ -48,6 +49,9 @@ struct Rig {
   DeviceBuffer params;
   std::unique_ptr<ops::OpsBackend> ops;
   std::unique_ptr<Stream> stream;  // the device optimizer's
+  // The rank's tiers (its I/O engine), before the optimizer, which borrows them.
+  std::unique_ptr<offload::RankTiers> tiers =
+      std::make_unique<offload::RankTiers>(offload::RankTiersOptions{.rank = 0});
   std::unique_ptr<ZeroOptimizer> adam;
 };
 
@@ -65,11 +69,11 @@ Rig MakeRig(Device& device, ZeroOptions options, uint32_t seed) {
   std::vector<float> values(kCount);
   for (float& v : values) v = normal(random);
   // The cpu device's memory is host-addressable.
-  ConvertFromF32(values.data(), rig.params.data(), options.param_dtype, kCount, 1);
+  offload::ConvertFromF32(values.data(), rig.params.data(), options.param_dtype, kCount, 1);
   rig.ops = sluice::testing::CpuOpsOn(device);
   rig.stream = std::move(device.CreateStream()).value();
   Result<std::unique_ptr<ZeroOptimizer>> adam = CreateZeroOptimizer(
-      *rig.ops, *rig.stream, options, {.shard = rig.params.data()}, kCount, /*rank=*/0);
+      *rig.ops, *rig.stream, options, {.shard = rig.params.data()}, kCount, *rig.tiers);
   SLUICE_CHECK(adam.ok()) << adam.status().ToString();
   rig.adam = std::move(adam).value();
   Status loaded = rig.adam->LoadMasterFromParams();
@@ -202,8 +206,8 @@ TEST_P(SplitOptimizerTest, StepsAndStateMatchTheDeviceOptimizerAcrossTheSplit) {
   ASSERT_EQ(dynamic_cast<const SplitOptimizer&>(*restored.adam).device_elements(), 4 * kTile);
   const State full = ReadAll(*reference.adam, 0, kCount);
   ASSERT_TRUE(restored.adam
-                  ->RestoreState(StateArraysSource(full.master.data(), full.exp_avg.data(),
-                                                   full.exp_avg_sq.data()),
+                  ->RestoreState(offload::StateArraysSource(full.master.data(), full.exp_avg.data(),
+                                                            full.exp_avg_sq.data()),
                                  reference.adam->step())
                   .ok());
   EXPECT_EQ(restored.adam->step(), 3);
@@ -242,11 +246,11 @@ TEST_P(SplitOptimizerTest, ARestoreThatFailsPartWayBlocksStepsUntilARestoreSucce
   Steps steps(*device_);
   steps.Run(0, {rig.adam.get()});
   const State state = ReadAll(*rig.adam, 0, kCount);
-  const OptimizerStateSource good =
-      StateArraysSource(state.master.data(), state.exp_avg.data(), state.exp_avg_sq.data());
+  const offload::OptimizerStateSource good = offload::StateArraysSource(
+      state.master.data(), state.exp_avg.data(), state.exp_avg_sq.data());
   const int64_t corrupt_from = kCount - kTile;  // inside the offloaded part
-  const OptimizerStateSource failing = [&](int64_t begin, int64_t n, float* master, float* exp_avg,
-                                           float* exp_avg_sq) {
+  const offload::OptimizerStateSource failing = [&](int64_t begin, int64_t n, float* master,
+                                                    float* exp_avg, float* exp_avg_sq) {
     if (begin + n > corrupt_from) return DataLossError("checkpoint block at element {}", begin);
     return good(begin, n, master, exp_avg, exp_avg_sq);
   };
@@ -321,11 +325,13 @@ TEST(SplitOptimizerOptions, RefusesAnNvmeParameterStore) {
   Result<std::unique_ptr<Device>> device = CreateDevice({.memory_limit_bytes = 16 << 20});
   ASSERT_TRUE(device.ok());
   ZeroOptions options = SplitOptions(DType::kBF16, OffloadDevice::kCpu, 0.5);
-  NvmeParamStore* store = reinterpret_cast<NvmeParamStore*>(&options);  // never dereferenced
+  // Never dereferenced.
+  offload::NvmeParamStore* store = reinterpret_cast<offload::NvmeParamStore*>(&options);
   const std::unique_ptr<ops::OpsBackend> ops = sluice::testing::CpuOpsOn(**device);
   const std::unique_ptr<Stream> stream = std::move((*device)->CreateStream()).value();
+  offload::RankTiers tiers({.rank = 0});
   Result<std::unique_ptr<ZeroOptimizer>> adam =
-      CreateZeroOptimizer(*ops, *stream, options, {.nvme = store}, kCount, 0);
+      CreateZeroOptimizer(*ops, *stream, options, {.nvme = store}, kCount, tiers);
   ASSERT_FALSE(adam.ok());
   EXPECT_NE(adam.status().message().find("offload_param.device = nvme"), std::string::npos)
       << adam.status().ToString();

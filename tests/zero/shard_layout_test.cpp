@@ -128,9 +128,9 @@ std::vector<std::vector<uint8_t>> Shards(const model::ParameterRegistry& registr
     std::vector<uint8_t> shard(static_cast<size_t>(layout.shard_elements()) * DTypeSize(dtype), 0);
     for (const PartitionInfo& p : layout.partitions()) {
       const ShardSpan owned = layout.Owned(p);
-      ConvertFromF32(full.data() + p.full_offset + owned.offset,
-                     shard.data() + static_cast<size_t>(p.shard_offset) * DTypeSize(dtype), dtype,
-                     static_cast<int64_t>(owned.count), 1);
+      offload::ConvertFromF32(full.data() + p.full_offset + owned.offset,
+                              shard.data() + static_cast<size_t>(p.shard_offset) * DTypeSize(dtype),
+                              dtype, static_cast<int64_t>(owned.count), 1);
     }
     shards.push_back(std::move(shard));
   }
@@ -354,7 +354,7 @@ TEST(DeviceSegments, MoveWhatTheHostFunctionsMove) {
     for (const DType dtype : {DType::kF32, DType::kBF16}) {
       const std::vector<float> values = random(gathered_n);
       std::vector<uint8_t> gathered(static_cast<size_t>(gathered_n) * DTypeSize(dtype));
-      ConvertFromF32(values.data(), gathered.data(), dtype, gathered_n, 1);
+      offload::ConvertFromF32(values.data(), gathered.data(), dtype, gathered_n, 1);
       std::vector<float> want(static_cast<size_t>(total), 5.0f), have(want);
       UnpackGathered(
           layout, run, gathered.data(), dtype,

@@ -1,23 +1,25 @@
-// The stage-3 parameter shard of one rank on NVMe (zero_optimization.offload_param.device nvme).
-// No full copy of the shard exists anywhere else: the offloaded optimizer writes each step's
-// updated tiles back here (WriteBack, in shard order) and the parameter coordinator reads each
-// unit's piece ahead of its all-gather (BeginRead / AwaitRead / EndRead).
+// The parameter shard of one rank on NVMe (the engine's zero_optimization.offload_param.device
+// nvme, at stage 3). No full copy of the shard exists anywhere else: the offloaded optimizer writes
+// each step's updated tiles back here (WriteBack, in shard order) and the parameter coordinator
+// reads each unit's piece ahead of its all-gather (BeginRead / AwaitRead / EndRead).
 //
-// Layout: a swap store of its own ("sluice_params.rank<R>.swp" in offload_param.nvme_path) with
-// one extent per gather group, in shard order: "params.<i>" for each unit's non-persistent run
-// (what one all-gather sends) and one for the persistent run. A gather reads exactly its
-// extent, so every read is one request of one group, checksummed as a whole.
+// Layout: a swap store of its own ("sluice_params.rank<R>.swp" in offload_param.nvme_path), on the
+// rank's I/O engine (rank_tiers.h), with one extent per gather group, in shard order (the engine
+// names the groups: "params.<i>" for each unit's non-persistent run, what one all-gather sends,
+// and one for the persistent run). A gather reads exactly its extent, so every read is one
+// request of one group, checksummed as a whole.
 //
 // Bounds:
 //   - pinned staging: buffer_count slots of min(buffer_size, largest group) elements; every read
 //     and every write-back goes through a slot, so the pinned bytes never exceed
-//     buffer_count x buffer_size elements. A group larger than buffer_size is refused at
-//     creation (naming the group and offload_param.buffer_size);
+//     buffer_count x buffer_size elements, reserved from the rank's pinned staging budget. A
+//     group larger than buffer_size is refused at creation (naming the group and
+//     offload_param.buffer_size);
 //   - host cache: up to max_in_cpu elements of groups are kept in host memory after their first
 //     read (the first groups read are the first ones in trace order) and refreshed by every
 //     write-back, so they are never re-read from NVMe.
 //
-//   auto store = NvmeParamStore::Create(device, options, NvmeParamGroupsOf(layout, registry));
+//   auto store = NvmeParamStore::Create(device, tiers, options, groups);
 //   store->WriteBack(offset, n, values) ... store->FinishWriteBack();  // shard order, all groups
 //   NvmeParamRead read = store->BeginRead(group);  // issues the NVMe read (or hits the cache)
 //   ... on the comm stream: const void* values = store->AwaitRead(read); use; EndRead(read);
@@ -31,11 +33,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/config/config.h"
-#include "engine/model/parameter_registry.h"
-#include "engine/zero/host_shard_buffer.h"
-#include "engine/zero/shard_layout.h"
-#include "offload/aio_engine.h"
+#include "offload/host_shard_buffer.h"
+#include "offload/rank_tiers.h"
 #include "offload/swap_handle.h"
 #include "offload/swap_store.h"
 #include "runtime/device.h"
@@ -43,7 +42,7 @@
 #include "runtime/memory_accounting.h"
 #include "runtime/status.h"
 
-namespace sluice::zero {
+namespace sluice::offload {
 
 struct NvmeParamGroup {
   std::string what;    // "the parameters of <unit>", for errors
@@ -52,10 +51,6 @@ struct NvmeParamGroup {
   int64_t elements = 0;  // this rank's elements of the group (its piece of the all-gather)
 };
 
-// One group per unit with non-persistent parameters (registry order), then the persistent run.
-std::vector<NvmeParamGroup> NvmeParamGroupsOf(const ShardLayout& layout,
-                                              const model::ParameterRegistry& registry);
-
 struct NvmeParamStoreOptions {
   std::string nvme_path;  // offload_param.nvme_path
   int rank = 0;
@@ -63,13 +58,7 @@ struct NvmeParamStoreOptions {
   int buffer_count = 5;             // offload_param.buffer_count
   int64_t buffer_size = 100000000;  // offload_param.buffer_size (elements)
   int64_t max_in_cpu = 1000000000;  // offload_param.max_in_cpu (elements)
-  offload::AioOptions aio;
 };
-
-// From zero_optimization.offload_param.* (nvme_path, buffer_count, buffer_size, max_in_cpu),
-// the parameter dtype and aio.*.
-NvmeParamStoreOptions NvmeParamStoreOptionsOf(const OffloadParamConfig& config, DType dtype,
-                                              const AioConfig& aio, int rank);
 
 struct NvmeParamStoreStats {
   int64_t nvme_reads = 0;    // group reads issued to NVMe
@@ -87,15 +76,16 @@ struct NvmeParamRead {
   int group = -1;
   int slot = -1;  // -1: served from the cache
   const void* data = nullptr;
-  offload::SwapHandle handle;
+  SwapHandle handle;
   int64_t issued_ns = 0;  // trace clock
 };
 
 class NvmeParamStore {
  public:
-  // Creates the swap store and the staging. InvalidArgument (naming offload_param.buffer_size or
-  // buffer_count) when a group does not fit a slot.
-  static Result<std::unique_ptr<NvmeParamStore>> Create(Device& device,
+  // Creates the swap store (on `tiers`' I/O engine) and the staging (reserved from `tiers`'
+  // pinned staging budget). InvalidArgument (naming offload_param.buffer_size or buffer_count)
+  // when a group does not fit a slot. `tiers` must outlive the store.
+  static Result<std::unique_ptr<NvmeParamStore>> Create(Device& device, RankTiers& tiers,
                                                         const NvmeParamStoreOptions& options,
                                                         std::vector<NvmeParamGroup> groups);
   // Waits for the I/O in flight.
@@ -132,7 +122,7 @@ class NvmeParamStore {
   uint64_t pinned_bytes() const { return staging_.size(); }
   uint64_t cache_bytes() const;
   uint64_t nvme_bytes() const;
-  offload::SwapStore& swap_store() { return *store_; }
+  SwapStore& swap_store() { return *store_; }
 
  private:
   NvmeParamStore(const NvmeParamStoreOptions& options, std::vector<NvmeParamGroup> groups);
@@ -150,9 +140,9 @@ class NvmeParamStore {
   size_t element_size_ = 4;
   int64_t slot_elements_ = 0;
   uint64_t slot_bytes_ = 0;
-  // Declaration order: the store goes before its engine; handles before the store.
-  std::unique_ptr<offload::AioEngine> aio_;
-  std::unique_ptr<offload::SwapStore> store_;
+  // Declaration order: handles before the store (the engine is the rank's, in RankTiers).
+  std::unique_ptr<SwapStore> store_;
+  StagingReservation staging_reservation_;
   PinnedBuffer staging_;
   std::vector<HostShardBuffer> cache_;  // per group; empty when not cached
   MemoryCharge nvme_charge_;            // the extents, on the ledger's NVMe tier
@@ -161,7 +151,7 @@ class NvmeParamStore {
   mutable std::mutex mu_;
   std::condition_variable slot_freed_;
   std::vector<bool> slot_busy_;
-  std::vector<offload::SwapHandle> pending_writes_;  // per slot
+  std::vector<SwapHandle> pending_writes_;  // per slot
   NvmeParamStoreStats stats_;
 
   // Write-back cursor: the group being assembled and the slot it is assembled in.
@@ -171,4 +161,4 @@ class NvmeParamStore {
   std::deque<int> writes_in_flight_;  // slots of the groups being written, oldest first
 };
 
-}  // namespace sluice::zero
+}  // namespace sluice::offload

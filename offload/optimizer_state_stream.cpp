@@ -1,8 +1,8 @@
-#include "engine/zero/optimizer_state_stream.h"
+#include "offload/optimizer_state_stream.h"
 
 #include <cstring>
 
-namespace sluice::zero {
+namespace sluice::offload {
 
 Status CheckStateRange(int64_t begin, int64_t n, int64_t count) {
   if (begin >= 0 && n >= 0 && begin + n <= count) return OkStatus();
@@ -40,4 +40,4 @@ OptimizerStateSource StateArraysSource(const float* master, const float* exp_avg
   };
 }
 
-}  // namespace sluice::zero
+}  // namespace sluice::offload

@@ -12,7 +12,7 @@
 #include "runtime/memory_kinds.h"
 #include "runtime/status.h"
 
-namespace sluice::zero {
+namespace sluice::offload {
 
 class HostShardBuffer {
  public:
@@ -37,4 +37,4 @@ class HostShardBuffer {
   MemoryCharge charge_;
 };
 
-}  // namespace sluice::zero
+}  // namespace sluice::offload

@@ -15,7 +15,7 @@
 #include "runtime/dtype.h"
 #include "runtime/status.h"
 
-namespace sluice::zero {
+namespace sluice::offload {
 
 struct StagingSlotLayout {
   uint64_t state_offset = 0;
@@ -60,4 +60,4 @@ class StagingRing {
   PinnedBuffer buffer_;
 };
 
-}  // namespace sluice::zero
+}  // namespace sluice::offload

@@ -14,10 +14,10 @@
 #include <algorithm>
 #include <vector>
 
-#include "engine/zero/offloaded_adam.h"
+#include "offload/offloaded_adam.h"
 #include "runtime/logging.h"
 
-namespace sluice::zero {
+namespace sluice::offload {
 namespace {
 
 // The reads of one stream, one per slot, and the tile each slot is reading.
@@ -27,7 +27,7 @@ class RingReads {
   // Waits for every read still in flight (each slot is then free again); their own errors are
   // logged: the caller is already returning an earlier one.
   ~RingReads() {
-    for (offload::SwapHandle& handle : handles_) {
+    for (SwapHandle& handle : handles_) {
       Status status = handle.Wait();
       if (!status.ok()) {
         SLUICE_LOG(kDebug, "offload", "read settled after a failed state stream: {}",
@@ -38,16 +38,16 @@ class RingReads {
   RingReads(const RingReads&) = delete;
   RingReads& operator=(const RingReads&) = delete;
 
-  offload::SwapHandle& slot(int index) { return handles_[static_cast<size_t>(index)]; }
+  SwapHandle& slot(int index) { return handles_[static_cast<size_t>(index)]; }
   // Waits for the read in `index` and leaves the slot empty.
   Status Take(int index) {
     Status status = slot(index).Wait();
-    slot(index) = offload::SwapHandle();
+    slot(index) = SwapHandle();
     return status;
   }
 
  private:
-  std::vector<offload::SwapHandle> handles_;
+  std::vector<SwapHandle> handles_;
 };
 
 }  // namespace
@@ -98,4 +98,4 @@ Status OffloadedAdam::StreamState(int64_t begin, int64_t n, const OptimizerState
   return OkStatus();
 }
 
-}  // namespace sluice::zero
+}  // namespace sluice::offload

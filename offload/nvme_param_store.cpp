@@ -1,55 +1,21 @@
-#include "engine/zero/nvme_param_store.h"
+#include "offload/nvme_param_store.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
 
-#include "engine/zero/offload_options.h"
 #include "offload/aligned_buffer.h"
 #include "runtime/check.h"
 #include "runtime/trace.h"
 
-namespace sluice::zero {
-
-std::vector<NvmeParamGroup> NvmeParamGroupsOf(const ShardLayout& layout,
-                                              const model::ParameterRegistry& registry) {
-  std::vector<NvmeParamGroup> groups;
-  for (size_t u = 0; u < layout.units().size(); ++u) {
-    const UnitShards& shards = layout.units()[u];
-    if (shards.gathered_numel == 0) continue;
-    groups.push_back({.what = fmt::format("the parameters of {}", registry.units()[u].name),
-                      .extent = fmt::format("params.{}", groups.size()),
-                      .shard_offset = shards.gather_offset,
-                      .elements = shards.gather_elements});
-  }
-  if (layout.persistent_elements() > 0) {
-    groups.push_back({.what = "the persistent parameters",
-                      .extent = "params.persistent",
-                      .shard_offset = layout.persistent_offset(),
-                      .elements = layout.persistent_elements()});
-  }
-  return groups;
-}
-
-NvmeParamStoreOptions NvmeParamStoreOptionsOf(const OffloadParamConfig& config, DType dtype,
-                                              const AioConfig& aio, int rank) {
-  NvmeParamStoreOptions options;
-  options.nvme_path = config.nvme_path;
-  options.rank = rank;
-  options.dtype = dtype;
-  options.buffer_count = config.buffer_count;
-  options.buffer_size = config.buffer_size;
-  options.max_in_cpu = config.max_in_cpu;
-  options.aio = AioOptionsOf(aio);
-  return options;
-}
+namespace sluice::offload {
 
 NvmeParamStore::NvmeParamStore(const NvmeParamStoreOptions& options,
                                std::vector<NvmeParamGroup> groups)
     : options_(options), groups_(std::move(groups)), element_size_(DTypeSize(options.dtype)) {}
 
-Result<std::unique_ptr<NvmeParamStore>> NvmeParamStore::Create(Device& device,
+Result<std::unique_ptr<NvmeParamStore>> NvmeParamStore::Create(Device& device, RankTiers& tiers,
                                                                const NvmeParamStoreOptions& options,
                                                                std::vector<NvmeParamGroup> groups) {
   if (options.buffer_count < 1) {
@@ -79,37 +45,27 @@ Result<std::unique_ptr<NvmeParamStore>> NvmeParamStore::Create(Device& device,
           options.buffer_size, g.what, g.elements, g.elements);
     }
     largest = std::max(largest, g.elements);
-    capacity += offload::AlignUp(static_cast<uint64_t>(g.elements) * s->element_size_,
-                                 offload::kIoAlignment);
+    capacity += AlignUp(static_cast<uint64_t>(g.elements) * s->element_size_, kIoAlignment);
   }
   s->slot_elements_ = largest;
-  s->slot_bytes_ =
-      offload::AlignUp(static_cast<uint64_t>(largest) * s->element_size_, offload::kIoAlignment);
+  s->slot_bytes_ = AlignUp(static_cast<uint64_t>(largest) * s->element_size_, kIoAlignment);
   s->cache_.resize(s->groups_.size());
 
-  Result<std::unique_ptr<offload::AioEngine>> aio = offload::AioEngine::Create(options.aio);
-  if (!aio.ok()) {
-    return Status(aio.status())
-        .WithContext("creating the I/O engine of zero_optimization.offload_param (aio.*)");
-  }
-  s->aio_ = std::move(aio).value();
-  offload::SwapStoreOptions store;
+  SwapStoreOptions store;
   store.paths = {options.nvme_path};
   store.rank = options.rank;
   store.capacity_bytes = capacity;
   store.file_name = fmt::format("sluice_params.rank{}.swp", options.rank);
   store.remove_on_close = true;  // scratch: the state that matters goes into checkpoints
-  Result<std::unique_ptr<offload::SwapStore>> created = offload::SwapStore::Create(*s->aio_, store);
-  if (!created.ok()) {
-    return Status(created.status())
-        .WithContext(fmt::format(
-            "creating the parameter swap store in zero_optimization.offload_param.nvme_path = {}",
-            options.nvme_path));
-  }
+  Result<std::unique_ptr<SwapStore>> created = tiers.OpenSwapStore(
+      store,
+      fmt::format("the parameter swap store in zero_optimization.offload_param.nvme_path = {}",
+                  options.nvme_path));
+  if (!created.ok()) return created.status();
   s->store_ = std::move(created).value();
   uint64_t reserved = 0;
   for (const NvmeParamGroup& g : s->groups_) {
-    Result<offload::SwapExtent> extent =
+    Result<SwapExtent> extent =
         s->store_->Allocate(g.extent, static_cast<uint64_t>(g.elements) * s->element_size_);
     if (!extent.ok()) {
       return Status(extent.status())
@@ -119,6 +75,12 @@ Result<std::unique_ptr<NvmeParamStore>> NvmeParamStore::Create(Device& device,
   }
   s->nvme_charge_ = MemoryCharge(MemoryTier::kNvme, MemoryCategory::kParams, reserved);
   if (s->slot_bytes_ > 0) {
+    SLUICE_ASSIGN_OR_RETURN(
+        s->staging_reservation_,
+        StagingReservation::Make(&tiers.staging_budget(),
+                                 s->slot_bytes_ * static_cast<uint64_t>(options.buffer_count),
+                                 "the NVMe parameters' staging (zero_optimization.offload_param."
+                                 "buffer_count x the largest group)"));
     Result<PinnedBuffer> staging = device.AllocatePinnedHost(
         s->slot_bytes_ * static_cast<uint64_t>(options.buffer_count), MemoryCategory::kBuffers);
     if (!staging.ok()) {
@@ -136,7 +98,7 @@ Result<std::unique_ptr<NvmeParamStore>> NvmeParamStore::Create(Device& device,
 }
 
 NvmeParamStore::~NvmeParamStore() {
-  for (offload::SwapHandle& write : pending_writes_) (void)write.Wait();
+  for (SwapHandle& write : pending_writes_) (void)write.Wait();
 }
 
 std::byte* NvmeParamStore::slot(int index) const {
@@ -191,9 +153,9 @@ Result<int> NvmeParamStore::AcquireWriteSlot() {
 }
 
 Status NvmeParamStore::WaitPendingWrite(int slot_index) {
-  offload::SwapHandle& write = pending_writes_[static_cast<size_t>(slot_index)];
+  SwapHandle& write = pending_writes_[static_cast<size_t>(slot_index)];
   Status status = write.Wait();
-  write = offload::SwapHandle();
+  write = SwapHandle();
   return status;
 }
 
@@ -339,7 +301,7 @@ NvmeParamRead NvmeParamStore::BeginRead(int group) {
   read.slot = AcquireSlot();
   // A write-back's write may still target this slot.
   if (Status waited = WaitPendingWrite(read.slot); !waited.ok()) {
-    read.handle = offload::SwapHandle::Failed(std::move(waited));
+    read.handle = SwapHandle::Failed(std::move(waited));
     return read;
   }
   const uint64_t bytes = static_cast<uint64_t>(g.elements) * element_size_;
@@ -392,8 +354,8 @@ uint64_t NvmeParamStore::cache_bytes() const {
 
 uint64_t NvmeParamStore::nvme_bytes() const {
   uint64_t bytes = 0;
-  for (const offload::SwapExtent& e : store_->Extents()) bytes += e.capacity;
+  for (const SwapExtent& e : store_->Extents()) bytes += e.capacity;
   return bytes;
 }
 
-}  // namespace sluice::zero
+}  // namespace sluice::offload

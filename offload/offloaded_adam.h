@@ -3,7 +3,7 @@
 // fp32 master weights and exp_avg only, half the moment bytes in every tier), but the state
 // lives in host memory (offload_optimizer.device cpu) or on NVMe (nvme), and the device holds
 // only the parameter and gradient shards. Each step streams the shard through a pinned staging
-// ring tile by tile (offload_tile_pipeline.h):
+// ring tile by tile (tile_pipeline.h):
 //
 //   gradient tile (device, training dtype) --D2H--> pinned slot
 //   [NVMe: p|m|v (Lion: p|m) extent --read--> pinned slot]
@@ -16,7 +16,7 @@
 // elementwise and every element goes through the same kernel arithmetic whatever tile or thread
 // it falls in, so the result is bit-identical to ShardedAdam on the same inputs.
 //
-//   auto adam = OffloadedAdam::Create(device, optimizer_config, DType::kBF16, param_shard,
+//   auto adam = OffloadedAdam::Create(device, cpu_optimizer, DType::kBF16, param_shard,
 //                                     DType::kBF16, count, threads, offload_options);
 //   SLUICE_RETURN_IF_ERROR((*adam)->LoadMasterFromParams());
 //   SLUICE_RETURN_IF_ERROR((*adam)->Step(grad_shard, lr, clip_coefficient / loss_scale));
@@ -27,19 +27,20 @@
 #include <memory>
 #include <vector>
 
-#include "engine/config/config.h"
-#include "engine/zero/host_state_store.h"
-#include "engine/zero/nvme_state_store.h"
-#include "engine/zero/offload_options.h"
-#include "engine/zero/offload_staging_ring.h"
-#include "engine/zero/offload_tile_pipeline.h"
-#include "engine/zero/optimizer_state_stream.h"
 #include "kernels/cpu/adam.h"
+#include "offload/cpu_optimizer.h"
+#include "offload/host_state_store.h"
+#include "offload/nvme_state_store.h"
+#include "offload/offloaded_adam_options.h"
+#include "offload/optimizer_state_stream.h"
+#include "offload/rank_tiers.h"
+#include "offload/staging_ring.h"
+#include "offload/tile_pipeline.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
 #include "runtime/status.h"
 
-namespace sluice::zero {
+namespace sluice::offload {
 
 // Where one step's time went, seen from the thread that runs it. With pipelining the waits are
 // the transfer time left exposed; with pipeline_read and pipeline_write off they are the whole
@@ -72,7 +73,7 @@ class OffloadedAdam {
   // state or the NVMe extents do not fit (naming the tier and, on NVMe, the tile); nothing is
   // allocated on the device.
   static Result<std::unique_ptr<OffloadedAdam>> Create(
-      Device& device, const OptimizerConfig& config, DType param_dtype, void* param_shard,
+      Device& device, const CpuOptimizer& optimizer, DType param_dtype, void* param_shard,
       DType grad_dtype, int64_t count, int num_threads, const OffloadedAdamOptions& offload);
   // Step and the state calls return only once their transfers finished; this settles what a
   // failure may have left in flight, then unregisters the ring from the I/O engine.
@@ -90,7 +91,7 @@ class OffloadedAdam {
   int64_t step() const { return step_; }
   int64_t count() const { return count_; }
   // Moment tensors kept per element: 2 for Adam / AdamW, 1 for Lion.
-  int moments() const { return OptimizerMoments(config_.type); }
+  int moments() const { return optimizer_.moments(); }
   const TileGrid& tiles() const { return grid_; }
   const OffloadedAdamOptions& options() const { return options_; }
   const OffloadStepTimings& last_step_timings() const { return timings_; }
@@ -147,7 +148,7 @@ class OffloadedAdam {
   Status CheckUsable() const;
 
   Device* device_ = nullptr;
-  OptimizerConfig config_;
+  CpuOptimizer optimizer_;
   DType param_dtype_ = DType::kF32;
   DType grad_dtype_ = DType::kF32;
   void* param_shard_ = nullptr;
@@ -161,15 +162,16 @@ class OffloadedAdam {
 
   std::unique_ptr<HostStateStore> host_;
   std::unique_ptr<NvmeStateStore> nvme_;
+  StagingReservation ring_reservation_;  // from options_.staging_budget, if any
   StagingRing ring_;
   bool ring_registered_ = false;  // with options_.aio_engine as io_uring fixed buffers
   std::unique_ptr<Stream> d2h_stream_;
   std::unique_ptr<Stream> h2d_stream_;
   std::vector<std::unique_ptr<Event>> d2h_done_;  // per slot
   std::vector<std::unique_ptr<Event>> h2d_done_;  // per slot
-  std::vector<offload::SwapHandle> reads_;        // per slot
-  std::vector<offload::SwapHandle> writes_;       // per slot
+  std::vector<SwapHandle> reads_;                 // per slot
+  std::vector<SwapHandle> writes_;                // per slot
   OffloadStepTimings timings_;
 };
 
-}  // namespace sluice::zero
+}  // namespace sluice::offload

@@ -11,12 +11,12 @@
 #include <memory>
 #include <string>
 
-#include "engine/zero/offload_tile_pipeline.h"
 #include "kernels/cpu/adam_parallel.h"
+#include "offload/tile_pipeline.h"
 #include "runtime/memory_accounting.h"
 #include "runtime/status.h"
 
-namespace sluice::zero {
+namespace sluice::offload {
 
 class HostStateStore {
  public:
@@ -47,4 +47,4 @@ class HostStateStore {
   MemoryCharge charge_;
 };
 
-}  // namespace sluice::zero
+}  // namespace sluice::offload

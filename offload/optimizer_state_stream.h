@@ -8,7 +8,7 @@
 
 #include "runtime/status.h"
 
-namespace sluice::zero {
+namespace sluice::offload {
 
 // One piece of a state stream: elements [begin, begin + n) of the shard, fp32. exp_avg_sq is null
 // when the optimizer keeps no second moment (Lion).
@@ -32,4 +32,4 @@ OptimizerStateSink StateArraysSink(int64_t begin, float* master, float* exp_avg,
 OptimizerStateSource StateArraysSource(const float* master, const float* exp_avg,
                                        const float* exp_avg_sq);
 
-}  // namespace sluice::zero
+}  // namespace sluice::offload

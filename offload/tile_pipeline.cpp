@@ -1,4 +1,4 @@
-#include "engine/zero/offload_tile_pipeline.h"
+#include "offload/tile_pipeline.h"
 
 #include <algorithm>
 #include <vector>
@@ -6,7 +6,7 @@
 #include "runtime/check.h"
 #include "runtime/logging.h"
 
-namespace sluice::zero {
+namespace sluice::offload {
 
 int TileReadAhead(const TilePipelineOptions& options) {
   if (!options.pipeline_read || options.buffer_count < 2) return 0;
@@ -112,4 +112,4 @@ Status RunTilePipeline(int64_t num_tiles, const TilePipelineOptions& options,
   return TileRing(num_tiles, options, hooks).Run();
 }
 
-}  // namespace sluice::zero
+}  // namespace sluice::offload

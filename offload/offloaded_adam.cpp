@@ -1,4 +1,4 @@
-#include "engine/zero/offloaded_adam.h"
+#include "offload/offloaded_adam.h"
 
 #include <fmt/format.h>
 
@@ -6,15 +6,13 @@
 #include <chrono>
 #include <cstring>
 
-#include "engine/zero/adam_hyperparams.h"
-#include "engine/zero/nvme_param_store.h"
-#include "engine/zero/optimizer_step.h"
-#include "engine/zero/partition_copy.h"
 #include "offload/aio_engine.h"
+#include "offload/dtype_convert.h"
+#include "offload/nvme_param_store.h"
 #include "runtime/logging.h"
 #include "runtime/trace.h"
 
-namespace sluice::zero {
+namespace sluice::offload {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -48,7 +46,7 @@ const void* Offset(const void* base, int64_t elements, size_t element_size) {
 }  // namespace
 
 Result<std::unique_ptr<OffloadedAdam>> OffloadedAdam::Create(
-    Device& device, const OptimizerConfig& config, DType param_dtype, void* param_shard,
+    Device& device, const CpuOptimizer& optimizer, DType param_dtype, void* param_shard,
     DType grad_dtype, int64_t count, int num_threads, const OffloadedAdamOptions& offload) {
   SLUICE_RETURN_IF_ERROR(ValidateOffloadedAdamOptions(offload));
   if (count < 0) return InvalidArgumentError("optimizer shard of {} elements", count);
@@ -58,7 +56,7 @@ Result<std::unique_ptr<OffloadedAdam>> OffloadedAdam::Create(
   }
   std::unique_ptr<OffloadedAdam> adam(new OffloadedAdam());
   adam->device_ = &device;
-  adam->config_ = config;
+  adam->optimizer_ = optimizer;
   adam->param_dtype_ = param_dtype;
   adam->grad_dtype_ = grad_dtype;
   adam->param_shard_ = param_shard;
@@ -81,6 +79,12 @@ Result<std::unique_ptr<OffloadedAdam>> OffloadedAdam::Create(
   const StagingSlotLayout layout =
       ComputeStagingSlotLayout(std::max<int64_t>(adam->grid_.max_length(), 1), grad_dtype,
                                param_dtype, nvme, adam->moments());
+  SLUICE_ASSIGN_OR_RETURN(
+      adam->ring_reservation_,
+      StagingReservation::Make(offload.staging_budget,
+                               layout.slot_bytes * static_cast<uint64_t>(offload.buffer_count),
+                               "the offloaded optimizer's staging ring "
+                               "(zero_optimization.offload_optimizer.buffer_count tiles)"));
   SLUICE_ASSIGN_OR_RETURN(adam->ring_, StagingRing::Create(device, layout, offload.buffer_count));
   if (nvme && offload.aio_engine != nullptr) {
     adam->ring_registered_ =
@@ -98,7 +102,7 @@ Result<std::unique_ptr<OffloadedAdam>> OffloadedAdam::Create(
   adam->writes_.resize(static_cast<size_t>(offload.buffer_count));
   SLUICE_LOG(kDebug, "offload",
              "{} state of {} elements on {} ({}) in {} tiles of {}; pinned ring {} x {} bytes{}",
-             OptimizerTypeName(config.type), count, OptimizerStateTierName(offload.tier),
+             optimizer.name, count, OptimizerStateTierName(offload.tier),
              nvme ? "one swap extent per tile" : adam->host_->placement(), adam->grid_.num_tiles(),
              offload.tile_elements, offload.buffer_count, layout.slot_bytes,
              adam->ring_registered_ ? ", registered with io_uring" : "");
@@ -108,8 +112,8 @@ Result<std::unique_ptr<OffloadedAdam>> OffloadedAdam::Create(
 OffloadedAdam::~OffloadedAdam() {
   // Step and the state calls settle their transfers before returning; this only guards an
   // object destroyed after a failure.
-  for (offload::SwapHandle& handle : reads_) (void)handle.Wait();
-  for (offload::SwapHandle& handle : writes_) (void)handle.Wait();
+  for (SwapHandle& handle : reads_) (void)handle.Wait();
+  for (SwapHandle& handle : writes_) (void)handle.Wait();
   if (d2h_stream_) (void)d2h_stream_->Synchronize();
   if (h2d_stream_) (void)h2d_stream_->Synchronize();
   if (ring_registered_) options_.aio_engine->UnregisterBuffer(ring_.base());
@@ -208,7 +212,7 @@ TilePipelineHooks OffloadedAdam::StepHooks(const void* grads, double lr, int64_t
   hooks.finish_fetch = [this](int64_t tile, int slot) -> Status {
     Clock::time_point start = Clock::now();
     Status read = reads_[slot].Wait();
-    reads_[slot] = offload::SwapHandle();
+    reads_[slot] = SwapHandle();
     timings_.nvme_read_wait_s += TracedSecondsSince(start, kTraceLaneNvme, "read wait", tile);
     start = Clock::now();
     Status copied = options_.host_gradients ? OkStatus() : d2h_done_[slot]->Synchronize();
@@ -229,12 +233,12 @@ TilePipelineHooks OffloadedAdam::StepHooks(const void* grads, double lr, int64_t
     t.copy_type = AdamCopyTypeFor(param_dtype_);
     t.param_copy = t.copy_type == kernels::AdamCopyType::kNone ? nullptr : ring_.params(slot);
     t.count = static_cast<size_t>(grid_.length(tile));
-    if (std::string error = CpuOptimizerStepError(config_, t, lr, step, threading_);
+    if (std::string error = CpuOptimizerStepError(optimizer_, t, lr, step, threading_);
         !error.empty()) {
       return TileError(tile, InvalidArgumentError("optimizer step {}: {}", step, error),
                        "updating");
     }
-    CpuOptimizerStep(config_, t, lr, step, grad_scale, threading_);
+    CpuOptimizerStep(optimizer_, t, lr, step, grad_scale, threading_);
     if (param_dtype_ == DType::kF32 && ring_.layout().params_bytes != 0) {
       std::memcpy(ring_.params(slot), state.master, t.count * sizeof(float));
     }
@@ -254,7 +258,7 @@ TilePipelineHooks OffloadedAdam::StepHooks(const void* grads, double lr, int64_t
   hooks.finish_store = [this](int64_t tile, int slot) -> Status {
     Clock::time_point start = Clock::now();
     Status written = writes_[slot].Wait();
-    writes_[slot] = offload::SwapHandle();
+    writes_[slot] = SwapHandle();
     timings_.nvme_write_wait_s += TracedSecondsSince(start, kTraceLaneNvme, "write wait", tile);
     start = Clock::now();
     Status copied = h2d_done_[slot]->Synchronize();
@@ -386,4 +390,4 @@ Status OffloadedAdam::RestoreState(const OptimizerStateSource& source, int64_t s
   return OkStatus();
 }
 
-}  // namespace sluice::zero
+}  // namespace sluice::offload

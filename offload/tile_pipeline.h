@@ -16,7 +16,7 @@
 
 #include "runtime/status.h"
 
-namespace sluice::zero {
+namespace sluice::offload {
 
 // A flat range of `count` elements cut into tiles of `tile_elements` (the last may be shorter).
 struct TileGrid {
@@ -59,4 +59,4 @@ struct TilePipelineHooks {
 Status RunTilePipeline(int64_t num_tiles, const TilePipelineOptions& options,
                        const TilePipelineHooks& hooks);
 
-}  // namespace sluice::zero
+}  // namespace sluice::offload

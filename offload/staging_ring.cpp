@@ -1,10 +1,10 @@
-#include "engine/zero/offload_staging_ring.h"
+#include "offload/staging_ring.h"
 
 #include <fmt/format.h>
 
 #include <cstring>
 
-namespace sluice::zero {
+namespace sluice::offload {
 namespace {
 
 constexpr uint64_t kPage = 4096;
@@ -53,4 +53,4 @@ Result<StagingRing> StagingRing::Create(Device& device, const StagingSlotLayout&
   return ring;
 }
 
-}  // namespace sluice::zero
+}  // namespace sluice::offload

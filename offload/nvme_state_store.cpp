@@ -1,11 +1,11 @@
-#include "engine/zero/nvme_state_store.h"
+#include "offload/nvme_state_store.h"
 
 #include <fmt/format.h>
 
 #include "offload/aligned_buffer.h"
 #include "runtime/logging.h"
 
-namespace sluice::zero {
+namespace sluice::offload {
 
 std::string NvmeStateStore::ExtentName(int64_t tile) {
   return fmt::format("subgroup{}.adam_state", tile);
@@ -16,7 +16,7 @@ uint64_t NvmeStateStore::TileBytes(int64_t tile) const {
          sizeof(float);
 }
 
-Result<std::unique_ptr<NvmeStateStore>> NvmeStateStore::Create(offload::SwapStore& store,
+Result<std::unique_ptr<NvmeStateStore>> NvmeStateStore::Create(SwapStore& store,
                                                                const TileGrid& grid, int moments) {
   if (moments != 1 && moments != 2) {
     return InvalidArgumentError("optimizer state with {} moment tensors (1 or 2)", moments);
@@ -24,12 +24,12 @@ Result<std::unique_ptr<NvmeStateStore>> NvmeStateStore::Create(offload::SwapStor
   std::unique_ptr<NvmeStateStore> state(new NvmeStateStore(store, grid, moments));
   const int64_t tiles = grid.num_tiles();
   // The final size is known: one preallocation of exactly that (what the memory estimate counts,
-  // offload::SwapStoreDiskBytes) rather than growth tile by tile. When the filesystem cannot take
+  // SwapStoreDiskBytes) rather than growth tile by tile. When the filesystem cannot take
   // it, the tiles are placed one by one anyway, so that the error names the first that does not
   // fit.
   uint64_t needed = 0;
   for (int64_t tile = 0; tile < tiles; ++tile) {
-    needed += offload::AlignUp(state->TileBytes(tile), offload::kIoAlignment);
+    needed += AlignUp(state->TileBytes(tile), kIoAlignment);
   }
   if (Status room = store.EnsureRoom(needed); !room.ok()) {
     SLUICE_LOG(kDebug, "offload",
@@ -38,7 +38,7 @@ Result<std::unique_ptr<NvmeStateStore>> NvmeStateStore::Create(offload::SwapStor
   }
   uint64_t capacity = 0;
   for (int64_t tile = 0; tile < tiles; ++tile) {
-    Result<offload::SwapExtent> extent = store.Allocate(ExtentName(tile), state->TileBytes(tile));
+    Result<SwapExtent> extent = store.Allocate(ExtentName(tile), state->TileBytes(tile));
     if (!extent.ok()) {
       // `state` going out of scope frees the extents of tiles [0, tile) again.
       return Status(extent.status())
@@ -63,12 +63,12 @@ NvmeStateStore::~NvmeStateStore() {
   }
 }
 
-offload::SwapHandle NvmeStateStore::ReadAsync(int64_t tile, void* staging) {
+SwapHandle NvmeStateStore::ReadAsync(int64_t tile, void* staging) {
   return store_.ReadAsync(ExtentName(tile), staging, TileBytes(tile));
 }
 
-offload::SwapHandle NvmeStateStore::WriteAsync(int64_t tile, const void* staging) {
+SwapHandle NvmeStateStore::WriteAsync(int64_t tile, const void* staging) {
   return store_.WriteAsync(ExtentName(tile), staging, TileBytes(tile));
 }
 
-}  // namespace sluice::zero
+}  // namespace sluice::offload

@@ -14,12 +14,12 @@
 #include <memory>
 #include <string>
 
-#include "engine/zero/offload_tile_pipeline.h"
 #include "offload/swap_store.h"
+#include "offload/tile_pipeline.h"
 #include "runtime/memory_accounting.h"
 #include "runtime/status.h"
 
-namespace sluice::zero {
+namespace sluice::offload {
 
 class NvmeStateStore {
  public:
@@ -27,8 +27,8 @@ class NvmeStateStore {
   // size limit) the error names the tile, and the extents already allocated are freed again: the
   // store is left as it was.
   // `moments`: 2 for Adam's m and v, 1 for Lion's m.
-  static Result<std::unique_ptr<NvmeStateStore>> Create(offload::SwapStore& store,
-                                                        const TileGrid& grid, int moments = 2);
+  static Result<std::unique_ptr<NvmeStateStore>> Create(SwapStore& store, const TileGrid& grid,
+                                                        int moments = 2);
   ~NvmeStateStore();  // frees the extents (errors are logged)
   NvmeStateStore(const NvmeStateStore&) = delete;
   NvmeStateStore& operator=(const NvmeStateStore&) = delete;
@@ -38,21 +38,21 @@ class NvmeStateStore {
   uint64_t TileBytes(int64_t tile) const;
 
   // `staging` is 4 KiB-aligned with room for AlignUp(TileBytes(tile), 4 KiB) bytes.
-  offload::SwapHandle ReadAsync(int64_t tile, void* staging);
-  offload::SwapHandle WriteAsync(int64_t tile, const void* staging);
+  SwapHandle ReadAsync(int64_t tile, void* staging);
+  SwapHandle WriteAsync(int64_t tile, const void* staging);
 
-  offload::SwapStore& swap_store() const { return store_; }
+  SwapStore& swap_store() const { return store_; }
   uint64_t bytes() const { return charge_.bytes(); }  // extent capacity, all tiles
 
  private:
-  NvmeStateStore(offload::SwapStore& store, const TileGrid& grid, int moments)
+  NvmeStateStore(SwapStore& store, const TileGrid& grid, int moments)
       : store_(store), grid_(grid), tensors_(1 + moments) {}
 
-  offload::SwapStore& store_;
+  SwapStore& store_;
   TileGrid grid_;
   int tensors_ = 3;        // fp32 values per element: the master weights and the moments
   int64_t allocated_ = 0;  // tiles [0, allocated_) have an extent
   MemoryCharge charge_;
 };
 
-}  // namespace sluice::zero
+}  // namespace sluice::offload

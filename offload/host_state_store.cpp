@@ -1,4 +1,4 @@
-#include "engine/zero/host_state_store.h"
+#include "offload/host_state_store.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 
 #include "runtime/topology.h"
 
-namespace sluice::zero {
+namespace sluice::offload {
 
 HostStateStore::~HostStateStore() {
   for (float*& tensor : tensors_) {
@@ -84,4 +84,4 @@ Result<std::unique_ptr<HostStateStore>> HostStateStore::Create(
   return store;
 }
 
-}  // namespace sluice::zero
+}  // namespace sluice::offload

@@ -1,4 +1,4 @@
-#include "engine/zero/host_shard_buffer.h"
+#include "offload/host_shard_buffer.h"
 
 #include <cerrno>
 #include <cstdlib>
@@ -6,7 +6,7 @@
 
 #include "runtime/foreign_call.h"
 
-namespace sluice::zero {
+namespace sluice::offload {
 
 void HostShardBuffer::Free::operator()(void* p) const { std::free(p); }
 
@@ -30,4 +30,4 @@ Result<HostShardBuffer> HostShardBuffer::Allocate(size_t bytes, MemoryCategory c
   return buffer;
 }
 
-}  // namespace sluice::zero
+}  // namespace sluice::offload

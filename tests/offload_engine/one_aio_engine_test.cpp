@@ -1,0 +1,80 @@
+// One I/O engine per rank (mpirun -np 2): training at stage 3 with the optimizer state and the
+// parameters both on NVMe, saving checkpoints on the way, makes exactly one offload::AioEngine on
+// each rank (offload::RankTiers, shared by the optimizer's swap store and the parameter store),
+// and the trainer leaves none behind.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/train/trainer.h"
+#include "offload/aio_engine.h"
+#include "runtime/check.h"
+#include "tests/common/test_world.h"
+#include "tests/train/train_test_util.h"
+
+namespace sluice::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+using ::sluice::testing::TestWorld;
+
+// A fresh directory for this test on every rank.
+std::string FreshDir(const std::string& name) {
+  const std::string dir = test_util::TempPath(name);
+  if (TestWorld().rank() == 0) fs::remove_all(dir);
+  SLUICE_CHECK(TestWorld().Barrier().ok());
+  return dir;
+}
+
+TEST(OneAioEnginePerRank, BothNvmeTiersAndCheckpointsShareOneEngine) {
+  const std::string run_dir = FreshDir("run");
+  // The ranks share the folder: each rank's swap files have its rank in their names.
+  const std::string swap = FreshDir("swap");
+  fs::create_directories(swap);
+  const std::string corpus =
+      test_util::WriteFile(test_util::TempPath("corpus_rank" + std::to_string(TestWorld().rank())),
+                           test_util::SyntheticCorpus(64 * 1024));
+  const Config config = test_util::LoadTestConfig(
+      test_util::TinyGptYaml(corpus, run_dir),
+      {"train_micro_batch_size_per_gpu=2", "zero_optimization.stage=3",
+       "zero_optimization.reduce_bucket_size=5000",
+       "zero_optimization.stage3_prefetch_bucket_size=6000",
+       "zero_optimization.stage3_param_persistence_threshold=64",
+       "zero_optimization.sub_group_size=4096", "zero_optimization.offload_optimizer.device=nvme",
+       "zero_optimization.offload_optimizer.nvme_path=" + swap,
+       "zero_optimization.offload_param.device=nvme",
+       "zero_optimization.offload_param.nvme_path=" + swap,
+       "zero_optimization.offload_param.max_in_cpu=0", "run.steps=4", "run.eval_interval=2",
+       "checkpoint.save_interval=2"});
+
+  const int64_t created_before = offload::AioEngine::created_count();
+  const int64_t live_before = offload::AioEngine::live_count();
+  {
+    TrainerOptions options;
+    options.world = &TestWorld();
+    options.progress = ProgressMode::kOff;
+    options.summary_stream = nullptr;
+    Result<std::unique_ptr<Trainer>> trainer = Trainer::Create(config, options);
+    ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+    ASSERT_NE((*trainer)->engine().param_store(), nullptr) << "parameters not on NVMe";
+    ASSERT_GT((*trainer)->optimizer().nvme_bytes(), 0u) << "optimizer state not on NVMe";
+    Result<TrainSummary> summary = (*trainer)->Run();
+    ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+    // Both NVMe tiers did I/O, and checkpoints were written meanwhile.
+    EXPECT_GT((*trainer)->engine().param_store()->stats().read_bytes, 0);
+    EXPECT_TRUE(fs::exists(run_dir + "/checkpoints/step_2/manifest.json"));
+    EXPECT_TRUE(fs::exists(run_dir + "/checkpoints/step_4/manifest.json"));
+
+    EXPECT_EQ(offload::AioEngine::created_count() - created_before, 1)
+        << "rank " << TestWorld().rank() << " made more than one I/O engine";
+    EXPECT_EQ(offload::AioEngine::live_count() - live_before, 1);
+  }
+  EXPECT_EQ(offload::AioEngine::live_count(), live_before) << "the engine outlived the trainer";
+}
+
+}  // namespace
+}  // namespace sluice::train
