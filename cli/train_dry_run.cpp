@@ -10,6 +10,7 @@
 #include "engine/estimate/estimate_fit.h"
 #include "engine/estimate/memory_estimate.h"
 #include "engine/model/model_options.h"
+#include "engine/parallel/process_grid.h"
 #include "engine/train/lr_schedule.h"
 #include "engine/train/precision.h"
 #include "engine/train/run_files.h"
@@ -52,19 +53,24 @@ Status RunTrainDryRun(const DryRunRequest& request, std::FILE* out) {
   const int ranks = request.sources.world_size;
   SLUICE_ASSIGN_OR_RETURN(Config config, train::LoadTrainConfig(request.sources));
   SLUICE_RETURN_IF_ERROR(train::FitBatchToWorld(config, ranks));
+  SLUICE_ASSIGN_OR_RETURN(
+      parallel::ProcessGrid grid,
+      parallel::ProcessGrid::Create(ranks, config.parallel.tensor, config.parallel.pipeline));
+  const int data_ranks = grid.shape().data;
+  const int data_rank = grid.CoordsOf(request.rank).data;
   if (config.device.type == DeviceType::kCpu && !config.device.memory_limit.has_value()) {
     return InvalidArgumentError(
         "device.memory_limit is not set: the cpu device needs a capacity (e.g. 512MiB)");
   }
   // The run's own checks, in its order: budgets, the auto offload ratio, model, schedule, data.
-  SLUICE_RETURN_IF_ERROR(estimate::CheckBudgetsBeforeAllocating(config, ranks));
-  SLUICE_RETURN_IF_ERROR(estimate::ResolveAutoRatioBudget(&config, ranks));
+  SLUICE_RETURN_IF_ERROR(estimate::CheckBudgetsBeforeAllocating(config, data_ranks));
+  SLUICE_RETURN_IF_ERROR(estimate::ResolveAutoRatioBudget(&config, data_ranks));
   const train::Precision precision = train::PrecisionOf(config.model.dtype);
   SLUICE_ASSIGN_OR_RETURN(model::ModelOptions model,
                           train::ModelOptionsFromConfig(config, precision));
   SLUICE_RETURN_IF_ERROR(train::LrSchedule::Create(config.scheduler, config.optimizer.lr).status());
   Result<data::DataLoader> loader =
-      data::DataLoader::Open(train::DataOptionsFromConfig(config), request.rank, ranks);
+      data::DataLoader::Open(train::DataOptionsFromConfig(config), data_rank, data_ranks);
   if (!loader.ok()) return Status(loader.status()).WithContext("opening the training data");
   if (config.model.init_from.has_value() && !request.resume.has_value()) {
     std::error_code ec;
@@ -74,12 +80,12 @@ Status RunTrainDryRun(const DryRunRequest& request, std::FILE* out) {
   }
   SLUICE_ASSIGN_OR_RETURN(std::string run_dir, DescribeRunDirectory(config, request));
   SLUICE_ASSIGN_OR_RETURN(estimate::MemoryEstimate memory,
-                          estimate::EstimateMemory(config, ranks, {}));
+                          estimate::EstimateMemory(config, data_ranks, {}));
   const estimate::FitReport fit = estimate::CheckFit(config, memory);
   if (request.rank != 0) return OkStatus();
 
   const int64_t sequences =
-      config.batch.micro_batch_per_gpu * config.batch.gradient_accumulation_steps * ranks;
+      config.batch.micro_batch_per_gpu * config.batch.gradient_accumulation_steps * data_ranks;
   const int64_t tokens_per_step = sequences * config.model.seq_len;
   std::string text =
       "Dry run: the config resolves and every pre-flight check passes; nothing "
@@ -88,7 +94,7 @@ Status RunTrainDryRun(const DryRunRequest& request, std::FILE* out) {
     text += fmt::format("  {:<12}{}\n", key, value);
   };
   line("config", config.source_file.empty() ? "defaults" : config.source_file);
-  line("ranks", fmt::format("{} ({})", ranks, request.ranks_source));
+  line("ranks", fmt::format("{} ({}): {}", ranks, request.ranks_source, grid.shape().ToString()));
   line("model", fmt::format("{}; {} parameters, {}", train::DescribeModel(model),
                             model::CountParameters(model), train::PrecisionName(precision)));
   line("ZeRO", fmt::format("stage {}; offload optimizer {}, parameters {}", config.zero.stage,
@@ -97,9 +103,9 @@ Status RunTrainDryRun(const DryRunRequest& request, std::FILE* out) {
                                    config.zero.offload_optimizer.ratio_auto),
                            Offload(config.zero.offload_param.device, 1.0, false)));
   line("batch",
-       fmt::format("{} sequences per step = micro-batch {} x accumulation {} x {} rank{}",
-                   sequences, config.batch.micro_batch_per_gpu,
-                   config.batch.gradient_accumulation_steps, ranks, ranks == 1 ? "" : "s"));
+       fmt::format("{} sequences per step = micro-batch {} x accumulation {} x {} {}", sequences,
+                   config.batch.micro_batch_per_gpu, config.batch.gradient_accumulation_steps,
+                   data_ranks, data_ranks == 1 ? "data-parallel rank" : "data-parallel ranks"));
   line("steps", fmt::format("{}: {} tokens per step, {} in all (training data: {} tokens)",
                             config.run.steps, tokens_per_step, tokens_per_step * config.run.steps,
                             loader->dataset().train().size()));

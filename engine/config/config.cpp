@@ -48,6 +48,7 @@ Result<Config> LoadLayers(const std::vector<ConfigLayer>& layers, const ConfigSo
   context.source_name = config.source_file;
   SLUICE_RETURN_IF_ERROR(ResolveConfigValues(context, &config.values, &config.notes));
   SLUICE_RETURN_IF_ERROR(BuildConfigSections(config.values, &config));
+  config.dp_world_size = config.world_size / (config.parallel.tensor * config.parallel.pipeline);
   return config;
 }
 

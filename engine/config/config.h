@@ -241,9 +241,16 @@ struct MonitorConfig {
   std::string job_name = "DeepSpeedJobName";
 };
 
+// The model-parallel sizes of the process grid (engine/parallel/process_grid.h).
+struct ParallelConfig {
+  int tensor = 1;    // tensor_parallel.autotp_size (0 given reads 1)
+  int pipeline = 1;  // pipeline.stages
+};
+
 struct Config {
   int world_size = 1;
-  int dp_world_size = 1;  // data-parallel ranks (no tensor/pipeline parallelism yet)
+  int dp_world_size = 1;  // world_size / (parallel.tensor * parallel.pipeline)
+  ParallelConfig parallel;
   BatchConfig batch;
   std::optional<int64_t> steps_per_print;  // nullopt = never
   double gradient_clipping = 1.0;          // 0 = off

@@ -1,6 +1,7 @@
 // Resolved setting values -> the typed Config sections the engine reads.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
 #include <string>
 #include <utility>
@@ -143,6 +144,11 @@ void BuildAio(const SettingValues& v, Config* c, Status* status) {
   c->aio.intra_op_parallelism = ToInt(v, "aio.intra_op_parallelism", status);
   c->aio.single_submit = v.GetBool("aio.single_submit");
   c->aio.overlap_events = v.GetBool("aio.overlap_events");
+}
+
+void BuildParallel(const SettingValues& v, Config* c, Status* status) {
+  c->parallel.tensor = std::max(1, ToInt(v, "tensor_parallel.autotp_size", status));
+  c->parallel.pipeline = ToInt(v, "pipeline.stages", status);
 }
 
 void Note(Config* c, std::string text) {
@@ -297,6 +303,7 @@ Status BuildConfigSections(const SettingValues& values, Config* config) {
   BuildPrecision(values, config, &status);
   BuildZero(values, config, &status);
   BuildAio(values, config, &status);
+  BuildParallel(values, config, &status);
   BuildCheckpointing(values, config);
   BuildModel(values, config);
   BuildData(values, config);

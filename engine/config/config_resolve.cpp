@@ -2,6 +2,7 @@
 // involve more than one key. Runs once, after the file and all overrides are applied.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -9,6 +10,7 @@
 #include "engine/checkpoint/hf_config.h"
 #include "engine/config/config_schema.h"
 #include "engine/config/config_stages.h"
+#include "engine/parallel/process_grid.h"
 #include "runtime/logging.h"
 
 namespace sluice {
@@ -29,6 +31,7 @@ class Resolver {
     SLUICE_RETURN_IF_ERROR(Model());
     SLUICE_RETURN_IF_ERROR(Zero());
     SLUICE_RETURN_IF_ERROR(GradientScaling());
+    SLUICE_RETURN_IF_ERROR(Parallel());
     SLUICE_RETURN_IF_ERROR(Batch());
     SLUICE_RETURN_IF_ERROR(Optimizer());
     SLUICE_RETURN_IF_ERROR(Scheduler());
@@ -43,6 +46,13 @@ class Resolver {
     std::string message = fmt::format(format, std::forward<Args>(args)...);
     if (context_.source_name.empty()) return InvalidArgumentError("{}", message);
     return InvalidArgumentError("{}: {}", context_.source_name, message);
+  }
+
+  template <typename... Args>
+  Status Unimplemented(fmt::format_string<Args...> format, Args&&... args) {
+    std::string message = fmt::format(format, std::forward<Args>(args)...);
+    if (context_.source_name.empty()) return UnimplementedError("{}", message);
+    return UnimplementedError("{}: {}", context_.source_name, message);
   }
 
   void Note(LogLevel level, std::string text) {
@@ -336,9 +346,37 @@ class Resolver {
   }
 
   // DeepSpeed's _set_batch_related_parameters and _batch_assertion (runtime/config.py).
+  // The process grid: the data-parallel size the batch keys count is what the tensor and
+  // pipeline sizes leave of the world.
+  Status Parallel() {
+    if (context_.world_size < 1) {
+      return Error("world size {} must be at least 1", context_.world_size);
+    }
+    if (v_.IsAuto("pipeline.stages")) Fill("pipeline.stages", int64_t{1}, "one stage");
+    const int64_t tensor = std::max<int64_t>(1, v_.GetInt("tensor_parallel.autotp_size"));
+    const int64_t pipeline = v_.GetInt("pipeline.stages");
+    if (tensor > 1) {
+      return Unimplemented(
+          "tensor_parallel.autotp_size = {}{}: Sluice's layers are not split across "
+          "tensor-parallel ranks yet; set it to 0 or 1 (every rank then trains as a data-parallel "
+          "replica)",
+          tensor, At("tensor_parallel.autotp_size"));
+    }
+    if (pipeline > 1) {
+      return Unimplemented(
+          "pipeline.stages = {}{}: Sluice does not divide a model into pipeline stages yet; set "
+          "it to 1 (every rank then trains as a data-parallel replica)",
+          pipeline, At("pipeline.stages"));
+    }
+    Result<parallel::ProcessGrid> grid = parallel::ProcessGrid::Create(
+        context_.world_size, static_cast<int>(tensor), static_cast<int>(pipeline));
+    if (!grid.ok()) return Error("{}", grid.status().message());
+    data_parallel_size_ = grid->shape().data;
+    return OkStatus();
+  }
+
   Status Batch() {
-    const int64_t ws = context_.world_size;
-    if (ws < 1) return Error("world size {} must be at least 1", ws);
+    const int64_t ws = data_parallel_size_;
     constexpr const char* kTbs = "train_batch_size";
     constexpr const char* kMbs = "train_micro_batch_size_per_gpu";
     constexpr const char* kGas = "gradient_accumulation_steps";
@@ -348,7 +386,12 @@ class Resolver {
     int64_t tbs = has_tbs ? v_.GetInt(kTbs) : 0;
     int64_t mbs = has_mbs ? v_.GetInt(kMbs) : 0;
     int64_t gas = has_gas ? v_.GetInt(kGas) : 0;
-    std::string world = fmt::format("world size {}", ws);
+    std::string world = ws == context_.world_size
+                            ? fmt::format("world size {}", ws)
+                            : fmt::format(
+                                  "data-parallel size {} (world size {} / tensor x "
+                                  "pipeline)",
+                                  ws, context_.world_size);
     // micro batch * accumulation * world size, refused where it overflows (the values are
     // checked one by one, not their product).
     bool overflow = false;
@@ -693,6 +736,7 @@ class Resolver {
   SettingValues& v_;
   std::vector<std::string>* notes_;
   bool model_present_ = false;
+  int64_t data_parallel_size_ = 1;
 };
 
 }  // namespace

@@ -313,6 +313,24 @@ void AddAio(SettingsRegistry& r) {
       .Default(true);
 }
 
+// The process grid's model-parallel sizes (engine/parallel/process_grid.h): the data-parallel
+// size is what is left of the world.
+void AddParallel(SettingsRegistry& r) {
+  r.AddSection("tensor_parallel", "Tensor parallelism (DeepSpeed AutoTP's section)");
+  r.Add("tensor_parallel.autotp_size", T::kInt,
+        "Ranks each layer is split across by tensor (above 1: not supported yet); 0 or 1 is off. "
+        "The data-parallel size is the world size / (this x pipeline.stages)")
+      .Default(int64_t{0})
+      .Range(0, 65536);
+  r.AddSection("pipeline", "Pipeline parallelism");
+  r.Add("pipeline.stages", T::kInt,
+        "Pipeline stages the model's layers are divided into, each a group of ranks (above 1: not "
+        "supported yet)")
+      .Default(int64_t{1})
+      .Range(1, 65536)
+      .Auto("1 (DeepSpeed takes the stage count from its PipelineModule, which a config has not)");
+}
+
 // How checkpointed blocks are run; model.activation_checkpointing turns checkpointing on.
 void AddCheckpointing(SettingsRegistry& r) {
   r.AddSection("activation_checkpointing",
@@ -534,6 +552,7 @@ const SettingsRegistry& BuildRegistry() {
     AddPrecision(*r);
     AddZero(*r);
     AddAio(*r);
+    AddParallel(*r);
     AddCheckpointing(*r);
     AddModel(*r);
     AddData(*r);
@@ -600,8 +619,19 @@ const std::vector<UnsupportedConfigKey>& UnsupportedKeys() {
        "Sluice accumulates gradients in fp32"},
       {"data_types.param_dtype", false, {}, "the parameter dtype follows fp16/bf16 (model.dtype)"},
       {"data_types.buffer_dtype", false, {}, ""},
-      {"tensor_parallel", true, {}, ""},
-      {"pipeline", true, {}, ""},
+      {"tensor_parallel.tp_overlap_comm", false, {"false"}, ""},
+      {"tensor_parallel.tp", true, {}, "use tensor_parallel.autotp_size"},
+      {"tensor_parallel.partition_config", true, {}, ""},
+      {"tensor_parallel.preset_model", false, {}, ""},
+      {"tensor_parallel.keep_module_on_host", false, {"false"}, ""},
+      {"tensor_parallel.dtype", false, {}, "the compute dtype follows fp16/bf16 (model.dtype)"},
+      {"tensor_parallel.kernel_inject", false, {"false"}, ""},
+      {"pipeline.partition", false, {}, ""},
+      {"pipeline.seed_layers", false, {"false"}, ""},
+      {"pipeline.activation_checkpoint_interval", false, {"0"}, ""},
+      {"pipeline.pipe_partitioned", false, {}, ""},
+      {"pipeline.grad_partitioned", false, {}, ""},
+      {"pipeline.use_reentrant", false, {}, ""},
       {"compile", true, {}, ""},
       {"timers", true, {}, ""},
       {"weight_quantization", true, {}, ""},

@@ -11,9 +11,9 @@
 #include <sstream>
 #include <utility>
 
-#include "runtime/json_text.h"
 #include "engine/train/run_files.h"
 #include "runtime/foreign_call.h"
+#include "runtime/json_text.h"
 #include "runtime/logging.h"
 
 namespace sluice::train {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "engine/parallel/process_grid.h"
 #include "engine/zero/word_gather.h"
 #include "runtime/comm/comm_factory.h"
 
@@ -20,6 +21,10 @@ Result<std::unique_ptr<Comm>> CreateTrainWorld(const Config& config) {
 
 Status FitBatchToWorld(Config& config, int world_size) {
   if (config.world_size == world_size) return OkStatus();
+  SLUICE_ASSIGN_OR_RETURN(
+      parallel::ProcessGrid grid,
+      parallel::ProcessGrid::Create(world_size, config.parallel.tensor, config.parallel.pipeline));
+  const int data_size = grid.shape().data;
   const BatchConfig& batch = config.batch;
   const ValueSource tbs_source = config.values.entry("train_batch_size").source;
   const bool tbs_given = tbs_source != ValueSource::kDefault && tbs_source != ValueSource::kDerived;
@@ -33,12 +38,13 @@ Status FitBatchToWorld(Config& config, int world_size) {
         batch.gradient_accumulation_steps);
   }
   const int64_t global =
-      batch.micro_batch_per_gpu * batch.gradient_accumulation_steps * int64_t{world_size};
+      batch.micro_batch_per_gpu * batch.gradient_accumulation_steps * int64_t{data_size};
   config.batch.train_batch_size = global;
-  config.values.Resolve("train_batch_size", global,
-                        fmt::format("micro batch * accumulation * world size {}", world_size));
+  config.values.Resolve(
+      "train_batch_size", global,
+      fmt::format("micro batch * accumulation * data-parallel size {}", data_size));
   config.world_size = world_size;
-  config.dp_world_size = world_size;
+  config.dp_world_size = data_size;
   return OkStatus();
 }
 

@@ -21,10 +21,10 @@ Result<std::unique_ptr<Comm>> CreateTrainWorld(const Config& config);
 
 // Makes the config's batch keys describe `world_size` ranks. A config resolved for that world
 // size is left alone. One resolved for another (the loader assumed one rank) keeps its micro
-// batch and accumulation per rank, and its train_batch_size, world_size and dp_world_size are
-// re-derived (so config.resolved.json records the real run), unless train_batch_size was given:
-// then the micro batch or the accumulation would have been derived from the wrong world size,
-// and InvalidArgument says which keys to give instead.
+// batch and accumulation per rank, and its train_batch_size (over the data-parallel ranks),
+// world_size and dp_world_size are re-derived (so config.resolved.json records the real run),
+// unless train_batch_size was given: then the micro batch or the accumulation would have been
+// derived from the wrong world size, and InvalidArgument says which keys to give instead.
 Status FitBatchToWorld(Config& config, int world_size);
 
 // Collective: every rank passes how its part of `phase` went. OK when every rank succeeded;

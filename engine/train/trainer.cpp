@@ -217,10 +217,14 @@ Status Trainer::Build() {
   }
   // The same outcome on every rank: the config is.
   SLUICE_RETURN_IF_ERROR(FitBatchToWorld(config_, world_->size()));
+  SLUICE_ASSIGN_OR_RETURN(parallel::ProcessGrid grid,
+                          parallel::ProcessGrid::Create(world_->size(), config_.parallel.tensor,
+                                                        config_.parallel.pipeline));
   // Budgets are hard: refuse a config that cannot fit before anything is allocated.
-  SLUICE_RETURN_IF_ERROR(estimate::CheckBudgetsBeforeAllocating(config_, world_->size()));
+  SLUICE_RETURN_IF_ERROR(estimate::CheckBudgetsBeforeAllocating(config_, config_.dp_world_size));
   // offload_optimizer.ratio "auto": what the device budget leaves for optimizer state.
-  SLUICE_RETURN_IF_ERROR(estimate::ResolveAutoRatioBudget(&config_, world_->size()));
+  SLUICE_RETURN_IF_ERROR(estimate::ResolveAutoRatioBudget(&config_, config_.dp_world_size));
+  SLUICE_ASSIGN_OR_RETURN(groups_, parallel::ProcessGroups::Create(*world_, grid));
   ApplyThreadCount(num_threads_);
   // device.cpu_gemm is process-wide in the kernels (kernels/cpu/gemm.h), like OpenBLAS's thread
   // count: each trainer sets it for the model it builds.
@@ -244,9 +248,10 @@ Status Trainer::Build() {
   SLUICE_RETURN_IF_ERROR(LoadStartingState());
   TakePeaks(nullptr);
   if (world_->rank() == 0) {
-    SLUICE_LOG(kInfo, "train", "model {}: {} parameters, {}; ZeRO stage {} on {} rank(s); {}",
+    SLUICE_LOG(kInfo, "train", "model {}: {} parameters, {}; ZeRO stage {} on {} rank(s) ({}); {}",
                DescribeModel(model_->options()), model_->ParameterCount(),
                PrecisionName(precision_), config_.zero.stage, world_->size(),
+               groups_->grid().shape().ToString(),
                DescribeStatePlacement(engine_->memory(), engine_->optimizer().offload_ratio(),
                                       device_->name()));
     SLUICE_LOG(kInfo, "train", "CPU GEMM: device.cpu_gemm {} runs {} (OpenBLAS core {})",
@@ -303,7 +308,7 @@ Status Trainer::BuildModel() {
 Status Trainer::BuildEngine() {
   SLUICE_ASSIGN_OR_RETURN(zero::ZeroOptions zero_options, zero::ZeroOptionsFromConfig(config_));
   Result<std::unique_ptr<zero::ZeroEngine>> engine =
-      zero::ZeroEngine::Create(zero_options, *model_, *world_, *device_);
+      zero::ZeroEngine::Create(zero_options, *model_, *groups_, *device_);
   if (!engine.ok()) return Status(engine.status()).WithContext("creating the ZeRO engine");
   engine_ = std::move(engine).value();
   return OkStatus();
@@ -380,8 +385,8 @@ Result<std::filesystem::path> Trainer::SaveCheckpoint() {
 }
 
 Status Trainer::OpenData() {
-  Result<data::DataLoader> loader =
-      data::DataLoader::Open(DataOptionsFromConfig(config_), world_->rank(), world_->size());
+  Result<data::DataLoader> loader = data::DataLoader::Open(
+      DataOptionsFromConfig(config_), groups_->data().rank(), groups_->data().size());
   if (!loader.ok()) return Status(loader.status()).WithContext("opening the training data");
   loader_.emplace(std::move(loader).value());
   Result<data::ValidationIterator> validation =
@@ -463,11 +468,11 @@ Result<StepMetrics> Trainer::TrainStep() {
     }
   }
   m.optimizer_s = NowSeconds() - optimizer_start;
-  // Every rank ran the same micro-batch shapes.
+  // Every rank ran the same micro-batch shapes; each data-parallel replica's tokens count once.
   SLUICE_ASSIGN_OR_RETURN(m.loss,
                           engine_->MeanAcrossRanks(loss_sum / static_cast<double>(accumulation)));
-  m.tokens = tokens * world_->size();
-  m.model_flops *= world_->size();
+  m.tokens = tokens * groups_->data().size();
+  m.model_flops *= groups_->data().size();
   m.step_time_s = NowSeconds() - start;
   SetStepThroughput(peak_.total_flops_per_s, &m);
   total_tokens_ += m.tokens;

@@ -52,6 +52,7 @@
 #include "engine/data/data_loader.h"
 #include "engine/model/buffer.h"
 #include "engine/model/model.h"
+#include "engine/parallel/process_groups.h"
 #include "engine/train/device_peak.h"
 #include "engine/train/loss_scaler.h"
 #include "engine/train/lr_schedule.h"
@@ -184,6 +185,7 @@ class Trainer {
   std::unique_ptr<Comm> owned_world_;
   FileLock run_lock_;  // the run directory's, held by the rank that writes files
   Comm* world_ = nullptr;
+  std::unique_ptr<parallel::ProcessGroups> groups_;  // of world_
   std::unique_ptr<Device> device_;
   std::unique_ptr<model::DeviceAllocator> allocator_;
   std::unique_ptr<ops::OpsBackend> ops_;

@@ -117,6 +117,19 @@ Result<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(const ZeroOptions& option
   return engine;
 }
 
+Result<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(const ZeroOptions& options,
+                                                       model::Model<float>& model,
+                                                       const parallel::ProcessGroups& groups,
+                                                       Device& device) {
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<ZeroEngine> engine,
+                          Create(options, model, groups.data(), device));
+  if (groups.model_parallel().size() > 1) {
+    engine->model_parallel_ = &groups.model_parallel();
+    engine->counts_replicated_ = groups.coords().tensor == 0;
+  }
+  return engine;
+}
+
 Status ZeroEngine::Build(Comm& world) {
   const model::ParameterRegistry& registry = model_->registry();
   const int stage = options_.stage;
@@ -671,6 +684,11 @@ Result<ZeroStepResult> ZeroEngine::Step(const ZeroStepInput& input) {
     });
     if (!status.ok()) return Fail(status);
   }
+  if (model_parallel_ != nullptr) {
+    Result<double> sum = SumOverModelParallel(total);
+    if (!sum.ok()) return Fail(sum.status());
+    total = *sum;
+  }
   ZeroStepResult result;
   result.local_overflow = !std::isfinite(local);
   result.overflow = !std::isfinite(total);
@@ -683,6 +701,19 @@ Result<ZeroStepResult> ZeroEngine::Step(const ZeroStepInput& input) {
   }
   if (Status status = Publish(); !status.ok()) return Fail(status);
   return result;
+}
+
+Result<double> ZeroEngine::SumOverModelParallel(double data_sum) {
+  // Every parameter is replicated across the tensor ranks today: tensor rank 0 counts it, the
+  // others add nothing but a non-finite value, so that an overflow anywhere skips everywhere.
+  const double mine = counts_replicated_ || !std::isfinite(data_sum) ? data_sum : 0.0;
+  // The queue is idle between its Run calls: this control collective cannot interleave with it.
+  Result<double> sum = SumInRankOrder(*model_parallel_, mine);
+  if (!sum.ok()) {
+    return Status(sum.status())
+        .WithContext("completing the gradient norm over the tensor and pipeline ranks");
+  }
+  return sum;
 }
 
 Result<double> ZeroEngine::MeanAcrossRanks(double value) {

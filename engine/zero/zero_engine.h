@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "engine/model/model.h"
+#include "engine/parallel/process_groups.h"
 #include "engine/zero/comm_queue.h"
 #include "engine/zero/device_segments.h"
 #include "engine/zero/gradient_reducer.h"
@@ -135,6 +136,15 @@ class ZeroEngine {
   static Result<std::unique_ptr<ZeroEngine>> Create(const ZeroOptions& options,
                                                     model::Model<float>& model, Comm& world,
                                                     Device& device);
+  // The same over the data-parallel group of a process grid: the engine shards and reduces over
+  // groups.data(), and completes the gradient norm and the overflow flag over
+  // groups.model_parallel(), where a parameter replicated across the tensor-parallel ranks (every
+  // parameter, until layers are split by tensor) is counted once, on tensor rank 0. Collective
+  // over the world; `groups` must outlive the engine.
+  static Result<std::unique_ptr<ZeroEngine>> Create(const ZeroOptions& options,
+                                                    model::Model<float>& model,
+                                                    const parallel::ProcessGroups& groups,
+                                                    Device& device);
   // Waits for the comm stream's pending work.
   ~ZeroEngine();
 
@@ -208,6 +218,9 @@ class ZeroEngine {
   // optimizer.type Lamb: hands the optimizer the partitions and the rank-order sum of the norms.
   Status SetLambPlan();
   Status Fail(Status status);
+  // The squared gradient norm of this data replica, `data_sum`, completed over the
+  // model-parallel group (see Create).
+  Result<double> SumOverModelParallel(double data_sum);
   // Called by the model once a pass is enqueued: the last gradient reductions.
   Status BeforePassEnd();
   Status FinishReductions();
@@ -262,6 +275,10 @@ class ZeroEngine {
   std::unique_ptr<DeviceSegments> extract_owned_;  // stage 1, device-resident gradient shard
   std::vector<std::unique_ptr<DeviceSegments>> publish_unpack_;  // stages 1-2, per PublishBuckets()
   model::UnitHooks* user_hooks_ = nullptr;
+  // The tensor × pipeline peers of this data rank (null when created over a plain world), and
+  // whether this rank counts the parameters replicated across them.
+  Comm* model_parallel_ = nullptr;
+  bool counts_replicated_ = true;
   int64_t micro_batches_ = 0;              // of the current step
   PassKind pass_kind_ = PassKind::kTrain;  // of the pass running
   // Start of the unit the compute stream runs, in the trace: written and read by the stream.

@@ -141,7 +141,8 @@ TEST(CliTest, TrainDryRunPrintsThePlanAndWritesNothing) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(Contains(r, "ranks       2 (--ranks)")) << r.output;
   EXPECT_TRUE(Contains(r, "ZeRO        stage 3; offload optimizer none")) << r.output;
-  EXPECT_TRUE(Contains(r, "16 sequences per step = micro-batch 4 x accumulation 2 x 2 ranks"))
+  EXPECT_TRUE(
+      Contains(r, "16 sequences per step = micro-batch 4 x accumulation 2 x 2 data-parallel ranks"))
       << r.output;
   EXPECT_TRUE(Contains(r, "10: 512 tokens per step, 5120 in all")) << r.output;
   EXPECT_TRUE(Contains(r, "device per rank: ")) << r.output;
@@ -154,6 +155,12 @@ TEST(CliTest, TrainDryRunPrintsThePlanAndWritesNothing) {
                 false);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(Contains(r, "ranks       4 (srun: ")) << r.output;
+
+  // The process grid's model-parallel sizes, which the layers cannot use yet.
+  r = RunSluice("train --config " + config +
+                " --dry-run --ranks 4 --set tensor_parallel.autotp_size=2");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(Contains(r, "not split across tensor-parallel ranks yet")) << r.output;
 
   // A failing pre-flight check is the run's error, and exits 1.
   r = RunSluice("train --config " + config + " --dry-run --set device.memory_limit=16KiB");

@@ -107,5 +107,20 @@ TEST(BatchInferenceTest, ZeroBatchIsOutOfRange) {
       << c.status().message();
 }
 
+// The grid's keys at their "off" values (DeepSpeed's defaults): every rank is data-parallel.
+TEST(BatchInferenceTest, GridKeysOffLeaveTheWholeWorldDataParallel) {
+  ConfigSources sources = IsolatedSources();
+  sources.world_size = 3;
+  Result<Config> c = LoadYaml(
+      "train_micro_batch_size_per_gpu: 2\ntensor_parallel: {autotp_size: 0}\n"
+      "pipeline: {stages: auto}\n",
+      sources);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->parallel.tensor, 1);
+  EXPECT_EQ(c->parallel.pipeline, 1);
+  EXPECT_EQ(c->dp_world_size, 3);
+  EXPECT_EQ(c->batch.train_batch_size, 6);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -170,8 +170,12 @@ RunResult RunReference(const model::ModelOptions& options, const TrainSettings& 
   return result;
 }
 
-Result<ZeroRig> MakeZeroRig(const ZeroOptions& options, const model::ModelOptions& model_options,
-                            Comm& world, uint64_t seed) {
+namespace {
+
+// `ranks` is the world communicator or the process groups the engine is created over.
+template <typename Ranks>
+Result<ZeroRig> MakeRig(const ZeroOptions& options, const model::ModelOptions& model_options,
+                        Ranks& ranks, uint64_t seed) {
   ZeroRig rig;
   SLUICE_ASSIGN_OR_RETURN(rig.device, CreateDevice({.memory_limit_bytes = kDeviceBytes}));
   rig.allocator = std::make_unique<model::DeviceAllocator>(*rig.device);
@@ -179,9 +183,21 @@ Result<ZeroRig> MakeZeroRig(const ZeroOptions& options, const model::ModelOption
   SLUICE_ASSIGN_OR_RETURN(rig.model,
                           model::Model<float>::Create(model_options, *rig.allocator, *rig.ops,
                                                       model::ModelStorage::kExternal));
-  SLUICE_ASSIGN_OR_RETURN(rig.engine, ZeroEngine::Create(options, *rig.model, world, *rig.device));
+  SLUICE_ASSIGN_OR_RETURN(rig.engine, ZeroEngine::Create(options, *rig.model, ranks, *rig.device));
   SLUICE_RETURN_IF_ERROR(rig.engine->InitializeParameters(seed));
   return rig;
+}
+
+}  // namespace
+
+Result<ZeroRig> MakeZeroRig(const ZeroOptions& options, const model::ModelOptions& model_options,
+                            Comm& world, uint64_t seed) {
+  return MakeRig(options, model_options, world, seed);
+}
+
+Result<ZeroRig> MakeZeroRig(const ZeroOptions& options, const model::ModelOptions& model_options,
+                            const parallel::ProcessGroups& groups, uint64_t seed) {
+  return MakeRig(options, model_options, groups, seed);
 }
 
 Result<RunResult> RunZero(ZeroRig& rig, const TrainSettings& settings,

@@ -70,6 +70,9 @@ struct ZeroRig {
 };
 Result<ZeroRig> MakeZeroRig(const ZeroOptions& options, const model::ModelOptions& model,
                             Comm& world, uint64_t seed);
+// The same over the data-parallel group of a process grid.
+Result<ZeroRig> MakeZeroRig(const ZeroOptions& options, const model::ModelOptions& model,
+                            const parallel::ProcessGroups& groups, uint64_t seed);
 
 // This rank's slice of the same global batches through the engine; losses averaged over ranks.
 // `on_step` (optional) runs after each step.
