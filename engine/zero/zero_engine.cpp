@@ -102,31 +102,38 @@ Status CheckGpuSupported(const ZeroOptions& options, const Comm& world) {
 Result<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(const ZeroOptions& options,
                                                        model::Model<float>& model, Comm& world,
                                                        Device& device) {
-  SLUICE_RETURN_IF_ERROR(ValidateZeroOptions(options));
-  if (model.storage() != model::ModelStorage::kExternal) {
-    return FailedPreconditionError(
-        "the ZeRO engine owns the parameters: create the model with ModelStorage::kExternal");
-  }
-  if (device.kind() != DeviceKind::kCpu) SLUICE_RETURN_IF_ERROR(CheckGpuSupported(options, world));
-  if (&model.ops().device() != &device) {
-    return InvalidArgumentError("the model runs on device {}, the ZeRO engine was given {}",
-                                model.ops().device().name(), device.name());
-  }
-  std::unique_ptr<ZeroEngine> engine(new ZeroEngine(options, model, device));
-  SLUICE_RETURN_IF_ERROR(engine->Build(world));
-  return engine;
+  return CreateOver(options, model, world, nullptr, device);
 }
 
 Result<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(const ZeroOptions& options,
                                                        model::Model<float>& model,
                                                        const parallel::ProcessGroups& groups,
                                                        Device& device) {
-  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<ZeroEngine> engine,
-                          Create(options, model, groups.data(), device));
-  if (groups.model_parallel().size() > 1) {
-    engine->model_parallel_ = &groups.model_parallel();
-    engine->counts_replicated_ = groups.coords().tensor == 0;
+  return CreateOver(options, model, groups.data(), &groups, device);
+}
+
+Result<std::unique_ptr<ZeroEngine>> ZeroEngine::CreateOver(const ZeroOptions& options,
+                                                           model::Model<float>& model, Comm& data,
+                                                           const parallel::ProcessGroups* groups,
+                                                           Device& device) {
+  SLUICE_RETURN_IF_ERROR(ValidateZeroOptions(options));
+  if (model.storage() != model::ModelStorage::kExternal) {
+    return FailedPreconditionError(
+        "the ZeRO engine owns the parameters: create the model with ModelStorage::kExternal");
   }
+  if (device.kind() != DeviceKind::kCpu) SLUICE_RETURN_IF_ERROR(CheckGpuSupported(options, data));
+  if (&model.ops().device() != &device) {
+    return InvalidArgumentError("the model runs on device {}, the ZeRO engine was given {}",
+                                model.ops().device().name(), device.name());
+  }
+  std::unique_ptr<ZeroEngine> engine(new ZeroEngine(options, model, device));
+  // Swap files are named by the rank in the world: data ranks repeat across tensor peers.
+  engine->world_rank_ = groups != nullptr ? groups->world().rank() : data.rank();
+  if (groups != nullptr && groups->model_parallel().size() > 1) {
+    engine->model_parallel_ = &groups->model_parallel();
+    engine->counts_replicated_ = groups->coords().tensor == 0;
+  }
+  SLUICE_RETURN_IF_ERROR(engine->Build(data));
   return engine;
 }
 
@@ -180,10 +187,9 @@ Status ZeroEngine::Build(Comm& world) {
   if (GradShardOnHost(options_)) {
     // The offloaded optimizer reads it in place: reduce-scattered buckets are accumulated
     // straight into host memory as they finish, and no device copy of the shard exists.
-    SLUICE_ASSIGN_OR_RETURN(
-        host_grad_shard_,
-        offload::HostShardBuffer::Allocate(shard * sizeof(float), MemoryCategory::kGrads,
-                                           "the offloaded fp32 gradient shard"));
+    SLUICE_ASSIGN_OR_RETURN(host_grad_shard_, offload::HostShardBuffer::Allocate(
+                                                  shard * sizeof(float), MemoryCategory::kGrads,
+                                                  "the offloaded fp32 gradient shard"));
     grad_shard_data_ = host_grad_shard_.data_as<float>();
   } else if (stage >= 1) {
     SLUICE_ASSIGN_OR_RETURN(grad_shard_,
@@ -193,7 +199,7 @@ Status ZeroEngine::Build(Comm& world) {
   }
   const bool host_params = options_.offload_param.device == OffloadDevice::kCpu;
   // One I/O engine and pinned staging budget for every tier of this rank (made on first use).
-  tiers_ = std::make_unique<offload::RankTiers>(RankTiersOptionsOf(options_.aio, world.rank()));
+  tiers_ = std::make_unique<offload::RankTiers>(RankTiersOptionsOf(options_.aio, world_rank_));
   if (stage == 0 && options_.param_dtype == DType::kF32) {
     param_shard_data_ = full_params_.data();  // the master weights are the compute copy
   } else if (options_.offload_param.device == OffloadDevice::kNvme) {
@@ -204,15 +210,14 @@ Status ZeroEngine::Build(Comm& world) {
         param_store_,
         offload::NvmeParamStore::Create(
             *device_, *tiers_,
-            NvmeParamStoreOptionsOf(options_.offload_param, options_.param_dtype, world.rank()),
+            NvmeParamStoreOptionsOf(options_.offload_param, options_.param_dtype, world_rank_),
             NvmeParamGroupsOf(layout_, registry)));
   } else if (host_params) {
     // Stage 3 only (ValidateZeroOptions): the coordinator copies each gathered unit's piece from
     // here into the device all-gather buffer, and the optimizer writes the updates back here.
-    SLUICE_ASSIGN_OR_RETURN(
-        host_param_shard_,
-        offload::HostShardBuffer::Allocate(shard * param_size, MemoryCategory::kParams,
-                                           "the offloaded parameter shard"));
+    SLUICE_ASSIGN_OR_RETURN(host_param_shard_, offload::HostShardBuffer::Allocate(
+                                                   shard * param_size, MemoryCategory::kParams,
+                                                   "the offloaded parameter shard"));
     param_shard_data_ = host_param_shard_.data();
   } else {
     SLUICE_ASSIGN_OR_RETURN(param_shard_,

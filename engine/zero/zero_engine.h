@@ -214,6 +214,11 @@ class ZeroEngine {
   class Hooks;
 
   ZeroEngine(const ZeroOptions& options, model::Model<float>& model, Device& device);
+  // Both Creates: over `data`, and the model-parallel group of `groups` when given.
+  static Result<std::unique_ptr<ZeroEngine>> CreateOver(const ZeroOptions& options,
+                                                        model::Model<float>& model, Comm& data,
+                                                        const parallel::ProcessGroups* groups,
+                                                        Device& device);
   Status Build(Comm& world);
   // optimizer.type Lamb: hands the optimizer the partitions and the rank-order sum of the norms.
   Status SetLambPlan();
@@ -278,6 +283,7 @@ class ZeroEngine {
   // The tensor × pipeline peers of this data rank (null when created over a plain world), and
   // whether this rank counts the parameters replicated across them.
   Comm* model_parallel_ = nullptr;
+  int world_rank_ = 0;  // names this rank's swap files
   bool counts_replicated_ = true;
   int64_t micro_batches_ = 0;              // of the current step
   PassKind pass_kind_ = PassKind::kTrain;  // of the pass running
