@@ -10,7 +10,7 @@
 // part, so the two overlap (as DeepSpeed's GPU sub-groups run while CPU Adam works), and waits for
 // both. Adam is elementwise and both parts run the same kernel arithmetic, and the split is on a
 // tile boundary, so a step is bit-identical to everything on the device or everything offloaded.
-// The gradient shard stays on the device (GradShardOnHost is false for a split). The state calls
+// The gradient shard stays on the device (ZeroPlacement::grad_shard of a split). The state calls
 // (StreamState, RestoreState) dispatch each range to the part(s) holding it.
 #pragma once
 

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <deque>
 #include <memory>
 #include <vector>
 
@@ -16,8 +15,6 @@
 #include "engine/zero/partition_copy.h"
 #include "engine/zero/rank_agreement.h"
 #include "engine/zero/reduce_scatter_reducer.h"
-#include "engine/zero/shard_grad_norm.h"
-#include "engine/zero/shard_norm_plan.h"
 #include "engine/zero/word_gather.h"
 #include "engine/zero/zeroed_buffer.h"
 #include "runtime/check.h"
@@ -63,7 +60,11 @@ class ZeroEngine::Hooks final : public model::UnitHooks {
 };
 
 ZeroEngine::ZeroEngine(const ZeroOptions& options, model::Model<float>& model, Device& device)
-    : options_(options), model_(&model), device_(&device), binding_(model.registry()) {}
+    : options_(options),
+      model_(&model),
+      device_(&device),
+      placement_(PlaceZeroState(options)),
+      binding_(model.registry()) {}
 
 ZeroEngine::~ZeroEngine() {
   if (queue_ != nullptr) (void)queue_->Synchronize();
@@ -168,7 +169,7 @@ Status ZeroEngine::Build(Comm& world) {
   const size_t total = static_cast<size_t>(registry.total_elements());
   const size_t shard = static_cast<size_t>(layout_.shard_elements());
   const size_t param_size = DTypeSize(options_.param_dtype);
-  if (stage <= 2) {
+  if (placement_.replicated_params) {
     SLUICE_ASSIGN_OR_RETURN(
         full_params_, AllocateZeroed(compute(), total * sizeof(float), MemoryCategory::kParams,
                                      "the replicated fp32 parameters"));
@@ -176,7 +177,7 @@ Status ZeroEngine::Build(Comm& world) {
       binding_.SetValue(p.param, full_params_.data_as<float>() + p.full_offset);
     }
   }
-  if (stage <= 1) {
+  if (placement_.replicated_grads) {
     SLUICE_ASSIGN_OR_RETURN(full_grads_,
                             AllocateZeroed(compute(), total * sizeof(float), MemoryCategory::kGrads,
                                            "the replicated fp32 gradients"));
@@ -184,25 +185,26 @@ Status ZeroEngine::Build(Comm& world) {
       binding_.SetGrad(p.param, full_grads_.data_as<float>() + p.full_offset);
     }
   }
-  if (GradShardOnHost(options_)) {
+  const bool grads_on_host = placement_.grad_shard == StateTier::kHost;
+  if (grads_on_host) {
     // The offloaded optimizer reads it in place: reduce-scattered buckets are accumulated
     // straight into host memory as they finish, and no device copy of the shard exists.
     SLUICE_ASSIGN_OR_RETURN(host_grad_shard_, offload::HostShardBuffer::Allocate(
                                                   shard * sizeof(float), MemoryCategory::kGrads,
                                                   "the offloaded fp32 gradient shard"));
     grad_shard_data_ = host_grad_shard_.data_as<float>();
-  } else if (stage >= 1) {
+  } else if (placement_.grad_shard == StateTier::kDevice) {
     SLUICE_ASSIGN_OR_RETURN(grad_shard_,
                             AllocateZeroed(compute(), shard * sizeof(float), MemoryCategory::kGrads,
                                            "the fp32 gradient shard"));
     grad_shard_data_ = grad_shard_.data_as<float>();
   }
-  const bool host_params = options_.offload_param.device == OffloadDevice::kCpu;
+  const bool host_params = placement_.param_shard == StateTier::kHost;
   // One I/O engine and pinned staging budget for every tier of this rank (made on first use).
   tiers_ = std::make_unique<offload::RankTiers>(RankTiersOptionsOf(options_.aio, world_rank_));
-  if (stage == 0 && options_.param_dtype == DType::kF32) {
+  if (placement_.param_shard == StateTier::kNone) {
     param_shard_data_ = full_params_.data();  // the master weights are the compute copy
-  } else if (options_.offload_param.device == OffloadDevice::kNvme) {
+  } else if (placement_.param_shard == StateTier::kNvme) {
     // Stage 3 only: no copy of the shard anywhere but NVMe (and the store's bounded cache). The
     // optimizer writes each step's updated tiles back to the store and the coordinator reads
     // each unit's piece from it ahead of the all-gather.
@@ -251,40 +253,36 @@ Status ZeroEngine::Build(Comm& world) {
   } else {
     reducer_ = std::make_unique<ReduceScatterReducer>(
         registry, layout_, *queue_, compute(), binding_, grad_shard_data_,
-        options_.reduce_bucket_size, GradShardOnHost(options_) ? nullptr : &model_->ops());
+        options_.reduce_bucket_size, grads_on_host ? nullptr : &model_->ops());
+  }
+  if (stage <= 2) {
+    SLUICE_ASSIGN_OR_RETURN(
+        publisher_,
+        ParameterPublisher::Create({.stage = stage,
+                                    .param_dtype = options_.param_dtype,
+                                    .allgather_bucket_size = options_.allgather_bucket_size},
+                                   layout_, model_->ops(), compute(), *queue_, param_shard_data_,
+                                   full_params_.data_as<float>()));
   }
   // One staging buffer serves every collective (they run one at a time on the comm stream), sized
   // for the largest now, so that it is never reallocated between the passes' unit buffers.
   size_t staging = reducer_->LargestStagingBytes();
   if (coordinator_ != nullptr) staging = std::max(staging, coordinator_->LargestStagingBytes());
-  if (stage == 1 || stage == 2) {
-    for (const PublishBucket& bucket : PublishBuckets()) {
-      staging =
-          std::max(staging, static_cast<size_t>(bucket.piece) * static_cast<size_t>(world.size()) *
-                                DTypeSize(options_.param_dtype));
-    }
-  }
+  if (publisher_ != nullptr) staging = std::max(staging, publisher_->LargestStagingBytes());
   if (staging > 0) {
     SLUICE_RETURN_IF_ERROR(queue_->Staging(staging, "the collectives' staging buffer").status());
   }
-  if (!GradShardOnHost(options_)) {
-    SLUICE_ASSIGN_OR_RETURN(norm_plan_, ShardNormPlan::Create(compute(), layout_));
-    if (stage == 1) {
-      SLUICE_ASSIGN_OR_RETURN(extract_owned_,
-                              DeviceSegments::Create(compute(), ExtractOwnedSegments(layout_),
-                                                     "the owned-gradient segments"));
-    }
-  }
-  if (stage == 1 || stage == 2) {
-    for (const PublishBucket& bucket : PublishBuckets()) {
-      std::vector<int> run;
-      for (size_t i = bucket.first; i < bucket.last; ++i) run.push_back(static_cast<int>(i));
-      SLUICE_ASSIGN_OR_RETURN(
-          std::unique_ptr<DeviceSegments> unpack,
-          DeviceSegments::Create(queue_->stream(), UnpackGatheredSegments(layout_, run),
-                                 "the parameter unpacking segments"));
-      publish_unpack_.push_back(std::move(unpack));
-    }
+  SLUICE_ASSIGN_OR_RETURN(
+      guard_, StepGuard::Create({.param_dtype = options_.param_dtype,
+                                 .num_threads = options_.num_threads,
+                                 .sharded = stage > 0,
+                                 .model_parallel = model_parallel_,
+                                 .counts_replicated = counts_replicated_},
+                                layout_, grads_on_host, model_->ops(), compute(), *queue_));
+  if (!grads_on_host && stage == 1) {
+    SLUICE_ASSIGN_OR_RETURN(extract_owned_,
+                            DeviceSegments::Create(compute(), ExtractOwnedSegments(layout_),
+                                                   "the owned-gradient segments"));
   }
   hooks_ = std::make_unique<Hooks>(*this);
   if (world.rank() == 0) {
@@ -385,102 +383,8 @@ Status ZeroEngine::InitializeParameters(uint64_t seed) {
 }
 
 Status ZeroEngine::Publish() {
-  switch (options_.stage) {
-    case 0: {
-      // Stage 0 widens the updated bf16 / f16 parameters into the compute copy on the compute
-      // stream, in order with the optimizer before it and the next pass after it.
-      if (options_.param_dtype == DType::kF32 || layout_.total_elements() == 0) return OkStatus();
-      const int index = device_->index();
-      return model_->ops().Convert(compute(),
-                                   Tensor(param_shard_data_, options_.param_dtype,
-                                          {layout_.total_elements()}, MemoryTier::kDevice, index),
-                                   Tensor(full_params_.data(), DType::kF32,
-                                          {layout_.total_elements()}, MemoryTier::kDevice, index));
-    }
-    case 1:
-    case 2: {
-      // The all-gathers read the parameter shard from the comm stream: the optimizer's update on
-      // the compute stream comes first.
-      SLUICE_RETURN_IF_ERROR(queue_->OrderAfter(compute()));
-      return PublishByAllGather();
-    }
-    default:
-      return coordinator_->GatherPersistent();
-  }
-}
-
-// Stages 1-2: consecutive partitions, up to allgather_bucket_size gathered elements per
-// collective (a larger partition alone).
-std::vector<ZeroEngine::PublishBucket> ZeroEngine::PublishBuckets() const {
-  std::vector<PublishBucket> buckets;
-  const int world = layout_.world();
-  const size_t count = layout_.partitions().size();
-  for (size_t first = 0; first < count;) {
-    PublishBucket bucket{first, first, 0};
-    while (bucket.last < count &&
-           (bucket.last == first ||
-            (bucket.piece + layout_.partitions()[bucket.last].partition) * world <=
-                options_.allgather_bucket_size)) {
-      bucket.piece += layout_.partitions()[bucket.last].partition;
-      ++bucket.last;
-    }
-    buckets.push_back(bucket);
-    first = bucket.last;
-  }
-  return buckets;
-}
-
-// Stages 1-2: the buckets all-gathered and unpacked into the replicated compute copy.
-Status ZeroEngine::PublishByAllGather() {
-  const int world = layout_.world();
-  const DType dtype = options_.param_dtype;
-  const size_t element_size = DTypeSize(dtype);
-  float* full = full_params_.data_as<float>();
-  const int index = device_->index();
-  std::deque<CommTicket> tickets;
-  Status status;
-  const std::vector<PublishBucket> buckets = PublishBuckets();
-  for (size_t b = 0; b < buckets.size(); ++b) {
-    const PublishBucket& bucket = buckets[b];
-    const size_t first = bucket.first;
-    const size_t last = bucket.last;
-    const size_t total = static_cast<size_t>(bucket.piece) * static_cast<size_t>(world);
-    const void* shard =
-        static_cast<const uint8_t*>(param_shard_data_) +
-        static_cast<size_t>(layout_.partitions()[first].shard_offset) * element_size;
-    Result<void*> staging = queue_->Staging(total * element_size, "a parameter all-gather bucket");
-    if (!staging.ok()) {
-      status = staging.status();
-      break;
-    }
-    void* gathered = *staging;
-    // The unpacking is device work on the comm stream after the gather, in the same ticket.
-    const ops::CopySegmentList& unpack = publish_unpack_[b]->list();
-    const auto then = [&](Stream& stream) {
-      return model_->ops().CopySegments(
-          stream,
-          Tensor(gathered, dtype, {static_cast<int64_t>(total)}, MemoryTier::kDevice, index),
-          Tensor(full, DType::kF32, {layout_.total_elements()}, MemoryTier::kDevice, index),
-          unpack);
-    };
-    Result<CommTicket> ticket = queue_->Enqueue(
-        fmt::format("all_gather updated parameters [{}, {})", first, last), total * element_size,
-        [dtype, total, shard, gathered](Comm& comm) {
-          return comm.AllGather(shard, gathered, total, dtype);
-        },
-        then);
-    if (!ticket.ok()) {
-      status = ticket.status();
-      break;
-    }
-    tickets.push_back(std::move(ticket).value());
-  }
-  // The next pass reads the compute copy after the gathers, in the compute stream's order.
-  for (CommTicket& ticket : tickets) {
-    Status joined = queue_->Join(compute(), ticket);
-    if (status.ok()) status = std::move(joined);
-  }
-  return status;
+  if (options_.stage == 3) return coordinator_->GatherPersistent();
+  return publisher_->Publish();
 }
 
 Status ZeroEngine::Before(const ModuleAccess& access) {
@@ -653,72 +557,15 @@ Result<ZeroStepResult> ZeroEngine::Step(const ZeroStepInput& input) {
   }
   micro_batches_ = 0;
   float* grads = step_gradient_data();
-  // The gradients are device memory (or the offloaded optimizer's host shard): the fp16 rounding
-  // and the norm run on the compute stream after the passes that produced them, and the norm is
-  // read back at this step boundary.
-  const ShardLayout* layout = &layout_;
-  const bool fp16 = options_.param_dtype == DType::kF16;
-  const int threads = options_.num_threads;
-  Status launched;
-  if (fp16) {
-    // What an fp16 backward would have produced: a scaled gradient past 65504 becomes inf.
-    launched = device_->LaunchHostFunc(
-        compute(),
-        [layout, grads, threads] {
-          RoundThrough(grads, layout->shard_elements(), DType::kF16, threads);
-          return OkStatus();
-        },
-        "fp16 rounding of the gradients");
-  }
-  double local = 0.0;
-  if (launched.ok() && norm_plan_ != nullptr) {
-    Result<double> sum = norm_plan_->LocalSquaredSum(model_->ops(), compute(), grads);
-    if (sum.ok()) local = *sum;
-    launched = sum.status();
-  } else if (launched.ok()) {
-    // The offloaded optimizer's host shard: the host sums it once the passes wrote it.
-    launched = compute().Synchronize();
-    if (launched.ok()) local = LocalSquaredSum(*layout, grads);
-  }
-  if (!launched.ok()) return Fail(launched);
-  double total = local;
-  if (options_.stage > 0) {
-    Status status = queue_->Run("all_gather gradient norm", [&total, local](Comm& comm) {
-      SLUICE_ASSIGN_OR_RETURN(total, SumInRankOrder(comm, local));
-      return OkStatus();
-    });
-    if (!status.ok()) return Fail(status);
-  }
-  if (model_parallel_ != nullptr) {
-    Result<double> sum = SumOverModelParallel(total);
-    if (!sum.ok()) return Fail(sum.status());
-    total = *sum;
-  }
-  ZeroStepResult result;
-  result.local_overflow = !std::isfinite(local);
-  result.overflow = !std::isfinite(total);
-  result.grad_norm = std::sqrt(total) * (1.0 / input.loss_scale);
-  if (result.overflow) return result;
-  result.clip_coefficient = ClipCoefficient(result.grad_norm, input.max_grad_norm);
-  if (Status status = adam_->Step(grads, input.lr, result.clip_coefficient / input.loss_scale);
+  Result<ZeroStepResult> result = guard_->Check(grads, input);
+  if (!result.ok()) return Fail(result.status());
+  if (result->overflow) return result;
+  if (Status status = adam_->Step(grads, input.lr, result->clip_coefficient / input.loss_scale);
       !status.ok()) {
     return Fail(status);
   }
   if (Status status = Publish(); !status.ok()) return Fail(status);
   return result;
-}
-
-Result<double> ZeroEngine::SumOverModelParallel(double data_sum) {
-  // Every parameter is replicated across the tensor ranks today: tensor rank 0 counts it, the
-  // others add nothing but a non-finite value, so that an overflow anywhere skips everywhere.
-  const double mine = counts_replicated_ || !std::isfinite(data_sum) ? data_sum : 0.0;
-  // The queue is idle between its Run calls: this control collective cannot interleave with it.
-  Result<double> sum = SumInRankOrder(*model_parallel_, mine);
-  if (!sum.ok()) {
-    return Status(sum.status())
-        .WithContext("completing the gradient norm over the tensor and pipeline ranks");
-  }
-  return sum;
 }
 
 Result<double> ZeroEngine::MeanAcrossRanks(double value) {
@@ -804,73 +651,16 @@ ZeroMemory ZeroEngine::memory() const {
 // ---- Checkpoint state ---------------------------------------------------------------------
 
 std::vector<ZeroStateRange> ZeroEngine::SavedStateRanges() const {
-  std::vector<ZeroStateRange> ranges;
-  if (options_.stage == 0 && queue_->comm().rank() != 0) return ranges;
-  for (const PartitionInfo& p : layout_.partitions()) {
-    const ShardSpan owned = layout_.Owned(p);
-    if (owned.count == 0) continue;
-    const int64_t begin = static_cast<int64_t>(owned.offset);
-    ranges.push_back({.param = p.param,
-                      .begin = begin,
-                      .end = begin + static_cast<int64_t>(owned.count),
-                      .shard_offset = p.shard_offset});
-  }
-  return ranges;
+  // In stage 0 every rank holds everything, and rank 0 alone saves it.
+  if (options_.stage == 0 && queue_->comm().rank() != 0) return {};
+  return OwnedStateRanges(layout_);
 }
 
 Status ZeroEngine::ImportState(const ZeroStateReaders& readers) {
   SLUICE_RETURN_IF_ERROR(CheckUsable());
-  const bool moments = static_cast<bool>(readers.exp_avg);
-  // Lion keeps exp_avg only; Adam both moments.
-  const bool second_moment = OptimizerMoments(options_.optimizer.type) == 2;
-  if (!readers.master || (moments && second_moment != static_cast<bool>(readers.exp_avg_sq)) ||
-      (!moments && (readers.exp_avg_sq || readers.optimizer_step != 0))) {
-    return InvalidArgumentError(
-        "ImportState needs master weights, and {} (without them the optimizer step count must "
-        "be 0, not {})",
-        second_moment ? "exp_avg and exp_avg_sq together" : "for Lion exp_avg alone",
-        readers.optimizer_step);
-  }
-  // Tile by tile, as the optimizer asks: each piece of the shard is filled from the readers of
-  // the partitions it overlaps; padding stays zero, as a fresh shard's.
-  const std::vector<PartitionInfo>& partitions = layout_.partitions();
-  const model::ParameterRegistry& registry = model_->registry();
-  const offload::OptimizerStateSource source = [&](int64_t begin, int64_t n, float* master,
-                                                   float* exp_avg, float* exp_avg_sq) -> Status {
-    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
-    std::memset(master, 0, bytes);
-    std::memset(exp_avg, 0, bytes);
-    if (exp_avg_sq != nullptr) std::memset(exp_avg_sq, 0, bytes);
-    // The first partition ending after `begin` (partitions are in shard order).
-    auto it = std::upper_bound(
-        partitions.begin(), partitions.end(), begin,
-        [](int64_t at, const PartitionInfo& p) { return at < p.shard_offset + p.partition; });
-    for (; it != partitions.end() && it->shard_offset < begin + n; ++it) {
-      const PartitionInfo& p = *it;
-      const ShardSpan owned = layout_.Owned(p);
-      const int64_t lo = std::max(begin, p.shard_offset);
-      const int64_t hi = std::min(begin + n, p.shard_offset + static_cast<int64_t>(owned.count));
-      if (lo >= hi) continue;  // only padding of this partition in the piece
-      const int64_t first = static_cast<int64_t>(owned.offset) + (lo - p.shard_offset);
-      const int64_t last = first + (hi - lo);
-      auto read = [&](const ZeroRangeReader& reader, float* dst, const char* what) -> Status {
-        Status status = reader(p.param, first, last, dst + (lo - begin));
-        if (status.ok()) return status;
-        return std::move(status).WithContext(fmt::format("loading {} of {} elements [{}, {})", what,
-                                                         registry.parameter(p.param).name, first,
-                                                         last));
-      };
-      SLUICE_RETURN_IF_ERROR(read(readers.master, master, "the master weights"));
-      if (moments) {
-        SLUICE_RETURN_IF_ERROR(read(readers.exp_avg, exp_avg, "exp_avg"));
-        if (exp_avg_sq != nullptr) {
-          SLUICE_RETURN_IF_ERROR(read(readers.exp_avg_sq, exp_avg_sq, "exp_avg_sq"));
-        }
-      }
-    }
-    return OkStatus();
-  };
-  return adam_->RestoreState(source, readers.optimizer_step);
+  SLUICE_RETURN_IF_ERROR(CheckStateReaders(readers, options_.optimizer.type));
+  return adam_->RestoreState(StateSourceOf(layout_, model_->registry(), readers),
+                             readers.optimizer_step);
 }
 
 Status ZeroEngine::PublishParameters() {

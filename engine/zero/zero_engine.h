@@ -50,12 +50,15 @@
 #include "engine/zero/device_segments.h"
 #include "engine/zero/gradient_reducer.h"
 #include "engine/zero/parameter_coordinator.h"
+#include "engine/zero/parameter_publisher.h"
 #include "engine/zero/shard_layout.h"
-#include "engine/zero/shard_norm_plan.h"
 #include "engine/zero/sharded_adam.h"
+#include "engine/zero/step_guard.h"
 #include "engine/zero/zero_binding.h"
 #include "engine/zero/zero_optimizer.h"
 #include "engine/zero/zero_options.h"
+#include "engine/zero/zero_placement.h"
+#include "engine/zero/zero_state_io.h"
 #include "offload/host_shard_buffer.h"
 #include "offload/rank_tiers.h"
 #include "runtime/comm.h"
@@ -64,51 +67,7 @@
 
 namespace sluice::zero {
 
-struct ZeroStepInput {
-  double lr = 1e-3;
-  // The factor the loss gradients were multiplied by (fp16 loss scaling); 1 otherwise.
-  double loss_scale = 1.0;
-  // gradient_clipping: the global norm is clipped to this; 0 disables.
-  double max_grad_norm = 0.0;
-};
-
-struct ZeroStepResult {
-  // L2 norm of the unscaled gradient over all ranks; inf or NaN when `overflow`.
-  double grad_norm = 0.0;
-  // Some gradient element on some rank was inf or NaN (in f16: after rounding to fp16): every
-  // rank skipped the step. The caller reports it to its loss scaler.
-  bool overflow = false;
-  // This rank's own shard held such an element.
-  bool local_overflow = false;
-  double clip_coefficient = 1.0;
-};
-
 // Bytes of what the engine holds on the device, by role.
-// ---- Checkpoint state (used by engine/train/checkpointing.h) ----------------------------------
-// One range of this rank's optimizer state: elements [begin, end) of the flattened parameter
-// `param` (a registry index, never a tied alias: aliases have no state of their own), found at
-// `shard_offset` of this rank's state shard (optimizer().StreamState / ReadState).
-struct ZeroStateRange {
-  int param = -1;
-  int64_t begin = 0;
-  int64_t end = 0;
-  int64_t shard_offset = 0;
-};
-
-// Fills dst[0, end - begin) with elements [begin, end) of the flattened parameter `param`, as
-// fp32 (from a checkpoint of any world size and stage, or a safetensors file).
-using ZeroRangeReader = std::function<Status(int param, int64_t begin, int64_t end, float* dst)>;
-
-// What ZeroEngine::ImportState loads. Without `exp_avg` / `exp_avg_sq` (weights only:
-// model.init_from) the moments start at zero and `optimizer_step` must be 0. Lion
-// (optimizer.type) keeps no second moment: it takes `exp_avg` alone.
-struct ZeroStateReaders {
-  ZeroRangeReader master;
-  ZeroRangeReader exp_avg;
-  ZeroRangeReader exp_avg_sq;
-  int64_t optimizer_step = 0;
-};
-
 struct ZeroMemory {
   // The parameters in the parameter dtype (all of them in stage 0); 0 in stage 0 with f32, where
   // they are full_params itself, so that a sum of the fields counts each buffer once.
@@ -176,6 +135,7 @@ class ZeroEngine {
 
   const ZeroOptions& options() const { return options_; }
   const ShardLayout& layout() const { return layout_; }
+  const ZeroPlacement& placement() const { return placement_; }
   int rank() const { return queue_->comm().rank(); }
   int world_size() const { return queue_->comm().size(); }
   // Stage 3 only (null otherwise).
@@ -223,22 +183,12 @@ class ZeroEngine {
   // optimizer.type Lamb: hands the optimizer the partitions and the rank-order sum of the norms.
   Status SetLambPlan();
   Status Fail(Status status);
-  // The squared gradient norm of this data replica, `data_sum`, completed over the
-  // model-parallel group (see Create).
-  Result<double> SumOverModelParallel(double data_sum);
   // Called by the model once a pass is enqueued: the last gradient reductions.
   Status BeforePassEnd();
   Status FinishReductions();
   Result<double> RunPass(PassKind kind, const int32_t* inputs, const int32_t* targets,
                          int64_t batch, int64_t seq, double loss_grad);
   Status Publish();
-  struct PublishBucket {
-    size_t first = 0;  // partitions [first, last)
-    size_t last = 0;
-    int64_t piece = 0;  // their elements on each rank
-  };
-  std::vector<PublishBucket> PublishBuckets() const;
-  Status PublishByAllGather();
   // The model's compute stream: where the engine's device work (zeroing, the norm, the device
   // optimizer, stage 0's widening) is enqueued, in order with the passes.
   Stream& compute() const { return model_->stream(); }
@@ -253,6 +203,7 @@ class ZeroEngine {
   ZeroOptions options_;
   model::Model<float>* model_;
   Device* device_;
+  ZeroPlacement placement_;
   ShardLayout layout_;
   ZeroBinding binding_;
   // Buffers before the queue: destroyed after it has finished its work.
@@ -276,9 +227,9 @@ class ZeroEngine {
   std::unique_ptr<ParameterCoordinator> coordinator_;
   std::unique_ptr<GradientReducer> reducer_;
   std::unique_ptr<Hooks> hooks_;
-  std::unique_ptr<ShardNormPlan> norm_plan_;       // device-resident gradients only
+  std::unique_ptr<StepGuard> guard_;
   std::unique_ptr<DeviceSegments> extract_owned_;  // stage 1, device-resident gradient shard
-  std::vector<std::unique_ptr<DeviceSegments>> publish_unpack_;  // stages 1-2, per PublishBuckets()
+  std::unique_ptr<ParameterPublisher> publisher_;  // stages 0-2
   model::UnitHooks* user_hooks_ = nullptr;
   // The tensor × pipeline peers of this data rank (null when created over a plain world), and
   // whether this rank counts the parameters replicated across them.

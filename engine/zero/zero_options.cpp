@@ -66,13 +66,6 @@ Result<ZeroOptions> ZeroOptionsFromConfig(const Config& config) {
   return o;
 }
 
-bool GradShardOnHost(const ZeroOptions& o) {
-  const OffloadOptimizerConfig& oo = o.offload_optimizer;
-  // A partial offload (split_optimizer.h) steps its first part on the device, which reads its
-  // gradients there; its offloaded part copies its own tiles off.
-  return o.stage >= 1 && oo.device != OffloadDevice::kNone && !oo.partial();
-}
-
 Status ValidateZeroOptions(const ZeroOptions& o) {
   if (o.stage < 0 || o.stage > 3) {
     return InvalidArgumentError("zero_optimization.stage = {} must be 0, 1, 2 or 3", o.stage);

@@ -53,10 +53,6 @@ struct ZeroOptions {
 // and the offload sections.
 Result<ZeroOptions> ZeroOptionsFromConfig(const Config& config);
 
-// Stages 1-3 with the optimizer offloaded: the fp32 gradient shard lives in host memory, where
-// the offloaded optimizer reads it in place, instead of on the device.
-bool GradShardOnHost(const ZeroOptions& options);
-
 // OK, or InvalidArgument naming the config key and what to change.
 Status ValidateZeroOptions(const ZeroOptions& options);
 

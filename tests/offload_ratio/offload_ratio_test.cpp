@@ -12,6 +12,7 @@
 #include "engine/estimate/memory_estimate.h"
 #include "engine/zero/offload_options.h"
 #include "engine/zero/zero_options.h"
+#include "engine/zero/zero_placement.h"
 #include "tests/config/config_test_util.h"
 
 namespace sluice::zero {
@@ -154,11 +155,12 @@ TEST(OffloadRatioOptions, ValidationNamesTheKeys) {
   o.offload_optimizer.device = OffloadDevice::kCpu;
   o.offload_optimizer.ratio = 0.5;
   EXPECT_TRUE(ValidateZeroOptions(o).ok());
-  EXPECT_FALSE(GradShardOnHost(o)) << "a split's device part reads its gradients on the device";
+  EXPECT_EQ(PlaceZeroState(o).grad_shard, StateTier::kDevice)
+      << "a split's device part reads its gradients on the device";
   o.offload_optimizer.ratio = 1.0;
-  EXPECT_TRUE(GradShardOnHost(o));
+  EXPECT_EQ(PlaceZeroState(o).grad_shard, StateTier::kHost);
   o.offload_optimizer.ratio_auto = true;
-  EXPECT_FALSE(GradShardOnHost(o));
+  EXPECT_EQ(PlaceZeroState(o).grad_shard, StateTier::kDevice);
 
   o.offload_optimizer.ratio = 1.5;
   o.offload_optimizer.ratio_auto = false;
