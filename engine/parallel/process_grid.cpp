@@ -11,6 +11,20 @@ namespace {
 
 constexpr std::array<Axis, kAxes> kLayoutOrder = {Axis::kTensor, Axis::kData, Axis::kPipeline};
 
+// The one of three per-axis values that belongs to `axis`.
+template <typename T>
+T Along(Axis axis, T tensor, T data, T pipeline) {
+  switch (axis) {
+    case Axis::kTensor:
+      return tensor;
+    case Axis::kData:
+      return data;
+    case Axis::kPipeline:
+      return pipeline;
+  }
+  return tensor;
+}
+
 // Coordinates from an index over `axes` (in layout order, the first varying fastest).
 GridCoords Decompose(int index, const std::vector<Axis>& axes, const GridShape& shape) {
   std::array<int, kAxes> c{};
@@ -49,33 +63,11 @@ int SizeOver(const std::vector<Axis>& axes, const GridShape& shape) {
 
 }  // namespace
 
-bool AxisSet::Has(Axis axis) const {
-  switch (axis) {
-    case Axis::kTensor:
-      return tensor;
-    case Axis::kData:
-      return data;
-    case Axis::kPipeline:
-      return pipeline;
-  }
-  return false;
-}
+bool AxisSet::Has(Axis axis) const { return Along(axis, tensor, data, pipeline); }
 
-int GridCoords::Of(Axis axis) const {
-  switch (axis) {
-    case Axis::kTensor:
-      return tensor;
-    case Axis::kData:
-      return data;
-    case Axis::kPipeline:
-      return pipeline;
-  }
-  return 0;
-}
+int GridCoords::Of(Axis axis) const { return Along(axis, tensor, data, pipeline); }
 
-int GridShape::Of(Axis axis) const {
-  return GridCoords{.tensor = tensor, .data = data, .pipeline = pipeline}.Of(axis);
-}
+int GridShape::Of(Axis axis) const { return Along(axis, tensor, data, pipeline); }
 
 std::string GridShape::ToString() const {
   return fmt::format("data {} x tensor {} x pipeline {}", data, tensor, pipeline);
