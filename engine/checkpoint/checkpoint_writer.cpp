@@ -191,7 +191,7 @@ Result<std::filesystem::path> SaveCheckpoint(const SaveRequest& request,
       request,
       [&request, tensors](const std::filesystem::path& staging) {
         return WriteRankShardFiles(staging, request.rank, request.world, tensors,
-                                   request.checksum_block_bytes);
+                                   request.checksum_block_bytes, request.io);
       },
       agree);
 }

@@ -8,6 +8,7 @@
 //   request.zero_stage = 3;
 //   SLUICE_ASSIGN_OR_RETURN(request.attempt_tag, checkpoint::AgreeOnAttemptTag(comm));
 //   request.keep_last = 3;
+//   request.io.tiers = &engine.tiers();  // the rank's I/O engine writes the shard files
 //   request.config = ConfigRecordJson(config);
 //   request.states = {{"rng", ...}, {"data_loader", ...}, {"loss_scaler", ...}};
 //   std::vector<checkpoint::ShardTensor> tensors = ...;  // master, exp_avg, exp_avg_sq ranges
@@ -42,6 +43,7 @@
 #include <string>
 #include <string_view>
 
+#include "engine/checkpoint/shard_file_sink.h"
 #include "engine/checkpoint/shard_format.h"
 #include "runtime/status.h"
 
@@ -64,6 +66,8 @@ struct SaveRequest {
   // 0 keeps all.
   int keep_last = 0;
   uint64_t checksum_block_bytes = kDefaultChecksumBlockBytes;
+  // How the shard files are written: through the rank's I/O engine (io.tiers), or buffered.
+  ShardFileIo io;
   nlohmann::ordered_json config = nlohmann::ordered_json::object();  // recorded from rank 0
   nlohmann::ordered_json states = nlohmann::ordered_json::object();  // recorded from rank 0
   // Optional: called on rank 0 at each named point of the commit sequence ("files_written",
@@ -79,8 +83,8 @@ Result<std::filesystem::path> SaveCheckpoint(const SaveRequest& request,
                                              const AgreeFn& agree);
 
 // Writes this rank's two shard files (ShardFileName(group, request.rank), both groups, with
-// request.checksum_block_bytes) into the staging directory and fsyncs them: a RankStreamWriter
-// (shard_stream_writer.h) fed from wherever the state lives.
+// request.checksum_block_bytes and request.io) into the staging directory and fsyncs them: a
+// RankStreamWriter (shard_stream_writer.h) fed from wherever the state lives.
 using RankFilesWriter = std::function<Status(const std::filesystem::path& staging_dir)>;
 
 // SaveCheckpoint with the files written by `write_files` instead of from tensors in memory (the

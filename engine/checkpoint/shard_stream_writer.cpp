@@ -36,7 +36,7 @@ ShardStreamWriter::~ShardStreamWriter() = default;
 
 Result<std::unique_ptr<ShardStreamWriter>> ShardStreamWriter::Create(
     const std::filesystem::path& path, ShardGroup group, int rank, int world,
-    std::vector<ShardTensorInfo> tensors, uint64_t block_bytes) {
+    std::vector<ShardTensorInfo> tensors, uint64_t block_bytes, const ShardFileIo& io) {
   SLUICE_CHECK_GT(block_bytes, 0u);
   std::unique_ptr<ShardStreamWriter> w(new ShardStreamWriter());
   w->path_ = path;
@@ -82,7 +82,8 @@ Result<std::unique_ptr<ShardStreamWriter>> ShardStreamWriter::Create(
   header.data_bytes = w->tensors_.empty() ? 0
                                           : w->tensors_.back().data_offset +
                                                 w->tensors_.back().data_bytes - header.data_offset;
-  SLUICE_ASSIGN_OR_RETURN(w->fd_, CreateExclusive(path));
+  SLUICE_ASSIGN_OR_RETURN(w->sink_,
+                          CreateShardFileSink(path, header.data_offset + header.data_bytes, io));
   return w;
 }
 
@@ -131,9 +132,17 @@ Status ShardStreamWriter::Append(size_t index, const void* data, int64_t element
   }
   const char* bytes_in = static_cast<const char*>(data);
   HashBytes(index, bytes_in, bytes);
-  SLUICE_RETURN_IF_ERROR(WriteAt(fd_.get(), bytes_in, bytes, e.data_offset + p.written, path_));
+  SLUICE_RETURN_IF_ERROR(sink_->Put(e.data_offset + p.written, bytes_in, bytes));
   p.written += bytes;
-  return OkStatus();
+  if (p.written < e.data_bytes) return OkStatus();
+  // Complete: the zeros up to the next tensor now, so that a sink staging the file in windows
+  // can write each window as soon as its tensors are done.
+  const uint64_t next = index + 1 < tensors_.size() ? tensors_[index + 1].data_offset
+                                                    : header_.data_offset + header_.data_bytes;
+  const uint64_t gap = next - (e.data_offset + e.data_bytes);
+  static constexpr char kZeros[kShardDataAlignment] = {};
+  SLUICE_CHECK_LT(gap, sizeof(kZeros));
+  return gap == 0 ? OkStatus() : sink_->Put(e.data_offset + e.data_bytes, kZeros, gap);
 }
 
 Status ShardStreamWriter::Finish() {
@@ -148,33 +157,21 @@ Status ShardStreamWriter::Finish() {
           e.begin, e.end);
     }
   }
-  const std::string padding(kShardDataAlignment, '\0');
-  for (size_t i = 0; i < tensors_.size(); ++i) {
-    const ShardEntry& e = tensors_[i];
-    const uint64_t next = i + 1 < tensors_.size() ? tensors_[i + 1].data_offset
-                                                  : header_.data_offset + header_.data_bytes;
-    const uint64_t gap = next - (e.data_offset + e.data_bytes);
-    if (gap > 0) {
-      SLUICE_RETURN_IF_ERROR(
-          WriteAt(fd_.get(), padding.data(), gap, e.data_offset + e.data_bytes, path_));
-    }
-  }
   const std::string table = EncodeShardTable(tensors_);
   SLUICE_CHECK_EQ(table.size(), header_.table_bytes) << path_.string();
   header_.table_checksum = offload::Checksum64(table.data(), table.size());
   std::string head = EncodeShardHeader(header_);
   head += table;
   head.resize(header_.data_offset, '\0');
-  SLUICE_RETURN_IF_ERROR(WriteAt(fd_.get(), head.data(), head.size(), 0, path_));
-  SLUICE_RETURN_IF_ERROR(FsyncFd(fd_.get(), path_));
+  SLUICE_RETURN_IF_ERROR(sink_->Put(0, head.data(), head.size()));
   finished_ = true;
-  return fd_.Close();
+  return sink_->Finish();
 }
 
 Result<RankStreamWriter> RankStreamWriter::Create(const std::filesystem::path& dir, int rank,
                                                   int world,
                                                   std::span<const ShardTensorInfo> tensors,
-                                                  uint64_t block_bytes) {
+                                                  uint64_t block_bytes, const ShardFileIo& io) {
   RankStreamWriter out;
   out.routes_.resize(tensors.size());
   for (ShardGroup group : kAllShardGroups) {
@@ -186,7 +183,7 @@ Result<RankStreamWriter> RankStreamWriter::Create(const std::filesystem::path& d
     }
     SLUICE_ASSIGN_OR_RETURN(
         auto file, ShardStreamWriter::Create(dir / ShardFileName(group, rank), group, rank, world,
-                                             std::move(mine), block_bytes));
+                                             std::move(mine), block_bytes, io));
     out.files_.push_back(std::move(file));
   }
   return out;

@@ -1,10 +1,12 @@
 // Writes both shard files of one rank (weights and optimizer) from tensors already in memory,
-// and fsyncs them: the whole-tensor use of RankStreamWriter (shard_stream_writer.h).
+// and fsyncs them: the whole-tensor use of RankStreamWriter (shard_stream_writer.h), through the
+// rank's I/O engine when `io` names its tiers, else buffered.
 #pragma once
 
 #include <filesystem>
 #include <span>
 
+#include "engine/checkpoint/shard_file_sink.h"
 #include "engine/checkpoint/shard_format.h"
 #include "runtime/status.h"
 
@@ -15,6 +17,7 @@ namespace sluice::checkpoint {
 // memory. InvalidArgument naming a malformed or repeated tensor, or one with no data.
 Status WriteRankShardFiles(const std::filesystem::path& dir, int rank, int world,
                            std::span<const ShardTensor> tensors,
-                           uint64_t block_bytes = kDefaultChecksumBlockBytes);
+                           uint64_t block_bytes = kDefaultChecksumBlockBytes,
+                           const ShardFileIo& io = {});
 
 }  // namespace sluice::checkpoint

@@ -359,6 +359,9 @@ Result<fs::path> SaveTrainingCheckpoint(const Config& config, const zero::ZeroEn
   request.zero_stage = engine.options().stage;
   SLUICE_ASSIGN_OR_RETURN(request.attempt_tag, checkpoint::AgreeOnAttemptTag(world));
   request.keep_last = static_cast<int>(config.checkpoint.keep_last);
+  // The rank's one I/O engine (made by the first save when nothing else is on NVMe) writes the
+  // shard files, its staging counted with the NVMe tiers'.
+  request.io.tiers = &engine.tiers();
   request.config = ConfigRecordJson(config);
   // Only rank 0's states are recorded.
   Result<nlohmann::ordered_json> data = nlohmann::ordered_json::object();
@@ -382,7 +385,7 @@ Result<fs::path> SaveTrainingCheckpoint(const Config& config, const zero::ZeroEn
     SLUICE_ASSIGN_OR_RETURN(
         checkpoint::RankStreamWriter out,
         checkpoint::RankStreamWriter::Create(staging, request.rank, request.world, tensors,
-                                             request.checksum_block_bytes));
+                                             request.checksum_block_bytes, request.io));
     SLUICE_RETURN_IF_ERROR(StreamRankState(engine.optimizer(), ranges, out));
     return out.Finish();
   };

@@ -52,7 +52,8 @@ std::filesystem::path CheckpointsDirOf(const Config& config);
 
 // Saves checkpoint `progress.step` of every rank's ZeRO state (fp32 master weights, exp_avg and,
 // for Adam, exp_avg_sq; states.optimizer.type names the optimizer), the progress and the resolved
-// config, atomically, keeping checkpoint.keep_last.
+// config, atomically, keeping checkpoint.keep_last. The shard files are written through the rank's
+// I/O engine (engine.tiers(): the one its NVMe tiers use, made here when there is none yet).
 // With zero_optimization.stage3_gather_16bit_weights_on_model_save, then also writes the
 // consolidated 16-bit model into the committed step directory (SaveConsolidated16BitModel).
 // Returns the committed step directory. Collective over `world` (every rank learns of a failure

@@ -144,6 +144,7 @@ class ZeroEngine {
   const ZeroOptimizer& optimizer() const { return *adam_; }
   // offload_param nvme only (null otherwise).
   const offload::NvmeParamStore* param_store() const { return param_store_.get(); }
+  offload::RankTiers& tiers() const { return *tiers_; }  // the rank's one I/O engine and staging
   ZeroMemory memory() const;
   // A host copy of the fp32 gradients this rank steps with: its shard (stages 1-3) or the full
   // buffer (stage 0), as they are between the last micro-batch and Step().

@@ -1,7 +1,9 @@
 // One I/O engine per rank (mpirun -np 2): training at stage 3 with the optimizer state and the
 // parameters both on NVMe, saving checkpoints on the way, makes exactly one offload::AioEngine on
-// each rank (offload::RankTiers, shared by the optimizer's swap store and the parameter store),
-// and the trainer leaves none behind.
+// each rank (offload::RankTiers, shared by the optimizer's swap store, the parameter store and the
+// checkpoint shard files), and the trainer leaves none behind. With nothing on NVMe, a run makes
+// no engine until its first checkpoint save, which makes the one engine the later saves reuse
+// and which writes every byte of the rank's shard files.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -9,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "engine/checkpoint/shard_format.h"
 #include "engine/train/trainer.h"
 #include "offload/aio_engine.h"
+#include "offload/rank_tiers.h"
 #include "runtime/check.h"
 #include "tests/common/test_world.h"
 #include "tests/train/train_test_util.h"
@@ -72,6 +76,57 @@ TEST(OneAioEnginePerRank, BothNvmeTiersAndCheckpointsShareOneEngine) {
     EXPECT_EQ(offload::AioEngine::created_count() - created_before, 1)
         << "rank " << TestWorld().rank() << " made more than one I/O engine";
     EXPECT_EQ(offload::AioEngine::live_count() - live_before, 1);
+  }
+  EXPECT_EQ(offload::AioEngine::live_count(), live_before) << "the engine outlived the trainer";
+}
+
+TEST(OneAioEnginePerRank, NothingOnNvmeTheFirstCheckpointSaveMakesTheOneEngine) {
+  const std::string run_dir = FreshDir("run_no_nvme");
+  const std::string corpus =
+      test_util::WriteFile(test_util::TempPath("corpus_rank" + std::to_string(TestWorld().rank())),
+                           test_util::SyntheticCorpus(64 * 1024));
+  const Config config = test_util::LoadTestConfig(
+      test_util::TinyGptYaml(corpus, run_dir),
+      {"train_micro_batch_size_per_gpu=2", "zero_optimization.stage=3",
+       "zero_optimization.reduce_bucket_size=5000",
+       "zero_optimization.stage3_prefetch_bucket_size=6000",
+       "zero_optimization.stage3_param_persistence_threshold=64", "run.steps=4",
+       "run.eval_interval=2", "checkpoint.save_interval=2"});
+
+  const int64_t created_before = offload::AioEngine::created_count();
+  const int64_t live_before = offload::AioEngine::live_count();
+  {
+    TrainerOptions options;
+    options.world = &TestWorld();
+    options.progress = ProgressMode::kOff;
+    options.summary_stream = nullptr;
+    Result<std::unique_ptr<Trainer>> trainer = Trainer::Create(config, options);
+    ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+    zero::ZeroEngine& engine = (*trainer)->engine();
+    ASSERT_EQ(engine.param_store(), nullptr) << "parameters on NVMe";
+    ASSERT_EQ((*trainer)->optimizer().nvme_bytes(), 0u) << "optimizer state on NVMe";
+    EXPECT_EQ(engine.tiers().aio_if_created(), nullptr) << "an engine before any NVMe I/O";
+    EXPECT_EQ(offload::AioEngine::created_count() - created_before, 0);
+
+    Result<TrainSummary> summary = (*trainer)->Run();
+    ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+    EXPECT_EQ(offload::AioEngine::created_count() - created_before, 1)
+        << "rank " << TestWorld().rank() << ": two saves should make exactly one I/O engine";
+    EXPECT_EQ(offload::AioEngine::live_count() - live_before, 1);
+    const offload::AioEngine* aio = engine.tiers().aio_if_created();
+    ASSERT_NE(aio, nullptr) << "the saves did not go through the rank's I/O engine";
+    // Both saves' shard files of this rank went through it, whole.
+    uint64_t shard_bytes = 0;
+    for (const char* step : {"step_2", "step_4"}) {
+      for (checkpoint::ShardGroup group : checkpoint::kAllShardGroups) {
+        const fs::path file = fs::path(run_dir) / "checkpoints" / step /
+                              checkpoint::ShardFileName(group, TestWorld().rank());
+        ASSERT_TRUE(fs::exists(file)) << file;
+        shard_bytes += fs::file_size(file);
+      }
+    }
+    EXPECT_GE(aio->stats().bytes_written, shard_bytes);
+    EXPECT_EQ(engine.tiers().staging_budget().reserved(), 0u) << "staging held after the saves";
   }
   EXPECT_EQ(offload::AioEngine::live_count(), live_before) << "the engine outlived the trainer";
 }
