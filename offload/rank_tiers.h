@@ -8,9 +8,10 @@
 //   SLUICE_ASSIGN_OR_RETURN(auto store, tiers.OpenSwapStore(swap_options, "the optimizer state"));
 //   ... tiers.staging_budget() ... tiers.Aio("...")
 //
-// The engine is created on first use (a run with its tiers in host memory makes none). Swap
-// stores and everything holding a staging reservation borrow from the tiers: they must be
-// destroyed before it (declare the tiers first).
+// The engine is created on first use (a run with its tiers in host memory makes none until its
+// first checkpoint save, which writes through it too). Swap stores and everything holding a
+// staging reservation borrow from the tiers: they must be destroyed before it (declare the tiers
+// first).
 #pragma once
 
 #include <cstdint>
