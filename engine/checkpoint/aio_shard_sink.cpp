@@ -211,7 +211,7 @@ Result<std::unique_ptr<ShardFileSink>> CreateAioShardSink(offload::AioEngine& ai
                                                           offload::PinnedStagingBudget* budget,
                                                           const std::filesystem::path& path,
                                                           uint64_t file_bytes,
-                                                          const ShardFileIo& io) {
+                                                          const AioShardWindows& io) {
   SLUICE_CHECK(io.window_bytes > 0 && offload::IsAligned(io.window_bytes))
       << "shard staging window of " << io.window_bytes << " bytes";
   SLUICE_CHECK_GE(io.windows, 1);
@@ -234,6 +234,17 @@ Result<std::unique_ptr<ShardFileSink>> CreateAioShardSink(offload::AioEngine& ai
         fmt::format("opening checkpoint shard file {} on the I/O engine", path.string()));
   }
   return std::unique_ptr<ShardFileSink>(std::move(sink));
+}
+
+ShardFileIo AioShardFileIo(offload::RankTiers& tiers, const AioShardWindows& windows) {
+  return {.open = [&tiers, windows](const std::filesystem::path& path,
+                                    uint64_t file_bytes) -> Result<std::unique_ptr<ShardFileSink>> {
+    Result<offload::AioEngine*> aio = tiers.Aio("the checkpoint shard files");
+    if (!aio.ok()) {
+      return Status(aio.status()).WithContext(fmt::format("writing {}", path.string()));
+    }
+    return CreateAioShardSink(**aio, &tiers.staging_budget(), path, file_bytes, windows);
+  }};
 }
 
 }  // namespace sluice::checkpoint

@@ -8,7 +8,7 @@
 //   request.zero_stage = 3;
 //   SLUICE_ASSIGN_OR_RETURN(request.attempt_tag, checkpoint::AgreeOnAttemptTag(comm));
 //   request.keep_last = 3;
-//   request.io.tiers = &engine.tiers();  // the rank's I/O engine writes the shard files
+//   request.io = AioShardFileIo(engine.tiers());  // the rank's I/O engine writes the shard files
 //   request.config = ConfigRecordJson(config);
 //   request.states = {{"rng", ...}, {"data_loader", ...}, {"loss_scaler", ...}};
 //   std::vector<checkpoint::ShardTensor> tensors = ...;  // master, exp_avg, exp_avg_sq ranges
@@ -66,7 +66,7 @@ struct SaveRequest {
   // 0 keeps all.
   int keep_last = 0;
   uint64_t checksum_block_bytes = kDefaultChecksumBlockBytes;
-  // How the shard files are written: through the rank's I/O engine (io.tiers), or buffered.
+  // How the shard files are written: through the rank's I/O engine (AioShardFileIo), or buffered.
   ShardFileIo io;
   nlohmann::ordered_json config = nlohmann::ordered_json::object();  // recorded from rank 0
   nlohmann::ordered_json states = nlohmann::ordered_json::object();  // recorded from rank 0

@@ -4,8 +4,6 @@
 
 #include <utility>
 
-#include "engine/checkpoint/aio_shard_sink.h"
-#include "offload/rank_tiers.h"
 #include "runtime/durable_file.h"
 
 namespace sluice::checkpoint {
@@ -34,15 +32,9 @@ class BufferedShardSink final : public ShardFileSink {
 Result<std::unique_ptr<ShardFileSink>> CreateShardFileSink(const std::filesystem::path& path,
                                                            uint64_t file_bytes,
                                                            const ShardFileIo& io) {
-  if (io.tiers == nullptr) {
-    SLUICE_ASSIGN_OR_RETURN(ScopedFd fd, CreateExclusive(path));
-    return std::unique_ptr<ShardFileSink>(new BufferedShardSink(path, std::move(fd)));
-  }
-  Result<offload::AioEngine*> aio = io.tiers->Aio("the checkpoint shard files");
-  if (!aio.ok()) {
-    return Status(aio.status()).WithContext(fmt::format("writing {}", path.string()));
-  }
-  return CreateAioShardSink(**aio, &io.tiers->staging_budget(), path, file_bytes, io);
+  if (io.open) return io.open(path, file_bytes);
+  SLUICE_ASSIGN_OR_RETURN(ScopedFd fd, CreateExclusive(path));
+  return std::unique_ptr<ShardFileSink>(new BufferedShardSink(path, std::move(fd)));
 }
 
 }  // namespace sluice::checkpoint

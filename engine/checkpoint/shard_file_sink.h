@@ -8,25 +8,24 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 
 #include "runtime/status.h"
 
-namespace sluice::offload {
-class RankTiers;
-}
-
 namespace sluice::checkpoint {
 
-// How a rank writes its shard files.
+class ShardFileSink;
+
+// Creates `path` (which must not exist) for a file of `file_bytes` and returns its sink.
+using ShardSinkOpener = std::function<Result<std::unique_ptr<ShardFileSink>>(
+    const std::filesystem::path& path, uint64_t file_bytes)>;
+
+// How a rank writes its shard files: `open` (a training save: the rank's I/O engine,
+// AioShardFileIo in aio_shard_sink.h), or buffered writes where it is empty. The format's own
+// code never names the engine, so the tools and parsers built without it write the same bytes.
 struct ShardFileIo {
-  // The rank's tiers: their I/O engine (created on first use) writes the files, staged through
-  // page-aligned windows counted in their pinned staging budget. Null: buffered writes.
-  offload::RankTiers* tiers = nullptr;
-  // The staging windows of each file: the file is written in pieces of window_bytes (a
-  // multiple of 4096), each once all its bytes arrived; at most `windows` are held at a time.
-  uint64_t window_bytes = uint64_t{1} << 20;
-  int windows = 8;
+  ShardSinkOpener open;
 };
 
 class ShardFileSink {

@@ -5,12 +5,12 @@
 // tensor once the tensor is complete), and the header and the table (which hold those checksums)
 // are written last, before the fsync. Memory is the table and one hashing state per unfinished
 // block, never the data: a caller streaming optimizer state from NVMe holds only the pieces it is
-// handing over. Written through the rank's I/O engine (ShardFileIo::tiers, aio_shard_sink.h) the
-// bytes also pass through a few staging windows; buffered (no tiers) they go straight to the file.
+// handing over. Written through the rank's I/O engine (AioShardFileIo, aio_shard_sink.h) the
+// bytes also pass through a few staging windows; buffered (an empty ShardFileIo) they go straight to the file.
 // Both give the same bytes.
 //
 //   SLUICE_ASSIGN_OR_RETURN(auto out, RankStreamWriter::Create(staging, rank, world, infos,
-//                                                             block_bytes, {.tiers = &tiers}));
+//                                                             block_bytes, AioShardFileIo(tiers)));
 //   for each piece:  SLUICE_RETURN_IF_ERROR(out.Append(tensor_index, data, elements));
 //   SLUICE_RETURN_IF_ERROR(out.Finish());
 //

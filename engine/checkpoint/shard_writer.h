@@ -1,6 +1,6 @@
 // Writes both shard files of one rank (weights and optimizer) from tensors already in memory,
 // and fsyncs them: the whole-tensor use of RankStreamWriter (shard_stream_writer.h), through the
-// rank's I/O engine when `io` names its tiers, else buffered.
+// rank's I/O engine when `io` opens through it (AioShardFileIo), else buffered.
 #pragma once
 
 #include <filesystem>

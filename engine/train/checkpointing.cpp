@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/checkpoint/aio_shard_sink.h"
 #include "engine/checkpoint/checkpoint_dir.h"
 #include "engine/checkpoint/checkpoint_reader.h"
 #include "engine/checkpoint/checkpoint_writer.h"
@@ -361,7 +362,7 @@ Result<fs::path> SaveTrainingCheckpoint(const Config& config, const zero::ZeroEn
   request.keep_last = static_cast<int>(config.checkpoint.keep_last);
   // The rank's one I/O engine (made by the first save when nothing else is on NVMe) writes the
   // shard files, its staging counted with the NVMe tiers'.
-  request.io.tiers = &engine.tiers();
+  request.io = checkpoint::AioShardFileIo(engine.tiers());
   request.config = ConfigRecordJson(config);
   // Only rank 0's states are recorded.
   Result<nlohmann::ordered_json> data = nlohmann::ordered_json::object();

@@ -135,7 +135,6 @@ class ZeroEngine {
 
   const ZeroOptions& options() const { return options_; }
   const ShardLayout& layout() const { return layout_; }
-  const ZeroPlacement& placement() const { return placement_; }
   int rank() const { return queue_->comm().rank(); }
   int world_size() const { return queue_->comm().size(); }
   // Stage 3 only (null otherwise).

@@ -17,20 +17,6 @@ StateTier TierOf(OffloadDevice device) {
 
 }  // namespace
 
-std::string_view StateTierName(StateTier tier) {
-  switch (tier) {
-    case StateTier::kNone:
-      return "none";
-    case StateTier::kDevice:
-      return "device";
-    case StateTier::kHost:
-      return "host";
-    case StateTier::kNvme:
-      return "nvme";
-  }
-  return "?";
-}
-
 ZeroPlacement PlaceZeroState(const ZeroOptions& options) {
   const OffloadOptimizerConfig& oo = options.offload_optimizer;
   ZeroPlacement p;
@@ -42,7 +28,6 @@ ZeroPlacement PlaceZeroState(const ZeroOptions& options) {
     p.param_shard = TierOf(options.offload_param.device);
   }
   p.optimizer_state = TierOf(oo.device);
-  p.offload_ratio = oo.device == OffloadDevice::kNone ? 0.0 : oo.ratio;
   if (options.stage == 0) {
     p.grad_shard = StateTier::kNone;
   } else if (oo.device != OffloadDevice::kNone && !oo.partial()) {

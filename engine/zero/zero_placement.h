@@ -1,15 +1,14 @@
-// Where a ZeRO engine keeps each part of the training state, decided once from its options: the
-// engine allocates by it, and its memory report and the run summary describe it.
+// Where a ZeRO engine keeps each part of the training state, decided once from its options; the
+// engine allocates its buffers by it (the optimizer's own tiers: zero_optimizer.h).
 #pragma once
 
-#include <string_view>
+#include <cstdint>
 
 #include "engine/zero/zero_options.h"
 
 namespace sluice::zero {
 
 enum class StateTier : uint8_t { kNone, kDevice, kHost, kNvme };
-std::string_view StateTierName(StateTier tier);  // "none", "device", "host", "nvme"
 
 struct ZeroPlacement {
   // The replicated fp32 compute copy of the parameters the passes read (stages 0-2; stage 3
@@ -26,9 +25,8 @@ struct ZeroPlacement {
   // reduce-scattered buckets are accumulated straight into host memory.
   StateTier grad_shard = StateTier::kDevice;
   // The optimizer state (master weights apart from the parameters, moments): offload_optimizer's
-  // device, with `offload_ratio` of it there and the rest on the device (a partial offload).
+  // device (a partial offload keeps the first 1 - ratio of it on the device: split_optimizer.h).
   StateTier optimizer_state = StateTier::kDevice;
-  double offload_ratio = 0.0;
 };
 
 ZeroPlacement PlaceZeroState(const ZeroOptions& options);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "checkpoint_test_util.h"
+#include "engine/checkpoint/aio_shard_sink.h"
 #include "engine/checkpoint/checkpoint_dir.h"
 #include "engine/checkpoint/checkpoint_reader.h"
 #include "engine/checkpoint/checkpoint_writer.h"
@@ -159,12 +160,12 @@ TEST_P(AioShardWriterTest, SameBytesAsTheBufferedPathWholeAndStreamed) {
   TempDir buffered;
   ASSERT_TRUE(WriteRankShardFiles(buffered.path(), kRank, kWorld, t.Whole(), kBlockBytes).ok());
 
-  const Windows windows[] = {{"default windows", ShardFileIo{}.window_bytes, ShardFileIo{}.windows},
-                             {"2 windows of a page", 4096, 2},
-                             {"3 windows of 3 pages", 3 * 4096, 3}};
+  const Windows windows[] = {
+      {"default windows", AioShardWindows{}.window_bytes, AioShardWindows{}.windows},
+      {"2 windows of a page", 4096, 2},
+      {"3 windows of 3 pages", 3 * 4096, 3}};
   for (const Windows& w : windows) {
-    const ShardFileIo io{
-        .tiers = tiers_.get(), .window_bytes = w.window_bytes, .windows = w.windows};
+    const ShardFileIo io = AioShardFileIo(*tiers_, {w.window_bytes, w.windows});
     const offload::AioEngineStats before = aio_->stats();
     TempDir whole;
     Status status = WriteRankShardFiles(whole.path(), kRank, kWorld, t.Whole(), kBlockBytes, io);
@@ -195,7 +196,7 @@ TEST_P(AioShardWriterTest, SameBytesAsTheBufferedPathWholeAndStreamed) {
   // Counted while the files were open: at most the windows of both files of the rank.
   EXPECT_GT(tiers_->staging_budget().peak(), 0u);
   EXPECT_LE(tiers_->staging_budget().peak(),
-            2 * ShardFileIo{}.windows * ShardFileIo{}.window_bytes);
+            2 * AioShardWindows{}.windows * AioShardWindows{}.window_bytes);
 }
 
 TEST_P(AioShardWriterTest, StagingOverTheBudgetIsRefusedNamingTheFile) {
@@ -205,7 +206,7 @@ TEST_P(AioShardWriterTest, StagingOverTheBudgetIsRefusedNamingTheFile) {
   const Tensors t = MakeTensors();
   TempDir dir;
   const Status status = WriteRankShardFiles(dir.path(), kRank, kWorld, t.Whole(), kBlockBytes,
-                                            {.tiers = &tiers, .window_bytes = 4096, .windows = 4});
+                                            AioShardFileIo(tiers, {4096, 4}));
   ASSERT_EQ(status.code(), StatusCode::kResourceExhausted) << status.ToString();
   EXPECT_NE(status.message().find(ShardFileName(ShardGroup::kWeights, kRank)), std::string::npos)
       << status.message();
@@ -222,7 +223,7 @@ SaveRequest Request(const fs::path& dir, int64_t step, offload::RankTiers* tiers
   request.checksum_block_bytes = kBlockBytes;
   request.config = {{"model", {{"family", "gpt2"}}}};
   request.states = {{"step", step}};
-  request.io.tiers = tiers;
+  if (tiers != nullptr) request.io = AioShardFileIo(*tiers);
   return request;
 }
 
