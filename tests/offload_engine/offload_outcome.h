@@ -15,11 +15,6 @@
 
 namespace sluice::zero::testing {
 
-template <typename T>
-bool Bitwise(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
 struct OffloadOutcome {
   RunResult run;
   ZeroMemory memory;

@@ -34,6 +34,15 @@ std::string FreshDir(const std::string& name) {
   return dir;
 }
 
+// A trainer over the test world that prints nothing.
+Result<std::unique_ptr<Trainer>> QuietTrainer(const Config& config) {
+  TrainerOptions options;
+  options.world = &TestWorld();
+  options.progress = ProgressMode::kOff;
+  options.summary_stream = nullptr;
+  return Trainer::Create(config, options);
+}
+
 TEST(OneAioEnginePerRank, BothNvmeTiersAndCheckpointsShareOneEngine) {
   const std::string run_dir = FreshDir("run");
   // The ranks share the folder: each rank's swap files have its rank in their names.
@@ -58,11 +67,7 @@ TEST(OneAioEnginePerRank, BothNvmeTiersAndCheckpointsShareOneEngine) {
   const int64_t created_before = offload::AioEngine::created_count();
   const int64_t live_before = offload::AioEngine::live_count();
   {
-    TrainerOptions options;
-    options.world = &TestWorld();
-    options.progress = ProgressMode::kOff;
-    options.summary_stream = nullptr;
-    Result<std::unique_ptr<Trainer>> trainer = Trainer::Create(config, options);
+    Result<std::unique_ptr<Trainer>> trainer = QuietTrainer(config);
     ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
     ASSERT_NE((*trainer)->engine().param_store(), nullptr) << "parameters not on NVMe";
     ASSERT_GT((*trainer)->optimizer().nvme_bytes(), 0u) << "optimizer state not on NVMe";
@@ -96,11 +101,7 @@ TEST(OneAioEnginePerRank, NothingOnNvmeTheFirstCheckpointSaveMakesTheOneEngine) 
   const int64_t created_before = offload::AioEngine::created_count();
   const int64_t live_before = offload::AioEngine::live_count();
   {
-    TrainerOptions options;
-    options.world = &TestWorld();
-    options.progress = ProgressMode::kOff;
-    options.summary_stream = nullptr;
-    Result<std::unique_ptr<Trainer>> trainer = Trainer::Create(config, options);
+    Result<std::unique_ptr<Trainer>> trainer = QuietTrainer(config);
     ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
     zero::ZeroEngine& engine = (*trainer)->engine();
     ASSERT_EQ(engine.param_store(), nullptr) << "parameters on NVMe";

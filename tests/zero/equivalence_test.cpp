@@ -38,31 +38,9 @@ namespace {
 
 constexpr double kTolerance = 1e-6;
 
-bool Bitwise(const std::vector<double>& a, const std::vector<double>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
-}
-bool Bitwise(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-ZeroOptions OptionsFor(int stage, const TrainSettings& settings) {
-  ZeroOptions o;
-  o.stage = stage;
-  o.overlap_comm = true;
-  o.gradient_accumulation_steps = settings.gradient_accumulation_steps;
-  o.param_dtype = settings.param_dtype;
-  o.num_threads = 1;
-  // Small enough for several buckets and gathers per pass, and persistent norms and biases.
-  o.reduce_bucket_size = 5000;
-  o.allgather_bucket_size = 8000;
-  o.stage3_prefetch_bucket_size = 6000;
-  o.stage3_param_persistence_threshold = 64;
-  return o;
-}
-
 RunResult RunStage(int stage, const TrainSettings& settings) {
   Result<ZeroRig> rig =
-      MakeZeroRig(OptionsFor(stage, settings), TinyGpt(), TestWorld(), settings.seed);
+      MakeZeroRig(SmallBucketOptions(stage, settings), TinyGpt(), TestWorld(), settings.seed);
   SLUICE_CHECK(rig.ok()) << rig.status().ToString();
   Result<RunResult> run = RunZero(*rig, settings);
   SLUICE_CHECK(run.ok()) << run.status().ToString();

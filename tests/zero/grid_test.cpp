@@ -17,23 +17,6 @@
 namespace sluice::zero::testing {
 namespace {
 
-ZeroOptions OptionsFor(int stage) {
-  ZeroOptions o;
-  o.stage = stage;
-  o.overlap_comm = true;
-  o.num_threads = 1;
-  o.reduce_bucket_size = 5000;
-  o.allgather_bucket_size = 8000;
-  o.stage3_prefetch_bucket_size = 6000;
-  o.stage3_param_persistence_threshold = 64;
-  return o;
-}
-
-template <typename T>
-bool Bitwise(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
 RunResult TrainOn(Result<ZeroRig> rig, const TrainSettings& settings) {
   SLUICE_CHECK(rig.ok()) << rig.status().ToString();
   Result<RunResult> run = RunZero(*rig, settings);
@@ -57,10 +40,11 @@ TEST(ZeroGrid, TensorPeersTrainAsTheirDataParallelRun) {
     settings.world = g.data().size();
     for (int stage = 0; stage <= 3; ++stage) {
       SCOPED_TRACE(::testing::Message() << grid->shape().ToString() << ", stage " << stage);
-      const RunResult on_grid =
-          TrainOn(MakeZeroRig(OptionsFor(stage), TinyGpt(), g, settings.seed), settings);
-      const RunResult plain =
-          TrainOn(MakeZeroRig(OptionsFor(stage), TinyGpt(), g.data(), settings.seed), settings);
+      const RunResult on_grid = TrainOn(
+          MakeZeroRig(SmallBucketOptions(stage, settings), TinyGpt(), g, settings.seed), settings);
+      const RunResult plain = TrainOn(
+          MakeZeroRig(SmallBucketOptions(stage, settings), TinyGpt(), g.data(), settings.seed),
+          settings);
       EXPECT_TRUE(Bitwise(on_grid.losses, plain.losses));
       EXPECT_TRUE(Bitwise(on_grid.grad_norms, plain.grad_norms))
           << on_grid.grad_norms.back() << " vs " << plain.grad_norms.back();

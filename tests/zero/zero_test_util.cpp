@@ -170,6 +170,20 @@ RunResult RunReference(const model::ModelOptions& options, const TrainSettings& 
   return result;
 }
 
+ZeroOptions SmallBucketOptions(int stage, const TrainSettings& settings) {
+  ZeroOptions o;
+  o.stage = stage;
+  o.overlap_comm = true;
+  o.gradient_accumulation_steps = settings.gradient_accumulation_steps;
+  o.param_dtype = settings.param_dtype;
+  o.num_threads = 1;
+  o.reduce_bucket_size = 5000;
+  o.allgather_bucket_size = 8000;
+  o.stage3_prefetch_bucket_size = 6000;
+  o.stage3_param_persistence_threshold = 64;
+  return o;
+}
+
 namespace {
 
 // `ranks` is the world communicator or the process groups the engine is created over.

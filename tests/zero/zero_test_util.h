@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -60,6 +61,10 @@ struct RunResult {
 RunResult RunReference(const model::ModelOptions& model, const TrainSettings& settings,
                        const OptimizerConfig& optimizer);
 
+// `stage` over `settings`' accumulation and precision, overlapping, one thread, with buckets
+// small enough for several reductions and gathers per pass and persistent norms and biases.
+ZeroOptions SmallBucketOptions(int stage, const TrainSettings& settings);
+
 // Everything a ZeroEngine needs, kept alive together.
 struct ZeroRig {
   std::unique_ptr<Device> device;
@@ -78,6 +83,12 @@ Result<ZeroRig> MakeZeroRig(const ZeroOptions& options, const model::ModelOption
 // `on_step` (optional) runs after each step.
 Result<RunResult> RunZero(ZeroRig& rig, const TrainSettings& settings,
                           const std::function<void(int64_t step)>& on_step = {});
+
+// The same values bit for bit.
+template <typename T>
+bool Bitwise(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
 
 // max |a - b| / max(|b|, floor) over the elements.
 double MaxRelativeDifference(const std::vector<double>& a, const std::vector<double>& b);
