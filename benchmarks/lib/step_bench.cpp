@@ -110,7 +110,7 @@ Result<StepBenchReport> RunStepBench(const StepBenchOptions& options) {
   StepBenchReport report;
   report.machine = MachineJson();
   report.config = ConfigRecordJson(trainer->config());
-  const zero::ZeroOptions& zero = trainer->engine().options();
+  const zero::ZeroOptions& zero = trainer->zero().options();
   report.nvme_optimizer = zero.offload_optimizer.device == OffloadDevice::kNvme;
   report.settings = {
       {"configs", options.configs},
@@ -122,7 +122,7 @@ Result<StepBenchReport> RunStepBench(const StepBenchOptions& options) {
       {"zero_stage", zero.stage},
       {"offload_optimizer", OffloadDeviceName(zero.offload_optimizer.device)},
       {"offload_param", OffloadDeviceName(zero.offload_param.device)},
-      {"optimizer_shard_elements", trainer->engine().optimizer().count()},
+      {"optimizer_shard_elements", trainer->zero().optimizer().count()},
       {"gradient_accumulation_steps", trainer->config().batch.gradient_accumulation_steps},
       {"micro_batch_per_gpu", trainer->config().batch.micro_batch_per_gpu}};
 
@@ -135,7 +135,7 @@ Result<StepBenchReport> RunStepBench(const StepBenchOptions& options) {
   TraceRecorder& trace = TraceRecorder::Global();
   trace.Clear();
   trace.Enable();
-  const offload::NvmeParamStore* param_store = trainer->engine().param_store();
+  const offload::NvmeParamStore* param_store = trainer->zero().param_store();
   auto param_read_ns = [param_store]() {
     return param_store == nullptr ? int64_t{0} : param_store->stats().read_ns;
   };

@@ -11,8 +11,6 @@
 #include <string_view>
 
 #include "engine/checkpoint/checkpoint_dir.h"
-#include "engine/estimate/budget_guard.h"
-#include "engine/estimate/memory_estimate.h"
 #include "engine/train/checkpointing.h"
 #include "engine/train/device_peak.h"
 #include "engine/train/flops.h"
@@ -24,14 +22,10 @@
 #include "engine/train/run_files.h"
 #include "engine/train/run_setup.h"
 #include "engine/train/train_world.h"
-#include "engine/zero/split_optimizer.h"
-#include "engine/zero/zero_options.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
-#include "runtime/device/device_factory.h"
 #include "runtime/logging.h"
 #include "runtime/memory_accounting.h"
-#include "runtime/ops/ops_factory.h"
 #include "runtime/size_format.h"
 #include "runtime/stop_signal.h"
 #include "runtime/trace.h"
@@ -43,78 +37,6 @@ namespace {
 double NowSeconds() {
   using Clock = std::chrono::steady_clock;
   return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
-}
-
-// Splits each ForwardBackward into its forward part (up to the end of the last unit's forward)
-// and the rest (the loss and the backward), as the compute stream ran them (the hooks run while
-// the host enqueues the pass, ahead of the stream), and records both in the trace when it is
-// enabled.
-class PhaseClock final : public model::UnitHooks {
- public:
-  PhaseClock(Device& device, Stream& stream, int last_unit)
-      : device_(&device), stream_(&stream), last_unit_(last_unit) {}
-
-  Status BeginPass() {
-    if (start_ == nullptr) {
-      SLUICE_ASSIGN_OR_RETURN(start_, device_->CreateEvent());
-      SLUICE_ASSIGN_OR_RETURN(split_, device_->CreateEvent());
-      SLUICE_ASSIGN_OR_RETURN(end_, device_->CreateEvent());
-    }
-    split_recorded_ = false;
-    return start_->Record(*stream_);
-  }
-  // After the pass returned (the stream has finished it).
-  Status EndPass(int64_t step, int64_t micro) {
-    SLUICE_RETURN_IF_ERROR(end_->Record(*stream_));
-    SLUICE_RETURN_IF_ERROR(end_->Synchronize());
-    const int64_t end_ns = TraceClockNs();
-    SLUICE_ASSIGN_OR_RETURN(const float total_ms, ElapsedMs(*start_, *end_));
-    float backward_ms = 0.0f;
-    if (split_recorded_) {
-      SLUICE_ASSIGN_OR_RETURN(backward_ms, ElapsedMs(*split_, *end_));
-    }
-    forward_s += 1e-3 * static_cast<double>(total_ms - backward_ms);
-    backward_s += 1e-3 * static_cast<double>(backward_ms);
-    TraceRecorder& trace = TraceRecorder::Global();
-    if (trace.enabled()) {
-      const int64_t start_ns = end_ns - static_cast<int64_t>(1e6 * total_ms);
-      const int64_t split_ns = end_ns - static_cast<int64_t>(1e6 * backward_ms);
-      trace.Record(kTraceLaneCompute, fmt::format("forward step {} micro {}", step, micro),
-                   start_ns, split_ns);
-      trace.Record(kTraceLaneCompute, fmt::format("backward step {} micro {}", step, micro),
-                   split_ns, end_ns);
-    }
-    return OkStatus();
-  }
-  Status AfterForward(int unit) override {
-    if (unit != last_unit_) return OkStatus();
-    split_recorded_ = true;
-    return split_->Record(*stream_);
-  }
-
-  double forward_s = 0.0;
-  double backward_s = 0.0;
-
- private:
-  Device* device_;
-  Stream* stream_;
-  int last_unit_;
-  std::unique_ptr<Event> start_;
-  std::unique_ptr<Event> split_;
-  std::unique_ptr<Event> end_;
-  bool split_recorded_ = false;
-};
-
-// One micro-batch's ForwardBackward, timed by `clock`.
-Result<double> TimedForwardBackward(PhaseClock& clock, zero::ZeroEngine& engine,
-                                    const data::Batch& batch, double loss_grad, int64_t step,
-                                    int64_t micro) {
-  SLUICE_RETURN_IF_ERROR(clock.BeginPass());
-  SLUICE_ASSIGN_OR_RETURN(const double loss,
-                          engine.ForwardBackward(batch.inputs.data(), batch.targets.data(),
-                                                 batch.batch_size, batch.seq_len, loss_grad));
-  SLUICE_RETURN_IF_ERROR(clock.EndPass(step, micro));
-  return loss;
 }
 
 // Where this rank's training state lives, e.g. "per rank: cpu:0 12.5 MiB (parameters 4.0 MiB,
@@ -215,16 +137,8 @@ Status Trainer::Build() {
     options_.write_files = false;
     options_.summary_stream = nullptr;
   }
-  // The same outcome on every rank: the config is.
-  SLUICE_RETURN_IF_ERROR(FitBatchToWorld(config_, world_->size()));
-  SLUICE_ASSIGN_OR_RETURN(parallel::ProcessGrid grid,
-                          parallel::ProcessGrid::Create(world_->size(), config_.parallel.tensor,
-                                                        config_.parallel.pipeline));
-  // Budgets are hard: refuse a config that cannot fit before anything is allocated.
-  SLUICE_RETURN_IF_ERROR(estimate::CheckBudgetsBeforeAllocating(config_, config_.dp_world_size));
-  // offload_optimizer.ratio "auto": what the device budget leaves for optimizer state.
-  SLUICE_RETURN_IF_ERROR(estimate::ResolveAutoRatioBudget(&config_, config_.dp_world_size));
-  SLUICE_ASSIGN_OR_RETURN(groups_, parallel::ProcessGroups::Create(*world_, grid));
+  // The same outcome on every rank (the config is), before anything is allocated or written.
+  SLUICE_ASSIGN_OR_RETURN(const parallel::ProcessGrid grid, PlanEngine(&config_, world_->size()));
   ApplyThreadCount(num_threads_);
   // device.cpu_gemm is process-wide in the kernels (kernels/cpu/gemm.h), like OpenBLAS's thread
   // count: each trainer sets it for the model it builds.
@@ -239,21 +153,19 @@ Status Trainer::Build() {
                                                         .overwrite = options_.overwrite})
                           : OkStatus(),
       "checking the run directory"));
-  SLUICE_RETURN_IF_ERROR(
-      AgreeAcrossRanks(*world_, BuildModel(), "setting up the device and the model"));
+  SLUICE_ASSIGN_OR_RETURN(engine_, Engine::Create(config_, *world_, grid));
   // What MFU is measured against: the GEMM this run computes with, on its threads.
-  SLUICE_ASSIGN_OR_RETURN(peak_, MeasureRunPeak(*world_, *device_, num_threads_));
-  SLUICE_RETURN_IF_ERROR(AgreeAcrossRanks(*world_, BuildEngine(), "creating the ZeRO engine"));
+  SLUICE_ASSIGN_OR_RETURN(peak_, MeasureRunPeak(*world_, engine_->device(), num_threads_));
   SLUICE_RETURN_IF_ERROR(AgreeAcrossRanks(*world_, OpenData(), "opening the data"));
   SLUICE_RETURN_IF_ERROR(LoadStartingState());
   TakePeaks(nullptr);
   if (world_->rank() == 0) {
     SLUICE_LOG(kInfo, "train", "model {}: {} parameters, {}; ZeRO stage {} on {} rank(s) ({}); {}",
-               DescribeModel(model_->options()), model_->ParameterCount(),
+               DescribeModel(model().options()), model().ParameterCount(),
                PrecisionName(precision_), config_.zero.stage, world_->size(),
-               groups_->grid().shape().ToString(),
-               DescribeStatePlacement(engine_->memory(), engine_->optimizer().offload_ratio(),
-                                      device_->name()));
+               engine_->groups().grid().shape().ToString(),
+               DescribeStatePlacement(zero().memory(), optimizer().offload_ratio(),
+                                      engine_->device().name()));
     SLUICE_LOG(kInfo, "train", "CPU GEMM: device.cpu_gemm {} runs {} (OpenBLAS core {})",
                kernels::cpu::GemmBackendName(config_.device.cpu_gemm),
                kernels::cpu::GemmKernelName(), kernels::cpu::DescribeBlas().core);
@@ -275,45 +187,6 @@ Status Trainer::LockRunDirectory() {
   return OkStatus();
 }
 
-Status Trainer::BuildModel() {
-  const bool cuda = config_.device.type == DeviceType::kCuda;
-  if (!cuda && !config_.device.memory_limit.has_value()) {
-    return InvalidArgumentError(
-        "device.memory_limit is not set: the cpu device needs a capacity (e.g. 512MiB)");
-  }
-  DeviceOptions device_options;
-  device_options.kind = cuda ? DeviceKind::kCuda : DeviceKind::kCpu;
-  device_options.index = config_.device.index;
-  // A GPU without a limit offers its whole memory.
-  device_options.memory_limit_bytes =
-      static_cast<uint64_t>(config_.device.memory_limit.value_or(0));
-  SLUICE_ASSIGN_OR_RETURN(device_options.memory_protection,
-                          ParseDeviceMemoryProtection(config_.device.memory_protection));
-  SLUICE_ASSIGN_OR_RETURN(device_, CreateDevice(device_options));
-  allocator_ = std::make_unique<model::DeviceAllocator>(*device_);
-  SLUICE_ASSIGN_OR_RETURN(ops_,
-                          ops::CreateOpsBackend(*device_, {.cpu_threads = config_.device.threads}));
-
-  SLUICE_ASSIGN_OR_RETURN(model::ModelOptions model_options,
-                          ModelOptionsFromConfig(config_, precision_));
-  // The model computes on the fp32 copy the engine binds; the engine keeps the parameter dtype.
-  model_options.param_dtype = DType::kF32;
-  Result<std::unique_ptr<model::Model<float>>> model = model::Model<float>::Create(
-      model_options, *allocator_, *ops_, model::ModelStorage::kExternal);
-  if (!model.ok()) return Status(model.status()).WithContext("building the model");
-  model_ = std::move(model).value();
-  return OkStatus();
-}
-
-Status Trainer::BuildEngine() {
-  SLUICE_ASSIGN_OR_RETURN(zero::ZeroOptions zero_options, zero::ZeroOptionsFromConfig(config_));
-  Result<std::unique_ptr<zero::ZeroEngine>> engine =
-      zero::ZeroEngine::Create(zero_options, *model_, *groups_, *device_);
-  if (!engine.ok()) return Status(engine.status()).WithContext("creating the ZeRO engine");
-  engine_ = std::move(engine).value();
-  return OkStatus();
-}
-
 Status Trainer::LoadStartingState() {
   std::string what;
   Status loaded;
@@ -323,21 +196,21 @@ Status Trainer::LoadStartingState() {
   } else if (config_.model.init_from.has_value()) {
     what = "loading model.init_from";
     std::string source;
-    loaded = LoadInitialWeights(*config_.model.init_from, *engine_, model_->registry(), &source);
+    loaded = LoadInitialWeights(*config_.model.init_from, zero(), model().registry(), &source);
     if (!loaded.ok()) {
       loaded.WithContext(fmt::format("model.init_from = {}", *config_.model.init_from));
     } else if (world_->rank() == 0) {
       SLUICE_LOG(kInfo, "train", "model.init_from: loaded {}", source);
     }
   } else {
-    Status initialized = engine_->InitializeParameters(static_cast<uint64_t>(config_.run.seed));
+    Status initialized = zero().InitializeParameters(static_cast<uint64_t>(config_.run.seed));
     if (!initialized.ok()) return std::move(initialized).WithContext("initializing the parameters");
     return OkStatus();
   }
   // Reads are local and may fail on one rank only (a corrupt block of its range): all ranks learn
   // of it before the collective publish.
   SLUICE_RETURN_IF_ERROR(AgreeAcrossRanks(*world_, loaded, what));
-  Status published = engine_->PublishParameters();
+  Status published = zero().PublishParameters();
   if (!published.ok()) return std::move(published).WithContext(what);
   return OkStatus();
 }
@@ -345,7 +218,7 @@ Status Trainer::LoadStartingState() {
 Status Trainer::ResumeFromCheckpoint() {
   SLUICE_ASSIGN_OR_RETURN(std::filesystem::path dir, ResolveResumeDir(config_, *options_.resume));
   Result<TrainingProgress> progress =
-      LoadTrainingCheckpoint(dir, *engine_, model_->registry(),
+      LoadTrainingCheckpoint(dir, zero(), model().registry(),
                              {.config = &config_,
                               .allow_config_change = options_.allow_config_change,
                               .report = world_->rank() == 0});
@@ -381,12 +254,13 @@ Result<std::filesystem::path> Trainer::SaveCheckpoint() {
   progress.data_loader = loader_->SaveState();
   progress.loss_scaler = scaler_.SaveState();
   progress.lr_last_batch_iteration = schedule_.last_batch_iteration();
-  return SaveTrainingCheckpoint(config_, *engine_, model_->registry(), *world_, progress);
+  return SaveTrainingCheckpoint(config_, zero(), model().registry(), *world_, progress);
 }
 
 Status Trainer::OpenData() {
-  Result<data::DataLoader> loader = data::DataLoader::Open(
-      DataOptionsFromConfig(config_), groups_->data().rank(), groups_->data().size());
+  Result<data::DataLoader> loader =
+      data::DataLoader::Open(DataOptionsFromConfig(config_), engine_->groups().data().rank(),
+                             engine_->groups().data().size());
   if (!loader.ok()) return Status(loader.status()).WithContext("opening the training data");
   loader_.emplace(std::move(loader).value());
   Result<data::ValidationIterator> validation =
@@ -412,67 +286,30 @@ void Trainer::TakePeaks(std::array<uint64_t, kNumMemoryTiers>* step_peaks) {
 Result<StepMetrics> Trainer::TrainStep() {
   const double start = NowSeconds();
   MemoryLedger::Global().ResetPeaks();
-  const int64_t micro_batch = config_.batch.micro_batch_per_gpu;
-  const int64_t accumulation = config_.batch.gradient_accumulation_steps;
-  const double loss_scale = scaler_.scale();
-
   StepMetrics m;
   m.step = steps_done_ + 1;
-  m.loss_scale = loss_scale;
+  m.loss_scale = scaler_.scale();
   m.lr = schedule_.current_lr();
-
-  PhaseClock clock(*device_, model_->stream(), static_cast<int>(model_->units().size()) - 1);
-  engine_->SetUserHooks(&clock);
-  double loss_sum = 0.0;
-  int64_t tokens = 0;
-  for (int64_t micro = 0; micro < accumulation; ++micro) {
-    Status fetched = loader_->NextBatch(micro_batch, &batch_);
-    if (!fetched.ok()) {
-      engine_->SetUserHooks(nullptr);
-      return std::move(fetched).WithContext(
-          fmt::format("step {}, micro-batch {}", m.step, micro + 1));
-    }
-    Result<double> loss = TimedForwardBackward(
-        clock, *engine_, batch_, loss_scale / static_cast<double>(accumulation), m.step, micro + 1);
-    if (!loss.ok()) {
-      engine_->SetUserHooks(nullptr);
-      return Status(loss.status())
-          .WithContext(fmt::format("step {}, micro-batch {}", m.step, micro + 1));
-    }
-    loss_sum += *loss;
-    tokens += batch_.batch_size * batch_.seq_len;
-    m.model_flops +=
-        static_cast<double>(batch_.batch_size * batch_.seq_len) *
-        static_cast<double>(CountModelFlops(model_->options(), batch_.seq_len).per_token);
+  const int64_t micro_batch = config_.batch.micro_batch_per_gpu;
+  SLUICE_ASSIGN_OR_RETURN(
+      const EngineStep step,
+      engine_->TrainStep(
+          {.step = m.step, .lr = m.lr, .loss_scale = m.loss_scale},
+          [&](data::Batch* batch) { return loader_->NextBatch(micro_batch, batch); }));
+  m.loss = step.loss;
+  m.tokens = step.tokens;
+  m.model_flops = step.model_flops;
+  m.grad_norm = step.grad_norm;
+  m.forward_s = step.forward_s;
+  m.backward_s = step.backward_s;
+  m.optimizer_s = step.optimizer_s;
+  if (step.overflow) {
+    m.skipped = true;
+    SLUICE_LOG(kDebug, "train", "step {}: non-finite gradient, step skipped", m.step);
+  } else {
+    schedule_.Step();
   }
-  engine_->SetUserHooks(nullptr);
-  m.forward_s = clock.forward_s;
-  m.backward_s = clock.backward_s;
-
-  const double optimizer_start = NowSeconds();
-  {
-    ScopedTraceEvent optimizer_event(kTraceLaneCompute, fmt::format("optimizer step {}", m.step));
-    Result<zero::ZeroStepResult> stepped = engine_->Step(
-        {.lr = m.lr, .loss_scale = loss_scale, .max_grad_norm = config_.gradient_clipping});
-    if (!stepped.ok()) {
-      return Status(stepped.status()).WithContext(fmt::format("optimizer step {}", m.step));
-    }
-    m.grad_norm = stepped->grad_norm;
-    if (stepped->overflow) {
-      m.skipped = true;
-      SLUICE_LOG(kDebug, "train", "step {}: non-finite gradient, step skipped", m.step);
-      SLUICE_RETURN_IF_ERROR(scaler_.Update(/*overflow=*/true));
-    } else {
-      schedule_.Step();
-      SLUICE_RETURN_IF_ERROR(scaler_.Update(/*overflow=*/false));
-    }
-  }
-  m.optimizer_s = NowSeconds() - optimizer_start;
-  // Every rank ran the same micro-batch shapes; each data-parallel replica's tokens count once.
-  SLUICE_ASSIGN_OR_RETURN(m.loss,
-                          engine_->MeanAcrossRanks(loss_sum / static_cast<double>(accumulation)));
-  m.tokens = tokens * groups_->data().size();
-  m.model_flops *= groups_->data().size();
+  SLUICE_RETURN_IF_ERROR(scaler_.Update(/*overflow=*/step.overflow));
   m.step_time_s = NowSeconds() - start;
   SetStepThroughput(peak_.total_flops_per_s, &m);
   total_tokens_ += m.tokens;
@@ -487,24 +324,12 @@ Result<double> Trainer::Evaluate() {
     return FailedPreconditionError(
         "the run has no validation data: set data.val_path or a data.val_fraction > 0");
   }
-  ScopedTraceEvent event(kTraceLaneCompute, "evaluate");
   validation_->Reset();
-  double sum = 0.0;
-  int64_t batches = 0;
-  while (true) {
-    Result<bool> more = validation_->Next(&batch_);
-    if (!more.ok()) return Status(more.status()).WithContext("evaluating");
-    if (!*more) break;
-    Result<double> loss = engine_->ForwardLoss(batch_.inputs.data(), batch_.targets.data(),
-                                               batch_.batch_size, batch_.seq_len);
-    if (!loss.ok()) return Status(loss.status()).WithContext("evaluating");
-    sum += *loss;
-    ++batches;
-  }
+  Result<double> loss =
+      engine_->Evaluate([&](data::Batch* batch) { return validation_->Next(batch); });
+  if (!loss.ok()) return Status(loss.status()).WithContext("evaluating");
   TakePeaks(nullptr);
-  // Every rank has the same number of batches of the same shape.
-  if (batches == 0) return FailedPreconditionError("the validation split yielded no batches");
-  return engine_->MeanAcrossRanks(sum / static_cast<double>(batches));
+  return loss;
 }
 
 Status Trainer::PrepareRunFiles(std::optional<MetricsWriter>* metrics) {
@@ -676,12 +501,12 @@ TrainSummary Trainer::Summarize(const std::vector<StepMetrics>& steps) const {
   s.total_steps = config_.run.steps;
   s.stop_signal = stop_signal_;
   s.run_dir = config_.run.dir;
-  s.model = DescribeModel(model_->options());
-  s.parameters = model_->ParameterCount();
+  s.model = DescribeModel(model().options());
+  s.parameters = model().ParameterCount();
   s.precision = std::string(PrecisionName(precision_));
   s.world_size = world_->size();
   s.kernels = DescribeComputeKernels(config_.device.cpu_gemm);
-  const ModelFlops flops = CountModelFlops(model_->options(), config_.model.seq_len);
+  const ModelFlops flops = CountModelFlops(model().options(), config_.model.seq_len);
   s.flops.per_token = flops.per_token;
   s.flops.matmul_parameters = flops.matmul_parameters;
   s.flops.peak = peak_.rank;

@@ -1,8 +1,9 @@
-// Training on the ranks of an MPI world through the ZeRO engine (engine/zero/zero_engine.h), any
-// stage 0-3, with the optimizer state (stages 1-3) and the parameters (stage 3) optionally
-// offloaded to host memory or NVMe as zero_optimization.offload_* say. One code path: a process
-// started without mpirun is a world of one. Each rank reads its slice of every global batch
-// (DataLoader(rank, world)) and of the validation batches:
+// Training on the ranks of an MPI world through the engine (engine.h: the process grid, the model
+// and the ZeRO engine of engine/zero/zero_engine.h), any stage 0-3, with the optimizer state
+// (stages 1-3) and the parameters (stage 3) optionally offloaded to host memory or NVMe as
+// zero_optimization.offload_* say. One code path: a process started without mpirun is a world of
+// one. Each data-parallel rank reads its slice of every global batch (DataLoader(data rank, data
+// size)) and of the validation batches:
 //
 //   SLUICE_ASSIGN_OR_RETURN(Config config, LoadTrainConfig(sources));
 //   TrainerOptions options;  // progress to stderr, files into config.run.dir (rank 0 only)
@@ -50,10 +51,9 @@
 
 #include "engine/config/config.h"
 #include "engine/data/data_loader.h"
-#include "engine/model/buffer.h"
 #include "engine/model/model.h"
-#include "engine/parallel/process_groups.h"
 #include "engine/train/device_peak.h"
+#include "engine/train/engine.h"
 #include "engine/train/loss_scaler.h"
 #include "engine/train/lr_schedule.h"
 #include "engine/train/metrics_writer.h"
@@ -62,10 +62,8 @@
 #include "engine/train/summary.h"
 #include "engine/zero/zero_engine.h"
 #include "runtime/comm.h"
-#include "runtime/device.h"
 #include "runtime/file_lock.h"
 #include "runtime/memory_accounting.h"
-#include "runtime/ops/ops_backend.h"
 #include "runtime/status.h"
 
 namespace sluice::train {
@@ -136,10 +134,12 @@ class Trainer {
 
   // The config as trained: the batch keys fitted to the world size (FitBatchToWorld).
   const Config& config() const { return config_; }
-  // Created with ModelStorage::kExternal: the engine owns its parameters and gradients.
-  model::Model<float>& model() { return *model_; }
-  zero::ZeroEngine& engine() { return *engine_; }
-  const zero::ZeroOptimizer& optimizer() const { return engine_->optimizer(); }
+  // The grid, device, model and ZeRO engine of one step (engine.h).
+  Engine& engine() const { return *engine_; }
+  // Created with ModelStorage::kExternal: the ZeRO engine owns its parameters and gradients.
+  model::Model<float>& model() const { return engine_->model(); }
+  zero::ZeroEngine& zero() const { return engine_->zero(); }
+  const zero::ZeroOptimizer& optimizer() const { return engine_->zero().optimizer(); }
   int rank() const { return world_->rank(); }
   int world_size() const { return world_->size(); }
   const LossScaler& loss_scaler() const { return scaler_; }
@@ -153,8 +153,6 @@ class Trainer {
   Status Build();
   // The phases of Build(), each followed by an agreement across the ranks.
   Status LockRunDirectory();
-  Status BuildModel();
-  Status BuildEngine();
   Status OpenData();
   // The parameters (and on resume the rest of the state): random, model.init_from or the
   // checkpoint; then published. Collective.
@@ -180,20 +178,13 @@ class Trainer {
   LrSchedule schedule_;
   LossScaler scaler_;
   Precision precision_;
-  // Declaration order is destruction order in reverse: the world outlives the engine, everything
-  // allocated from the device goes before the device, the engine before the model.
+  // Declaration order is destruction order in reverse: the world outlives the engine.
   std::unique_ptr<Comm> owned_world_;
   FileLock run_lock_;  // the run directory's, held by the rank that writes files
   Comm* world_ = nullptr;
-  std::unique_ptr<parallel::ProcessGroups> groups_;  // of world_
-  std::unique_ptr<Device> device_;
-  std::unique_ptr<model::DeviceAllocator> allocator_;
-  std::unique_ptr<ops::OpsBackend> ops_;
-  std::unique_ptr<model::Model<float>> model_;
-  std::unique_ptr<zero::ZeroEngine> engine_;
+  std::unique_ptr<Engine> engine_;
   std::optional<data::DataLoader> loader_;
   std::optional<data::ValidationIterator> validation_;
-  data::Batch batch_;
   int64_t steps_done_ = 0;
   int stop_signal_ = 0;  // the signal Run() stopped for, 0 when it ran every step
   std::filesystem::path resumed_from_;

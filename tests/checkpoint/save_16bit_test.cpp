@@ -130,7 +130,7 @@ std::vector<uint16_t> ReadBits(const checkpoint::SafetensorsFile& file,
 // engine computes with (gathered from every rank: collective) and `sluice convert`'s output.
 void ExpectSixteenBitModel(Trainer& trainer, const fs::path& step_dir, DType dtype) {
   std::vector<float> full(static_cast<size_t>(trainer.model().ParameterCount()));
-  Status gathered = trainer.engine().GatherFullParameters(full);
+  Status gathered = trainer.zero().GatherFullParameters(full);
   ASSERT_TRUE(gathered.ok()) << gathered.ToString();
 
   auto file = checkpoint::SafetensorsFile::Open(step_dir / "model.safetensors");

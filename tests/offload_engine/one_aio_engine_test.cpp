@@ -69,12 +69,12 @@ TEST(OneAioEnginePerRank, BothNvmeTiersAndCheckpointsShareOneEngine) {
   {
     Result<std::unique_ptr<Trainer>> trainer = QuietTrainer(config);
     ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
-    ASSERT_NE((*trainer)->engine().param_store(), nullptr) << "parameters not on NVMe";
+    ASSERT_NE((*trainer)->zero().param_store(), nullptr) << "parameters not on NVMe";
     ASSERT_GT((*trainer)->optimizer().nvme_bytes(), 0u) << "optimizer state not on NVMe";
     Result<TrainSummary> summary = (*trainer)->Run();
     ASSERT_TRUE(summary.ok()) << summary.status().ToString();
     // Both NVMe tiers did I/O, and checkpoints were written meanwhile.
-    EXPECT_GT((*trainer)->engine().param_store()->stats().read_bytes, 0);
+    EXPECT_GT((*trainer)->zero().param_store()->stats().read_bytes, 0);
     EXPECT_TRUE(fs::exists(run_dir + "/checkpoints/step_2/manifest.json"));
     EXPECT_TRUE(fs::exists(run_dir + "/checkpoints/step_4/manifest.json"));
 
@@ -103,7 +103,7 @@ TEST(OneAioEnginePerRank, NothingOnNvmeTheFirstCheckpointSaveMakesTheOneEngine) 
   {
     Result<std::unique_ptr<Trainer>> trainer = QuietTrainer(config);
     ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
-    zero::ZeroEngine& engine = (*trainer)->engine();
+    zero::ZeroEngine& engine = (*trainer)->zero();
     ASSERT_EQ(engine.param_store(), nullptr) << "parameters on NVMe";
     ASSERT_EQ((*trainer)->optimizer().nvme_bytes(), 0u) << "optimizer state on NVMe";
     EXPECT_EQ(engine.tiers().aio_if_created(), nullptr) << "an engine before any NVMe I/O";

@@ -85,7 +85,7 @@ RunOutcome RunTrainer(const Config& config, std::optional<std::string> resume = 
   SLUICE_CHECK(summary.ok()) << summary.status().ToString();
   RunOutcome outcome;
   outcome.params.resize(static_cast<size_t>((*trainer)->model().ParameterCount()));
-  SLUICE_CHECK((*trainer)->engine().GatherFullParameters(outcome.params).ok());
+  SLUICE_CHECK((*trainer)->zero().GatherFullParameters(outcome.params).ok());
   outcome.optimizer_step = (*trainer)->optimizer().step();
   return outcome;
 }

@@ -48,7 +48,7 @@ TrainedRun Train(const std::vector<std::string>& overrides, int steps) {
     run.losses.push_back(m->loss);
     run.grad_norms.push_back(m->grad_norm);
     if (config.zero.stage == 0) {
-      Result<std::vector<float>> grads = trainer->engine().ReadStepGradients();
+      Result<std::vector<float>> grads = trainer->zero().ReadStepGradients();
       SLUICE_CHECK(grads.ok()) << grads.status().ToString();
       run.gradients.push_back(std::move(grads).value());
     }

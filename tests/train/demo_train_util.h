@@ -74,7 +74,7 @@ inline DemoCurve TrainDemo(const std::string& optimizer_section, OptimizerType e
   }
   if (gather_params) {
     curve.params.resize(static_cast<size_t>((*trainer)->model().ParameterCount()));
-    SLUICE_CHECK((*trainer)->engine().GatherFullParameters(curve.params).ok());
+    SLUICE_CHECK((*trainer)->zero().GatherFullParameters(curve.params).ok());
   }
   return curve;
 }

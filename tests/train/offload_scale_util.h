@@ -64,7 +64,7 @@ inline ScaleRun TrainScaleRun(const Config& config) {
   SLUICE_CHECK(summary.ok()) << summary.status().ToString();
   ScaleRun run;
   run.summary = std::move(summary).value();
-  run.memory = (*trainer)->engine().memory();
+  run.memory = (*trainer)->zero().memory();
   run.parameters = (*trainer)->model().ParameterCount();
   run.device_budget = static_cast<uint64_t>(*config.device.memory_limit);
   return run;

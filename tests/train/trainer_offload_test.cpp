@@ -81,7 +81,7 @@ Curve Train(const Config& config) {
   Result<std::unique_ptr<Trainer>> trainer = Trainer::Create(config, options);
   SLUICE_CHECK(trainer.ok()) << trainer.status().ToString();
   test_util::TrainedCurve trained = test_util::TrainCurve(**trainer, kSteps);
-  return Curve{std::move(trained), (*trainer)->engine().memory(),
+  return Curve{std::move(trained), (*trainer)->zero().memory(),
                MemoryLedger::Global().Snapshot()};
 }
 

@@ -43,7 +43,7 @@ StepMetrics Step(Trainer& trainer) {
 // The parameters as the model computes with them (the parameter dtype's values), flat layout.
 std::vector<float> FullParameters(Trainer& trainer) {
   std::vector<float> full(static_cast<size_t>(trainer.model().ParameterCount()));
-  Status status = trainer.engine().GatherFullParameters(full);
+  Status status = trainer.zero().GatherFullParameters(full);
   EXPECT_TRUE(status.ok()) << status.ToString();
   return full;
 }
@@ -52,7 +52,7 @@ std::vector<float> FullParameters(Trainer& trainer) {
 // reads and leaves as it is).
 std::vector<float> StepGradients(Trainer& trainer) {
   EXPECT_EQ(trainer.config().zero.stage, 0);
-  Result<std::vector<float>> grads = trainer.engine().ReadStepGradients();
+  Result<std::vector<float>> grads = trainer.zero().ReadStepGradients();
   EXPECT_TRUE(grads.ok()) << grads.status().ToString();
   return grads.ok() ? std::move(grads).value() : std::vector<float>();
 }
@@ -144,16 +144,16 @@ TEST(TrainerTest, Bf16KeepsFp32MastersAndRoundedModelWeights) {
   auto trainer = MakeTrainer(TinyGptConfig({"bf16.enabled=true"}));
   ASSERT_TRUE(trainer);
   ASSERT_EQ(trainer->precision(), Precision::kBF16);
-  ASSERT_EQ(trainer->engine().options().param_dtype, DType::kBF16);
+  ASSERT_EQ(trainer->zero().options().param_dtype, DType::kBF16);
   std::vector<double> losses;
   for (int s = 0; s < 20; ++s) losses.push_back(Step(*trainer).loss);
   const int64_t n = trainer->model().ParameterCount();
-  const int64_t shard = trainer->engine().layout().shard_elements();
+  const int64_t shard = trainer->zero().layout().shard_elements();
   std::vector<float> master(static_cast<size_t>(shard));
   ASSERT_TRUE(trainer->optimizer().ReadState(0, shard, master.data(), nullptr, nullptr).ok());
   const std::vector<float> model = FullParameters(*trainer);
   int64_t not_representable = 0;
-  for (const zero::PartitionInfo& p : trainer->engine().layout().partitions()) {
+  for (const zero::PartitionInfo& p : trainer->zero().layout().partitions()) {
     for (int64_t e = 0; e < p.numel; ++e) {
       const float m = master[p.shard_offset + e];
       const float used = model[static_cast<size_t>(p.full_offset + e)];
@@ -389,8 +389,8 @@ TEST(TrainerTest, AutoOffloadRatioTakesItsDeviceBudgetFromTheEstimate) {
       Trainer::Create(TinyGptConfig(auto_ratio), test_util::QuietTrainerOptions());
   ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
   ASSERT_TRUE((*trainer)->TrainStep().ok());
-  EXPECT_EQ((*trainer)->engine().optimizer().offload_ratio(), 1.0);
-  EXPECT_GT((*trainer)->engine().memory().host_grad_shard, 0u);
+  EXPECT_EQ((*trainer)->zero().optimizer().offload_ratio(), 1.0);
+  EXPECT_GT((*trainer)->zero().memory().host_grad_shard, 0u);
 }
 
 TEST(TrainerTest, OffloadedStateIsReportedOnItsTiers) {
