@@ -965,7 +965,7 @@ Status CheckSnippetLoads(const std::string& snippet, const AioConfig& chosen) {
 Status RunAioTune(const AioBenchOptions& options) {
   SLUICE_ASSIGN_OR_RETURN(const uint64_t bytes, ParseByteSize(options.size));
   SLUICE_ASSIGN_OR_RETURN(AioTuneResult tuned, TuneAio(options.tune_dir, bytes));
-  AioConfig chosen;
+  AioConfig chosen = Config().aio;
   chosen.block_size = static_cast<int64_t>(tuned.best.block_size);
   chosen.queue_depth = tuned.best.queue_depth;
   chosen.intra_op_parallelism = tuned.best.intra_op_parallelism;

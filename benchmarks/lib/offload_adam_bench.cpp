@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "benchmarks/lib/bench_record.h"
+#include "engine/config/config.h"
 #include "engine/zero/offload_options.h"
 #include "engine/zero/sharded_adam.h"
 #include "kernels/cpu/cpu_features.h"
@@ -204,7 +205,7 @@ Result<OffloadAdamBenchReport> RunOffloadAdamBench(const OffloadAdamBenchOptions
   base.tile_elements = tile;
   base.buffer_count = o.buffer_count;
   if (o.register_ring) base.aio_engine = engine.get();
-  OptimizerConfig optimizer;
+  OptimizerConfig optimizer = Config().optimizer;
   optimizer.lr = 1e-4;
   optimizer.weight_decay = 0.01;
 

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "engine/config/config_stages.h"
+#include "runtime/check.h"
 
 extern char** environ;
 
@@ -23,7 +24,7 @@ std::vector<std::pair<std::string, std::string>> ProcessEnvironment() {
 // Loads the layers; `problems` as in the Apply* stages (nullptr: stop at the first error).
 Result<Config> LoadLayers(const std::vector<ConfigLayer>& layers, const ConfigSources& sources,
                           std::vector<Status>* problems) {
-  Config config;
+  Config config{Config::Blank{}};
   for (const ConfigLayer& layer : layers) config.source_files.push_back(layer.name);
   config.source_file = JoinLayerNames(layers);
   config.world_size = sources.world_size;
@@ -53,6 +54,20 @@ Result<Config> LoadLayers(const std::vector<ConfigLayer>& layers, const ConfigSo
 }
 
 }  // namespace
+
+Config::Config() {
+  static const Config* const defaults = [] {
+    ConfigSources sources;
+    sources.env.emplace();  // the registry's values, not this process's SLUICE_CFG_*
+    // DeepSpeed's rule wants a batch size given: one sequence per rank, no accumulation.
+    sources.set_overrides = {"train_micro_batch_size_per_gpu=1"};
+    Result<Config> config = LoadLayers({}, sources, nullptr);
+    SLUICE_CHECK(config.ok()) << "the settings registry's defaults do not load: "
+                              << config.status().ToString();
+    return new Config(std::move(config).value());
+  }();
+  *this = *defaults;
+}
 
 Result<Config> LoadConfigFromLayers(const std::vector<ConfigLayer>& layers,
                                     const ConfigSources& sources) {
@@ -94,32 +109,6 @@ Result<Config> LoadConfig(const ConfigSources& sources) {
   SLUICE_ASSIGN_OR_RETURN(std::vector<ConfigLayer> layers,
                           ReadConfigLayers(sources.paths, sources.model_path));
   return LoadConfigFromLayers(layers, sources);
-}
-
-std::string_view OffloadDeviceName(OffloadDevice device) {
-  switch (device) {
-    case OffloadDevice::kNone:
-      return "none";
-    case OffloadDevice::kCpu:
-      return "cpu";
-    case OffloadDevice::kNvme:
-      return "nvme";
-  }
-  return "?";
-}
-
-std::string_view OptimizerTypeName(OptimizerType type) {
-  switch (type) {
-    case OptimizerType::kAdam:
-      return "Adam";
-    case OptimizerType::kAdamW:
-      return "AdamW";
-    case OptimizerType::kLion:
-      return "Lion";
-    case OptimizerType::kLamb:
-      return "Lamb";
-  }
-  return "?";
 }
 
 std::string_view DeviceTypeName(DeviceType type) {

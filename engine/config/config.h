@@ -23,6 +23,7 @@
 #include "engine/config/config_layers.h"
 #include "engine/config/config_schema.h"
 #include "engine/config/config_tree.h"
+#include "engine/zero/zero_sections.h"
 #include "kernels/cpu/gemm.h"
 #include "runtime/dtype.h"
 #include "runtime/settings.h"
@@ -32,236 +33,175 @@ namespace sluice {
 
 // Batch sizes after DeepSpeed's inference (train_batch_size == micro * accumulation * dp world).
 struct BatchConfig {
-  int64_t train_batch_size = 0;
-  int64_t micro_batch_per_gpu = 0;
-  int64_t gradient_accumulation_steps = 0;
+  int64_t train_batch_size{};
+  int64_t micro_batch_per_gpu{};
+  int64_t gradient_accumulation_steps{};
 };
-
-// Lion (kernels/ref/lion_ref.h) keeps one moment (exp_avg), Adam, AdamW and Lamb
-// (kernels/ref/lamb_ref.h) two.
-enum class OptimizerType { kAdam, kAdamW, kLion, kLamb };
-struct OptimizerConfig {
-  OptimizerType type = OptimizerType::kAdamW;  // as written ("adam" and "Adam" are kAdam)
-  // Effective decoupled weight decay: type AdamW, or Adam with adam_w_mode (DeepSpeed's rule).
-  // Adam only: Lion always decouples its weight decay.
-  bool adam_w_mode = true;
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;  // Adam and Lamb
-  double weight_decay = 0.0;
-  bool bias_correction = true;  // Adam and Lamb; off: the moments are used without 1 - beta^t
-  // Lamb only (DeepSpeed's FusedLamb): the trust ratio's clamp, and eps under the square root.
-  double max_coeff = 10.0;
-  double min_coeff = 0.01;
-  bool eps_inside_sqrt = false;
-};
-
-// "Adam", "AdamW", "Lion", "Lamb": the config's spelling (optimizer.type), for messages and
-// checkpoints.
-std::string_view OptimizerTypeName(OptimizerType type);
-// The moment tensors the optimizer keeps per element besides the fp32 master weights: 2 for Adam,
-// AdamW and Lamb (exp_avg, exp_avg_sq), 1 for Lion (exp_avg).
-inline int OptimizerMoments(OptimizerType type) { return type == OptimizerType::kLion ? 1 : 2; }
 
 enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
 enum class WarmupType { kLog, kLinear };
 struct SchedulerConfig {
-  SchedulerType type = SchedulerType::kNone;
+  SchedulerType type{};
   // Only the fields of `type` are meaningful (see SchedulerParamNames()).
-  double warmup_min_lr = 0.0;
-  double warmup_max_lr = 0.0;  // resolved: WarmupLR -> optimizer lr, WarmupDecayLR -> 0.001
-  int64_t warmup_num_steps = 1000;
-  WarmupType warmup_type = WarmupType::kLog;
-  int64_t total_num_steps = 0;
-  double warmup_min_ratio = 0.0;
-  double cos_min_ratio = 1e-4;
-  int64_t last_batch_iteration = -1;
+  double warmup_min_lr{};
+  double warmup_max_lr{};  // resolved: WarmupLR -> optimizer lr, WarmupDecayLR -> 0.001
+  int64_t warmup_num_steps{};
+  WarmupType warmup_type{};
+  int64_t total_num_steps{};
+  double warmup_min_ratio{};
+  double cos_min_ratio{};
+  int64_t last_batch_iteration{};
 };
 
 struct Fp16Config {
-  bool enabled = false;
-  double loss_scale = 0.0;  // 0 = dynamic
-  int initial_scale_power = 16;
-  int64_t loss_scale_window = 1000;
-  int hysteresis = 2;
-  double min_loss_scale = 1.0;
+  bool enabled{};
+  double loss_scale{};  // 0 = dynamic
+  int initial_scale_power{};
+  int64_t loss_scale_window{};
+  int hysteresis{};
+  double min_loss_scale{};
 };
 
 struct Bf16Config {
-  bool enabled = false;
-};
-
-enum class OffloadDevice { kNone, kCpu, kNvme };
-struct OffloadOptimizerConfig {
-  OffloadDevice device = OffloadDevice::kNone;
-  std::string nvme_path;  // set iff device == kNvme
-  bool pin_memory = true;
-  int buffer_count = 4;
-  // The fraction of the optimizer state that is offloaded (DeepSpeed's Twin-Flow meaning): with
-  // the shard cut into N tiles, tiles from floor((1 - ratio) x N) on are offloaded and the first
-  // ones stay on the device, stepped there (engine/zero/split_optimizer.h). 1 = all offloaded;
-  // below 1 needs stage 3.
-  double ratio = 1.0;
-  // ratio "auto" (`ratio` then reads 1): chosen when the engine is created, from the measured
-  // throughput of device Adam and offloaded Adam and capped by auto_state_budget
-  // (engine/zero/offload_ratio.h).
-  bool ratio_auto = false;
-  // ratio "auto": the device bytes the optimizer's device part may hold on each rank (what the
-  // device budget leaves once the memory estimate of the rest of the engine is counted,
-  // estimate::ResolveAutoRatioBudget); -1 = not known: half the device memory still free when
-  // the optimizer is created.
-  int64_t auto_state_budget = -1;
-  // On by default, unlike DeepSpeed (docs/config.md: deliberate differences).
-  bool pipeline_read = true;
-  bool pipeline_write = true;
-
-  // A partial offload (engine/zero/split_optimizer.h): offloaded, with a ratio below 1 or "auto".
-  bool partial() const { return device != OffloadDevice::kNone && (ratio < 1.0 || ratio_auto); }
-};
-
-struct OffloadParamConfig {
-  OffloadDevice device = OffloadDevice::kNone;
-  std::string nvme_path;  // set iff device == kNvme
-  bool pin_memory = true;
-  int buffer_count = 5;
-  int64_t buffer_size = 100000000;  // elements, not bytes (as in DeepSpeed)
-  int64_t max_in_cpu = 1000000000;  // elements
+  bool enabled{};
 };
 
 // Bucket and threshold sizes are element counts, as in DeepSpeed.
 struct ZeroConfig {
-  int stage = 0;
-  bool overlap_comm = false;  // resolved: true iff stage 3 unless given
-  bool contiguous_gradients = true;
-  int64_t reduce_bucket_size = 500000000;
-  int64_t allgather_bucket_size = 500000000;
-  int64_t sub_group_size = 1000000000;
-  int64_t stage3_prefetch_bucket_size = 50000000;
-  int64_t stage3_param_persistence_threshold = 100000;
-  int64_t stage3_max_live_parameters = 1000000000;
-  int64_t stage3_max_reuse_distance = 1000000000;
-  bool stage3_gather_16bit_weights_on_model_save = false;
+  int stage{};
+  bool overlap_comm{};  // resolved: true iff stage 3 unless given
+  bool contiguous_gradients{};
+  int64_t reduce_bucket_size{};
+  int64_t allgather_bucket_size{};
+  int64_t sub_group_size{};
+  int64_t stage3_prefetch_bucket_size{};
+  int64_t stage3_param_persistence_threshold{};
+  int64_t stage3_max_live_parameters{};
+  int64_t stage3_max_reuse_distance{};
+  bool stage3_gather_16bit_weights_on_model_save{};
   OffloadOptimizerConfig offload_optimizer;
   OffloadParamConfig offload_param;
-};
-
-struct AioConfig {
-  int64_t block_size = 1048576;  // bytes
-  int queue_depth = 8;
-  int intra_op_parallelism = 1;
-  bool single_submit = false;
-  bool overlap_events = true;
 };
 
 // DeepSpeed's activation_checkpointing section: how checkpointed blocks run, once
 // model.activation_checkpointing turns checkpointing on (docs/config.md).
 struct ActivationCheckpointingConfig {
-  bool partition_activations = false;
-  bool cpu_checkpointing = false;
-  bool contiguous_memory_optimization = false;
-  bool synchronize_checkpoint_boundary = false;
-  bool profile = false;
+  bool partition_activations{};
+  bool cpu_checkpointing{};
+  bool contiguous_memory_optimization{};
+  bool synchronize_checkpoint_boundary{};
+  bool profile{};
   std::optional<int64_t> number_checkpoints;
 };
 
 enum class TagValidation { kIgnore, kWarn, kFail };
 struct CheckpointConfig {
-  TagValidation tag_validation = TagValidation::kWarn;
-  bool load_universal = false;
-  bool use_node_local_storage = false;
-  int64_t save_interval = 0;       // optimizer steps; 0 = never
-  int64_t keep_last = 0;           // 0 keeps all
-  bool save_final = true;          // also after the last step, without save_interval
+  TagValidation tag_validation{};
+  bool load_universal{};
+  bool use_node_local_storage{};
+  int64_t save_interval{};         // optimizer steps; 0 = never
+  int64_t keep_last{};             // 0 keeps all
+  bool save_final{};               // also after the last step, without save_interval
   std::optional<std::string> dir;  // unset: RUN_DIR/checkpoints
 };
 
 enum class ModelFamily { kGpt2, kLlama };
 struct ModelConfig {
   bool present = false;  // the file had a model section (config check accepts configs without)
-  ModelFamily family = ModelFamily::kGpt2;
-  int64_t n_layer = 2;
-  int64_t n_head = 4;
-  int64_t n_kv_head = 4;
-  int64_t d_model = 64;
-  int64_t d_ff = 256;
-  int64_t vocab_size = 256;
-  int64_t seq_len = 64;
+  ModelFamily family{};
+  int64_t n_layer{};
+  int64_t n_head{};
+  int64_t n_kv_head{};
+  int64_t d_model{};
+  int64_t d_ff{};
+  int64_t vocab_size{};
+  int64_t seq_len{};
   // gpt2: rows of the position table, >= seq_len (resolved; 0 in a Config built in code: seq_len)
-  int64_t max_position_embeddings = 0;
-  double rope_theta = 10000.0;
-  double norm_eps = 1e-5;
-  bool tie_embeddings = true;
-  DType dtype = DType::kF32;
+  int64_t max_position_embeddings{};
+  double rope_theta{};
+  double norm_eps{};
+  bool tie_embeddings{};
+  DType dtype{};
   std::optional<std::string> init_from;
-  double init_std = 0.02;
+  double init_std{};
   // Checkpoint decoder blocks; the activation_checkpointing section says how.
-  bool activation_checkpointing = false;
+  bool activation_checkpointing{};
 };
 
 enum class DataFormat { kText, kNanogptU16, kLlmcBin, kAuto };
 struct DataConfig {
   std::optional<std::string> train_path;  // files are not opened by config loading
   std::optional<std::string> val_path;
-  DataFormat format = DataFormat::kAuto;
-  double val_fraction = 0.1;
-  int64_t seed = 1234;
-  int64_t eval_batches = 8;
+  DataFormat format{};
+  double val_fraction{};
+  int64_t seed{};
+  int64_t eval_batches{};
 };
 
 enum class DeviceType { kCpu, kCuda };
 struct DeviceConfig {
-  DeviceType type = DeviceType::kCuda;
-  int index = 0;
+  DeviceType type{};
+  int index{};
   std::optional<int64_t> memory_limit;  // bytes; nullopt = the whole GPU (cuda only)
-  int64_t host_memory_limit = 0;        // bytes, resolved
-  int threads = 0;                      // 0 = all cores
+  int64_t host_memory_limit{};          // bytes, resolved
+  int threads{};                        // 0 = all cores
   // The GEMM of the CPU ops (kernels/cpu/gemm.h): OpenBLAS, or the fixed-order GemmFixed whose
   // bits do not depend on the CPU or the thread count. GemmBackendName spells it as the setting.
-  kernels::cpu::GemmBackend cpu_gemm = kernels::cpu::GemmBackend::kDeterministic;
-  std::string memory_protection = "auto";  // device.memory_protection: off, on, auto
+  kernels::cpu::GemmBackend cpu_gemm{};
+  std::string memory_protection{};  // device.memory_protection: off, on, auto
 };
 
 struct RunConfig {
-  std::string dir = "runs/default";
-  int64_t steps = 100;
-  int64_t seed = 1234;
-  int64_t eval_interval = 100;  // 0 = never
-  int64_t log_interval = 10;
-  std::string log_level = "info";
-  double comm_timeout_s = 300.0;
-  bool trace = false;
+  std::string dir{};
+  int64_t steps{};
+  int64_t seed{};
+  int64_t eval_interval{};  // 0 = never
+  int64_t log_interval{};
+  std::string log_level{};
+  double comm_timeout_s{};
+  bool trace{};
 };
 
 // DeepSpeed's tensorboard and csv_monitor sections (engine/train/monitor.h): rank 0 writes the
 // run's scalars into output_path/job_name.
 struct MonitorConfig {
-  bool enabled = false;
+  bool enabled{};
   std::string output_path;  // "": the working directory (DeepSpeed's default)
-  std::string job_name = "DeepSpeedJobName";
+  std::string job_name{};
 };
 
 // The model-parallel sizes of the process grid (engine/parallel/process_grid.h).
 struct ParallelConfig {
-  int tensor = 1;    // tensor_parallel.autotp_size (0 given reads 1)
-  int pipeline = 1;  // pipeline.stages
+  int tensor{};    // tensor_parallel.autotp_size (0 given reads 1)
+  int pipeline{};  // pipeline.stages
 };
 
+// A section's fields hold no defaults of their own: every setting's default is declared once, in
+// the settings registry (config_schema.cpp), and a section on its own is blank. Take sections
+// from a Config: Config() is the registry's defaults, LoadConfig the layered files.
 struct Config {
+  // The registry's defaults: what a config file that gives only train_micro_batch_size_per_gpu 1
+  // resolves to on one rank (no model section; device.host_memory_limit "auto" read from this
+  // machine once per process).
+  Config();
+  // Blank sections, for the loader to fill from the settings.
+  struct Blank {};
+  explicit Config(Blank) {}
+
   int world_size = 1;
   int dp_world_size = 1;  // world_size / (parallel.tensor * parallel.pipeline)
   ParallelConfig parallel;
   BatchConfig batch;
   std::optional<int64_t> steps_per_print;  // nullopt = never
-  double gradient_clipping = 1.0;          // 0 = off
+  double gradient_clipping{};              // 0 = off
   // How stages 0 and 1 scale the gradients around their all-reduce
   // (engine/zero/gradient_scaling.h); values other than these defaults are refused at stages 2
   // and 3, as DeepSpeed refuses them.
-  bool prescale_gradients = false;
-  double gradient_predivide_factor = 1.0;
+  bool prescale_gradients{};
+  double gradient_predivide_factor{};
   // DeepSpeed's gate for optimizers it has not tested with ZeRO: Lamb at stages 1-3 needs it.
-  bool zero_allow_untested_optimizer = false;
-  bool wall_clock_breakdown = false;
+  bool zero_allow_untested_optimizer{};
+  bool wall_clock_breakdown{};
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
   Fp16Config fp16;
@@ -337,7 +277,6 @@ nlohmann::ordered_json ConfigRecordJson(const Config& config);
 // Readable YAML-like listing of the resolved config with each value's source as a comment.
 std::string ConfigToText(const Config& config);
 
-std::string_view OffloadDeviceName(OffloadDevice device);
 std::string_view DeviceTypeName(DeviceType type);
 
 }  // namespace sluice

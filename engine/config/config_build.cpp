@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <utility>
+#include <variant>
 
 #include "engine/config/config.h"
 #include "engine/config/config_stages.h"
@@ -76,17 +78,31 @@ void BuildScheduler(const SettingValues& v, Config* c) {
            : *type == "WarmupLR"      ? SchedulerType::kWarmupLR
            : *type == "WarmupDecayLR" ? SchedulerType::kWarmupDecayLR
                                       : SchedulerType::kWarmupCosineLR;
-  // Parameters that do not apply to the type were cleared during resolution.
-  s.warmup_min_lr = v.FindFloat("scheduler.params.warmup_min_lr").value_or(0.0);
-  s.warmup_max_lr = v.FindFloat("scheduler.params.warmup_max_lr").value_or(0.0);
-  s.warmup_num_steps = v.FindInt("scheduler.params.warmup_num_steps").value_or(1000);
-  s.warmup_type = v.FindString("scheduler.params.warmup_type").value_or("log") == "linear"
+  // Parameters that do not apply to the type were cleared during resolution: they read as the
+  // registry's default, or 0 where the setting has none.
+  auto param = [&v]<typename T>(std::string_view path, T blank) -> T {
+    const SettingValue& fallback = v.registry().Get(path).default_value;
+    if constexpr (std::is_same_v<T, double>) {
+      return v.FindFloat(path).value_or(
+          std::holds_alternative<double>(fallback) ? std::get<double>(fallback) : blank);
+    } else if constexpr (std::is_same_v<T, int64_t>) {
+      return v.FindInt(path).value_or(
+          std::holds_alternative<int64_t>(fallback) ? std::get<int64_t>(fallback) : blank);
+    } else {
+      return v.FindString(path).value_or(
+          std::holds_alternative<std::string>(fallback) ? std::get<std::string>(fallback) : blank);
+    }
+  };
+  s.warmup_min_lr = param("scheduler.params.warmup_min_lr", 0.0);
+  s.warmup_max_lr = param("scheduler.params.warmup_max_lr", 0.0);
+  s.warmup_num_steps = param("scheduler.params.warmup_num_steps", int64_t{0});
+  s.warmup_type = param("scheduler.params.warmup_type", std::string()) == "linear"
                       ? WarmupType::kLinear
                       : WarmupType::kLog;
-  s.total_num_steps = v.FindInt("scheduler.params.total_num_steps").value_or(0);
-  s.warmup_min_ratio = v.FindFloat("scheduler.params.warmup_min_ratio").value_or(0.0);
-  s.cos_min_ratio = v.FindFloat("scheduler.params.cos_min_ratio").value_or(1e-4);
-  s.last_batch_iteration = v.FindInt("scheduler.params.last_batch_iteration").value_or(-1);
+  s.total_num_steps = param("scheduler.params.total_num_steps", int64_t{0});
+  s.warmup_min_ratio = param("scheduler.params.warmup_min_ratio", 0.0);
+  s.cos_min_ratio = param("scheduler.params.cos_min_ratio", 0.0);
+  s.last_batch_iteration = param("scheduler.params.last_batch_iteration", int64_t{0});
 }
 
 void BuildPrecision(const SettingValues& v, Config* c, Status* status) {

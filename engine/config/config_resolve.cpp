@@ -216,6 +216,14 @@ class Resolver {
           "writes; set the ratio to 1 or offload_param.device to cpu or none",
           kRatio, shown, At(kRatio), At("zero_optimization.offload_param.device"));
     }
+    if (v_.GetString("optimizer.type") == "Lion") {
+      // The split's device-budget arithmetic (engine/zero/offload_ratio.h) counts Adam's two
+      // moments.
+      return Error(
+          "optimizer.type Lion{} with {} {}{} (a partial offload) is not supported yet: set the "
+          "ratio to 1, or offload_optimizer.device none",
+          At("optimizer.type"), kRatio, shown, At(kRatio));
+    }
     return OkStatus();
   }
 
@@ -282,6 +290,14 @@ class Resolver {
         return Error("{}.device {}{} needs zero_optimization.stage 1, 2 or 3 (stage is 0)", base,
                      device, At(base + ".device"));
       }
+    }
+    constexpr const char* kParamDevice = "zero_optimization.offload_param.device";
+    constexpr const char* kOptimizerDevice = "zero_optimization.offload_optimizer.device";
+    if (v_.GetString(kParamDevice) == "nvme" && v_.GetString(kOptimizerDevice) == "none") {
+      return Error(
+          "{} nvme{} needs {} cpu or nvme: an optimizer on the device keeps fp32 master weights "
+          "of the whole shard there, so the parameters would not leave the device",
+          kParamDevice, At(kParamDevice), kOptimizerDevice);
     }
     // O_DIRECT needs 4 KiB-aligned requests; the swap engine checks the same bounds.
     int64_t block_size = v_.GetInt("aio.block_size");

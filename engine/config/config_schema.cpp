@@ -197,12 +197,12 @@ void AddZero(SettingsRegistry& r) {
       .Default(true);
   r.Add("zero_optimization.reduce_bucket_size", T::kInt, "Elements reduced per gradient bucket")
       .Default(I(5e8))
-      .Min(0)
+      .Min(1)
       .Auto("model.d_model^2 when a model is given, else 5e8");
   r.Add("zero_optimization.allgather_bucket_size", T::kInt,
         "Elements all-gathered per bucket after the step (stages 1-2)")
       .Default(I(5e8))
-      .Min(0)
+      .Min(1)
       .Auto("5e8");
   r.Add("zero_optimization.sub_group_size", T::kInt,
         "Elements per optimizer sub-group: the unit of CPU Adam calls and NVMe swaps; 0 "

@@ -377,9 +377,9 @@ void AddZeroEngine(const Context& c, ItemList& items, std::vector<std::string>& 
     CoordinatorLimits limits;
     limits.world = c.n;
     limits.persistent = c.persistent;
-    limits.prefetch_bucket_size = z.stage3_prefetch_bucket_size;
-    limits.max_live_parameters = z.stage3_max_live_parameters;
-    limits.max_reuse_distance = z.stage3_max_reuse_distance;
+    limits.budgets = {.prefetch_bucket_size = z.stage3_prefetch_bucket_size,
+                      .max_live_parameters = z.stage3_max_live_parameters,
+                      .max_reuse_distance = z.stage3_max_reuse_distance};
     const CoordinatorPeaks coordinator = SimulateCoordinator(c.units, limits);
     const int64_t gathered = coordinator.gathered_elements;
     items.Add("gathered parameters (fp32)", MemoryTier::kDevice, MemoryCategory::kParams,
@@ -537,8 +537,7 @@ Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
               Lifetime::kPass);
     // Pinned once, by the first pass, and kept (engine/model/checkpointed_inputs.h).
     items.Add("checkpointed block inputs (cpu_checkpointing)", MemoryTier::kHostPinned,
-              MemoryCategory::kActivations, act.host_kept_bytes, act.host_formula,
-              Lifetime::kHeld);
+              MemoryCategory::kActivations, act.host_kept_bytes, act.host_formula, Lifetime::kHeld);
     items.Add("forward/backward scratch", MemoryTier::kDevice, MemoryCategory::kBuffers,
               act.scratch_peak_bytes, act.scratch_formula, Lifetime::kCompute);
     return items.Take();

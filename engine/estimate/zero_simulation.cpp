@@ -73,9 +73,7 @@ zero::Stage3Planner PlannerFor(const std::vector<ZeroUnit>& units,
     }
   }
   return zero::Stage3Planner(std::move(groups), std::move(needs), limits.persistent,
-                             {.prefetch_bucket_size = limits.prefetch_bucket_size,
-                              .max_live_parameters = limits.max_live_parameters,
-                              .max_reuse_distance = limits.max_reuse_distance});
+                             limits.budgets);
 }
 
 CoordinatorReplay ReplayCoordinator(const std::vector<ZeroUnit>& units,

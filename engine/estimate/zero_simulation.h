@@ -42,9 +42,7 @@ int64_t ShardElements(const std::vector<ZeroUnit>& units, int world);
 struct CoordinatorLimits {
   int world = 1;
   int64_t persistent = 0;  // elements of persistent parameters (always live)
-  int64_t prefetch_bucket_size = 0;
-  int64_t max_live_parameters = 0;
-  int64_t max_reuse_distance = 0;
+  zero::Stage3Budgets budgets;
 };
 
 struct CoordinatorPeaks {

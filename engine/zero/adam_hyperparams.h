@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "engine/config/config.h"
+#include "engine/zero/zero_sections.h"
 #include "engine/zero/offload_options.h"
 #include "kernels/cpu/adam.h"
 #include "kernels/ref/lion_ref.h"

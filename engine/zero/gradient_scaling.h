@@ -11,7 +11,7 @@
 // gradients from overflowing in the sum (in fp16 reductions, where DeepSpeed uses them); in
 // Sluice's fp32 reduction they change only the rounding of the average.
 //
-// Stages 2 and 3 reduce-scatter, where DeepSpeed refuses both keys (ValidateZeroOptions).
+// Stages 2 and 3 reduce-scatter, where DeepSpeed refuses both keys (as the config does).
 #pragma once
 
 #include "runtime/comm.h"

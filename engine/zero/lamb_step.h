@@ -17,7 +17,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/config/config.h"
+#include "engine/zero/zero_sections.h"
 #include "kernels/cpu/adam_parallel.h"
 #include "kernels/ref/lamb_ref.h"
 #include "runtime/device.h"

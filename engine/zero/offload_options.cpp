@@ -28,10 +28,10 @@ Result<int64_t> CheckedOffloadTileElements(int64_t sub_group_size) {
   return OffloadTileElements(sub_group_size);
 }
 
-Result<OffloadedAdamOptions> OffloadedAdamOptionsFromConfig(const ZeroConfig& zero,
-                                                            offload::SwapStore* swap_store,
-                                                            offload::AioEngine* aio_engine) {
-  const OffloadOptimizerConfig& c = zero.offload_optimizer;
+Result<OffloadedAdamOptions> OffloadedAdamOptionsOf(const OffloadOptimizerConfig& c,
+                                                    int64_t sub_group_size,
+                                                    offload::SwapStore* swap_store,
+                                                    offload::AioEngine* aio_engine) {
   OffloadedAdamOptions options;
   switch (c.device) {
     case OffloadDevice::kNone:
@@ -45,12 +45,12 @@ Result<OffloadedAdamOptions> OffloadedAdamOptionsFromConfig(const ZeroConfig& ze
       options.tier = OptimizerStateTier::kNvme;
       break;
   }
-  SLUICE_ASSIGN_OR_RETURN(options.tile_elements, CheckedOffloadTileElements(zero.sub_group_size));
-  if (options.tile_elements != zero.sub_group_size) {
+  SLUICE_ASSIGN_OR_RETURN(options.tile_elements, CheckedOffloadTileElements(sub_group_size));
+  if (options.tile_elements != sub_group_size) {
     SLUICE_LOG_ONCE(kInfo, "offload",
                     "zero_optimization.sub_group_size {} gives optimizer tiles of {} elements "
                     "(multiples of {}, at most {})",
-                    zero.sub_group_size, options.tile_elements, kOffloadTileQuantum,
+                    sub_group_size, options.tile_elements, kOffloadTileQuantum,
                     kDefaultOffloadTileElements);
   }
   options.buffer_count = c.buffer_count;

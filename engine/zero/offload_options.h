@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/config/config.h"
+#include "engine/zero/zero_sections.h"
 #include "engine/model/parameter_registry.h"
 #include "engine/zero/shard_layout.h"
 #include "offload/aio_options.h"
@@ -29,13 +29,13 @@ int64_t OffloadTileElements(int64_t sub_group_size);
 // The same, InvalidArgument naming zero_optimization.sub_group_size when it is below one quantum.
 Result<int64_t> CheckedOffloadTileElements(int64_t sub_group_size);
 
-// From zero_optimization.sub_group_size and zero_optimization.offload_optimizer.*: the tile is
+// From zero_optimization.offload_optimizer.* and zero_optimization.sub_group_size: the tile is
 // sub_group_size rounded down to a multiple of kOffloadTileQuantum, at most
 // kDefaultOffloadTileElements. `swap_store` (and its engine) are required when
 // offload_optimizer.device is nvme. InvalidArgument when offload_optimizer.device is none.
-Result<offload::OffloadedAdamOptions> OffloadedAdamOptionsFromConfig(
-    const ZeroConfig& zero, offload::SwapStore* swap_store,
-    offload::AioEngine* aio_engine = nullptr);
+Result<offload::OffloadedAdamOptions> OffloadedAdamOptionsOf(
+    const OffloadOptimizerConfig& offload_optimizer, int64_t sub_group_size,
+    offload::SwapStore* swap_store, offload::AioEngine* aio_engine = nullptr);
 
 // The CPU optimizer of the optimizer section (Adam / AdamW, or Lion): its kind, name and
 // hyperparameters. (Lamb, which the offloaded optimizer refuses, maps to Adam's kernel.)

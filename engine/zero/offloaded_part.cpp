@@ -26,11 +26,9 @@ Result<OffloadedPart> CreateOffloadedPart(Device& device, const ZeroOptions& opt
                                                config.nvme_path)));
     aio = tiers.aio_if_created();
   }
-  ZeroConfig zero;
-  zero.offload_optimizer = config;
-  zero.sub_group_size = options.sub_group_size;
-  SLUICE_ASSIGN_OR_RETURN(offload::OffloadedAdamOptions adam_options,
-                          OffloadedAdamOptionsFromConfig(zero, part.store.get(), aio));
+  SLUICE_ASSIGN_OR_RETURN(
+      offload::OffloadedAdamOptions adam_options,
+      OffloadedAdamOptionsOf(config, options.sub_group_size, part.store.get(), aio));
   adam_options.staging_budget = &tiers.staging_budget();
   adam_options.host_gradients = host_gradients;
   adam_options.host_params = params.host;

@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/config/config.h"
+#include "engine/zero/zero_sections.h"
 #include "kernels/cpu/adam.h"
 #include "kernels/ref/lion_ref.h"
 #include "runtime/device.h"

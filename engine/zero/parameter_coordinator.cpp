@@ -40,6 +40,13 @@ uint32_t ReadTag(const void* at, DType dtype) {
 
 }  // namespace
 
+CoordinatorOptions CoordinatorOptionsOf(const ZeroOptions& options) {
+  return {.budgets = {.prefetch_bucket_size = options.stage3_prefetch_bucket_size,
+                      .max_live_parameters = options.stage3_max_live_parameters,
+                      .max_reuse_distance = options.stage3_max_reuse_distance},
+          .param_dtype = options.param_dtype};
+}
+
 ParameterCoordinator::ParameterCoordinator(const CoordinatorOptions& options,
                                            const model::ParameterRegistry& registry,
                                            const ShardLayout& layout, CommQueue& queue,
@@ -90,11 +97,8 @@ Result<std::unique_ptr<ParameterCoordinator>> ParameterCoordinator::Create(
   }
   std::vector<Stage3Group> planned;
   for (const Group& g : c->groups_) planned.push_back({g.unit, g.numel});
-  c->planner_ = std::make_unique<Stage3Planner>(
-      std::move(planned), std::move(needs), layout.persistent_numel(),
-      Stage3Budgets{.prefetch_bucket_size = options.prefetch_bucket_size,
-                    .max_live_parameters = options.max_live_parameters,
-                    .max_reuse_distance = options.max_reuse_distance});
+  c->planner_ = std::make_unique<Stage3Planner>(std::move(planned), std::move(needs),
+                                                layout.persistent_numel(), options.budgets);
 
   if (nvme != nullptr) {
     // Group g of the coordinator is group g of the store; the persistent run comes last.
@@ -120,7 +124,7 @@ Result<std::unique_ptr<ParameterCoordinator>> ParameterCoordinator::Create(
         "elements gathered at once plus the {} of the persistent parameters (those of at most "
         "stage3_param_persistence_threshold elements stay gathered); raise it to at least {} "
         "or lower the persistence threshold",
-        options.max_live_parameters, registry.units()[static_cast<size_t>(u)].name, need,
+        options.budgets.max_live_parameters, registry.units()[static_cast<size_t>(u)].name, need,
         persistent, persistent + need);
   }
 
@@ -207,8 +211,7 @@ Result<CommTicket> ParameterCoordinator::EnqueueGather(uint32_t tag, const std::
   if (nvme_ != nullptr) {
     offload::NvmeParamStore* nvme = nvme_;
     read = std::shared_ptr<offload::NvmeParamRead>(
-        new offload::NvmeParamRead(nvme->BeginRead(nvme_group)),
-        [nvme](offload::NvmeParamRead* r) {
+        new offload::NvmeParamRead(nvme->BeginRead(nvme_group)), [nvme](offload::NvmeParamRead* r) {
           nvme->EndRead(*r);
           delete r;
         });
@@ -263,7 +266,7 @@ Result<CommTicket> ParameterCoordinator::EnqueueGather(uint32_t tag, const std::
 Status ParameterCoordinator::Issue(int group) {
   Group& g = groups_[static_cast<size_t>(group)];
   SLUICE_CHECK(g.state == State::kReleased);
-  SLUICE_CHECK_LE(stats_.live + g.numel, options_.max_live_parameters) << "budget overrun";
+  SLUICE_CHECK_LE(stats_.live + g.numel, options_.budgets.max_live_parameters) << "budget overrun";
   const model::UnitInfo& unit = registry_->units()[static_cast<size_t>(g.unit)];
   const UnitShards& shards = layout_->units()[static_cast<size_t>(g.unit)];
   // In the compute stream's order: it may reuse the buffer of a group released on it, so the

@@ -53,6 +53,7 @@
 #include "engine/zero/shard_layout.h"
 #include "engine/zero/stage3_planner.h"
 #include "engine/zero/zero_binding.h"
+#include "engine/zero/zero_options.h"
 #include "offload/nvme_param_store.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
@@ -61,11 +62,11 @@
 namespace sluice::zero {
 
 struct CoordinatorOptions {
-  int64_t prefetch_bucket_size = 50000000;   // zero_optimization.stage3_prefetch_bucket_size
-  int64_t max_live_parameters = 1000000000;  // zero_optimization.stage3_max_live_parameters
-  int64_t max_reuse_distance = 1000000000;   // zero_optimization.stage3_max_reuse_distance
-  DType param_dtype = DType::kF32;           // of the shard and the all-gathers
+  Stage3Budgets budgets;  // zero_optimization.stage3_* (stage3_planner.h)
+  DType param_dtype{};    // of the shard and the all-gathers
 };
+// The coordinator's part of the engine's options.
+CoordinatorOptions CoordinatorOptionsOf(const ZeroOptions& options);
 
 struct CoordinatorStats {
   int64_t live = 0;         // parameter elements gathered or being gathered, persistent included

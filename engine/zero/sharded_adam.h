@@ -18,7 +18,7 @@
 #include <optional>
 #include <utility>
 
-#include "engine/config/config.h"
+#include "engine/zero/zero_sections.h"
 #include "engine/zero/lamb_step.h"
 #include "offload/optimizer_state_stream.h"
 #include "runtime/device.h"

@@ -32,7 +32,7 @@ namespace sluice::zero {
 class SplitOptimizer final : public ZeroOptimizer {
  public:
   // `device_elements` (the first ones) on the device, the rest offloaded; either part may be
-  // empty. InvalidArgument with offload_param nvme (ValidateZeroOptions refuses it first).
+  // empty. InvalidArgument with offload_param nvme (the config refuses it first).
   static Result<std::unique_ptr<SplitOptimizer>> Create(ops::OpsBackend& ops,
                                                         const ZeroOptions& options,
                                                         const ParamShardTarget& params,

@@ -117,7 +117,12 @@ Result<std::unique_ptr<ZeroEngine>> ZeroEngine::CreateOver(const ZeroOptions& op
                                                            model::Model<float>& model, Comm& data,
                                                            const parallel::ProcessGroups* groups,
                                                            Device& device) {
-  SLUICE_RETURN_IF_ERROR(ValidateZeroOptions(options));
+  // The settings were validated as the config loaded; options made in code must hold what the
+  // engine's arithmetic relies on.
+  SLUICE_CHECK(options.stage >= 0 && options.stage <= 3) << "zero stage " << options.stage;
+  SLUICE_CHECK(options.reduce_bucket_size > 0 && options.allgather_bucket_size > 0 &&
+               options.gradient_accumulation_steps > 0)
+      << "ZeroOptions not made by ZeroOptionsFromConfig or DefaultZeroOptions";
   if (model.storage() != model::ModelStorage::kExternal) {
     return FailedPreconditionError(
         "the ZeRO engine owns the parameters: create the model with ModelStorage::kExternal");
@@ -215,8 +220,8 @@ Status ZeroEngine::Build(Comm& world) {
             NvmeParamStoreOptionsOf(options_.offload_param, options_.param_dtype, world_rank_),
             NvmeParamGroupsOf(layout_, registry)));
   } else if (host_params) {
-    // Stage 3 only (ValidateZeroOptions): the coordinator copies each gathered unit's piece from
-    // here into the device all-gather buffer, and the optimizer writes the updates back here.
+    // Stage 3 only (the config refuses it below): the coordinator copies each gathered unit's piece
+    // from here into the device all-gather buffer, and the optimizer writes the updates back here.
     SLUICE_ASSIGN_OR_RETURN(host_param_shard_, offload::HostShardBuffer::Allocate(
                                                    shard * param_size, MemoryCategory::kParams,
                                                    "the offloaded parameter shard"));
@@ -235,14 +240,10 @@ Status ZeroEngine::Build(Comm& world) {
   if (options_.optimizer.type == OptimizerType::kLamb) SLUICE_RETURN_IF_ERROR(SetLambPlan());
 
   if (stage == 3) {
-    CoordinatorOptions coordinator;
-    coordinator.prefetch_bucket_size = options_.stage3_prefetch_bucket_size;
-    coordinator.max_live_parameters = options_.stage3_max_live_parameters;
-    coordinator.max_reuse_distance = options_.stage3_max_reuse_distance;
-    coordinator.param_dtype = options_.param_dtype;
-    SLUICE_ASSIGN_OR_RETURN(coordinator_, ParameterCoordinator::Create(
-                                              coordinator, registry, layout_, *queue_, compute(),
-                                              binding_, param_shard_data_, param_store_.get()));
+    SLUICE_ASSIGN_OR_RETURN(
+        coordinator_,
+        ParameterCoordinator::Create(CoordinatorOptionsOf(options_), registry, layout_, *queue_,
+                                     compute(), binding_, param_shard_data_, param_store_.get()));
   }
   if (stage <= 1) {
     reducer_ = std::make_unique<AllReduceReducer>(

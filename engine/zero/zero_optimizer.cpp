@@ -95,7 +95,7 @@ Result<std::unique_ptr<ZeroOptimizer>> CreateZeroOptimizer(ops::OpsBackend& ops,
   const OffloadOptimizerConfig& offload = options.offload_optimizer;
   if (offload.device == OffloadDevice::kNone) {
     SLUICE_CHECK(params.nvme == nullptr)
-        << "ValidateZeroOptions refuses offload_param nvme with the optimizer on the device";
+        << "the config refuses offload_param nvme with the optimizer on the device";
     SLUICE_ASSIGN_OR_RETURN(const int64_t piece,
                             CheckedOffloadTileElements(options.sub_group_size));
     SLUICE_ASSIGN_OR_RETURN(

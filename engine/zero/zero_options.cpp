@@ -1,29 +1,11 @@
 #include "engine/zero/zero_options.h"
 
-#include <fmt/format.h>
-
 #include <bit>
-#include <cmath>
-#include <string_view>
 
-#include "engine/zero/adam_hyperparams.h"
-#include "engine/zero/lamb_step.h"
-#include "kernels/ref/adam_ref.h"
+#include "engine/config/config.h"
+#include "runtime/check.h"
 
 namespace sluice::zero {
-namespace {
-
-Status RequirePositive(std::string_view key, int64_t value) {
-  if (value > 0) return OkStatus();
-  return InvalidArgumentError("{} = {} must be a positive element count", key, value);
-}
-
-Status RequireNonNegative(std::string_view key, int64_t value) {
-  if (value >= 0) return OkStatus();
-  return InvalidArgumentError("{} = {} must be an element count of 0 or more", key, value);
-}
-
-}  // namespace
 
 Result<ZeroOptions> ZeroOptionsFromConfig(const Config& config) {
   const ZeroConfig& z = config.zero;
@@ -46,7 +28,8 @@ Result<ZeroOptions> ZeroOptionsFromConfig(const Config& config) {
   o.offload_param = z.offload_param;
   o.sub_group_size = z.sub_group_size;
   o.aio = config.aio;
-  SLUICE_RETURN_IF_ERROR(ValidateZeroOptions(o));
+  // The settings were validated once, as the config loaded (config_resolve.cpp, the registry's
+  // ranges); what is left is what this engine can run.
   if (o.optimizer.type == OptimizerType::kLion &&
       o.offload_optimizer.device == OffloadDevice::kNone &&
       config.device.type == DeviceType::kCuda) {
@@ -66,128 +49,11 @@ Result<ZeroOptions> ZeroOptionsFromConfig(const Config& config) {
   return o;
 }
 
-Status ValidateZeroOptions(const ZeroOptions& o) {
-  if (o.stage < 0 || o.stage > 3) {
-    return InvalidArgumentError("zero_optimization.stage = {} must be 0, 1, 2 or 3", o.stage);
-  }
-  SLUICE_RETURN_IF_ERROR(
-      RequirePositive("zero_optimization.reduce_bucket_size", o.reduce_bucket_size));
-  SLUICE_RETURN_IF_ERROR(
-      RequirePositive("zero_optimization.allgather_bucket_size", o.allgather_bucket_size));
-  SLUICE_RETURN_IF_ERROR(RequireNonNegative("zero_optimization.stage3_prefetch_bucket_size",
-                                            o.stage3_prefetch_bucket_size));
-  SLUICE_RETURN_IF_ERROR(RequireNonNegative("zero_optimization.stage3_param_persistence_threshold",
-                                            o.stage3_param_persistence_threshold));
-  SLUICE_RETURN_IF_ERROR(RequirePositive("zero_optimization.stage3_max_live_parameters",
-                                         o.stage3_max_live_parameters));
-  SLUICE_RETURN_IF_ERROR(RequireNonNegative("zero_optimization.stage3_max_reuse_distance",
-                                            o.stage3_max_reuse_distance));
-  if (o.gradient_accumulation_steps < 1) {
-    return InvalidArgumentError("gradient_accumulation_steps = {} must be at least 1",
-                                o.gradient_accumulation_steps);
-  }
-  if (!(std::isfinite(o.gradient_predivide_factor) && o.gradient_predivide_factor > 0.0)) {
-    return InvalidArgumentError("gradient_predivide_factor = {} must be a finite number > 0",
-                                o.gradient_predivide_factor);
-  }
-  if (o.stage >= 2 && (o.prescale_gradients || o.gradient_predivide_factor != 1.0)) {
-    // As DeepSpeed's stage 2 and 3 optimizers assert with reduce_scatter on, which Sluice always
-    // is (gradient_scaling.h).
-    return InvalidArgumentError(
-        "{} needs zero_optimization.stage 0 or 1: stage {} reduce-scatters the gradients, where "
-        "DeepSpeed refuses it too",
-        o.prescale_gradients
-            ? "prescale_gradients = true"
-            : fmt::format("gradient_predivide_factor = {}", o.gradient_predivide_factor),
-        o.stage);
-  }
-  if (o.offload_optimizer.device != OffloadDevice::kNone && o.stage == 0) {
-    return InvalidArgumentError(
-        "zero_optimization.offload_optimizer.device = {} needs zero_optimization.stage 1, 2 or 3 "
-        "(stage 0 replicates the optimizer state on every rank; as in DeepSpeed)",
-        OffloadDeviceName(o.offload_optimizer.device));
-  }
-  if (o.offload_param.device != OffloadDevice::kNone && o.stage != 3) {
-    return InvalidArgumentError(
-        "zero_optimization.offload_param.device = {} needs zero_optimization.stage 3 (only stage "
-        "3 partitions the parameters; as in DeepSpeed), got stage {}",
-        OffloadDeviceName(o.offload_param.device), o.stage);
-  }
-  if (o.offload_optimizer.device == OffloadDevice::kNvme && o.offload_optimizer.nvme_path.empty()) {
-    return InvalidArgumentError(
-        "zero_optimization.offload_optimizer.device = nvme needs "
-        "zero_optimization.offload_optimizer.nvme_path");
-  }
-  if (const OffloadOptimizerConfig& oo = o.offload_optimizer;
-      !(oo.ratio >= 0.0 && oo.ratio <= 1.0)) {
-    return InvalidArgumentError(
-        "zero_optimization.offload_optimizer.ratio = {} must be in [0, 1] (the fraction of the "
-        "optimizer state offloaded) or \"auto\"",
-        oo.ratio);
-  } else if (oo.partial()) {
-    const std::string ratio = oo.ratio_auto ? "\"auto\"" : fmt::format("{}", oo.ratio);
-    if (o.stage != 3) {
-      return InvalidArgumentError(
-          "zero_optimization.offload_optimizer.ratio = {} needs zero_optimization.stage 3 (as in "
-          "DeepSpeed: partial offload only at stage 3), got stage {}; set the ratio to 1",
-          ratio, o.stage);
-    }
-    if (o.offload_param.device == OffloadDevice::kNvme) {
-      return InvalidArgumentError(
-          "zero_optimization.offload_optimizer.ratio = {} cannot be combined with "
-          "zero_optimization.offload_param.device = nvme: the parameter shard then lives in an "
-          "NVMe store that only the fully offloaded optimizer writes; set the ratio to 1 or "
-          "offload_param.device to cpu or none",
-          ratio);
-    }
-  }
-  if (o.offload_param.device == OffloadDevice::kNvme &&
-      o.offload_optimizer.device == OffloadDevice::kNone) {
-    return InvalidArgumentError(
-        "zero_optimization.offload_param.device = nvme needs offload_optimizer.device cpu or nvme: "
-        "an optimizer on the device keeps fp32 master weights of the whole shard there, so the "
-        "parameters would not leave the device");
-  }
-  if (o.offload_param.device == OffloadDevice::kNvme && o.offload_param.nvme_path.empty()) {
-    return InvalidArgumentError(
-        "zero_optimization.offload_param.device = nvme needs "
-        "zero_optimization.offload_param.nvme_path");
-  }
-  if (o.optimizer.type == OptimizerType::kLamb) {
-    if (o.offload_optimizer.device != OffloadDevice::kNone) {
-      // Pass 2 needs every parameter's norms from pass 1: on NVMe it would re-read every tile, and
-      // DeepSpeed's FusedLamb has no CPU kernel for offloaded state.
-      return UnimplementedError(
-          "optimizer.type Lamb with zero_optimization.offload_optimizer.device {} is not "
-          "supported: set offload_optimizer.device none, or use optimizer.type AdamW or Lion",
-          OffloadDeviceName(o.offload_optimizer.device));
-    }
-    const kernels::LambHyperparams hyper = LambHyperparamsFor(o.optimizer, o.optimizer.lr, 1);
-    if (std::string error = kernels::LambHyperparamsError(hyper); !error.empty()) {
-      return InvalidArgumentError("optimizer.params: {}", error);
-    }
-    return OkStatus();
-  }
-  if (o.optimizer.type == OptimizerType::kLion) {
-    if (o.offload_optimizer.partial()) {
-      // The split's device-budget arithmetic (offload_ratio.h) counts Adam's two moments.
-      return InvalidArgumentError(
-          "optimizer.type Lion with zero_optimization.offload_optimizer.ratio {} (a partial "
-          "offload) is not supported yet: set the ratio to 1, or offload_optimizer.device none",
-          o.offload_optimizer.ratio_auto ? std::string("\"auto\"")
-                                         : fmt::format("{}", o.offload_optimizer.ratio));
-    }
-    const kernels::LionHyperparams hyper = LionHyperparamsFor(o.optimizer, o.optimizer.lr);
-    if (std::string error = kernels::LionHyperparamsError(hyper); !error.empty()) {
-      return InvalidArgumentError("optimizer.params: {}", error);
-    }
-    return OkStatus();
-  }
-  const kernels::AdamHyperparams hyper = AdamHyperparamsFor(o.optimizer, o.optimizer.lr, 1);
-  if (std::string error = kernels::AdamHyperparamsError(hyper); !error.empty()) {
-    return InvalidArgumentError("optimizer.params: {}", error);
-  }
-  return OkStatus();
+ZeroOptions DefaultZeroOptions() {
+  Result<ZeroOptions> options = ZeroOptionsFromConfig(Config());
+  SLUICE_CHECK(options.ok()) << "the registry's defaults give invalid ZeRO options: "
+                             << options.status().ToString();
+  return std::move(options).value();
 }
 
 std::vector<AgreedValue> AgreedValuesOf(const ZeroOptions& o) {

@@ -8,7 +8,7 @@
 #include <functional>
 #include <vector>
 
-#include "engine/config/config.h"
+#include "engine/zero/zero_sections.h"
 #include "engine/model/parameter_registry.h"
 #include "engine/zero/shard_layout.h"
 #include "offload/optimizer_state_stream.h"

@@ -140,7 +140,7 @@ TEST_F(ConfigLayersTest, AutoAndConcreteValuesReplaceEachOther) {
 TEST_F(ConfigLayersTest, JsonAndYamlMixWithTheAliasInTheBase) {
   // The DeepSpeed file spells intra_op_parallelism as thread_count; a later layer's canonical
   // key replaces it rather than counting as the same key given twice.
-  AioConfig tuned;
+  AioConfig tuned = Config().aio;
   tuned.block_size = int64_t{4} << 20;
   tuned.queue_depth = 32;
   tuned.intra_op_parallelism = 2;

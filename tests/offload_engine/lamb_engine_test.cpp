@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/config/config.h"
 #include "offload_engine_test_util.h"
 #include "offload_outcome.h"
 #include "runtime/check.h"
@@ -34,7 +35,7 @@ constexpr double kParamTolerance = 1e-5;
 // min_coeff 0.01 they hardly move in 20 steps; bing_bert's max_coeff 0.3 and a min_coeff of 0.1
 // let the loss fall as AdamW's does at 1e-3.
 OptimizerConfig Lamb() {
-  OptimizerConfig o;
+  OptimizerConfig o = Config().optimizer;
   o.type = OptimizerType::kLamb;
   o.beta1 = 0.9;
   o.beta2 = 0.999;
@@ -140,7 +141,7 @@ TEST(LambStages, Bf16TrainsAndMatchesTheSingleRankRun) {
 TEST(LambTrust, StepsDifferentlyFromAdamW) {
   const TrainSettings settings = LambSettings(DType::kF32, /*steps=*/3);
   const OffloadOutcome run = TrainOffload(LambOptions(1, DType::kF32), settings);
-  const RunResult adam = RunReference(TinyGpt(), settings, OptimizerConfig{});
+  const RunResult adam = RunReference(TinyGpt(), settings, Config().optimizer);
   EXPECT_NEAR(run.run.losses.front(), adam.losses.front(), 1e-5) << "same model, first batch";
   EXPECT_FALSE(Bitwise(run.run.params, adam.params)) << "LAMB stepped as AdamW";
 }
@@ -151,29 +152,11 @@ TEST(LambMemory, KeepsBothMoments) {
       MakeZeroRig(LambOptions(2, DType::kBF16), TinyGpt(), TestWorld(), settings.seed);
   ASSERT_TRUE(lamb.ok()) << lamb.status().ToString();
   ZeroOptions adam_options = LambOptions(2, DType::kBF16);
-  adam_options.optimizer = OptimizerConfig{};
+  adam_options.optimizer = Config().optimizer;
   Result<ZeroRig> adam = MakeZeroRig(adam_options, TinyGpt(), TestWorld(), settings.seed);
   ASSERT_TRUE(adam.ok()) << adam.status().ToString();
   EXPECT_EQ(lamb->engine->memory().optimizer_state, adam->engine->memory().optimizer_state);
   EXPECT_GT(lamb->engine->memory().optimizer_state, 0u);
-}
-
-TEST(LambOptions, OffloadIsRefusedNamingTheKeys) {
-  for (OffloadDevice tier : {OffloadDevice::kCpu, OffloadDevice::kNvme}) {
-    ZeroOptions o = OffloadTestOptions(2, DType::kBF16, tier, OffloadDevice::kNone, "/tmp");
-    o.optimizer = Lamb();
-    Status status = ValidateZeroOptions(o);
-    EXPECT_EQ(status.code(), StatusCode::kUnimplemented) << status.ToString();
-    EXPECT_NE(status.message().find("optimizer.type Lamb"), std::string::npos) << status.ToString();
-    EXPECT_NE(status.message().find("offload_optimizer.device"), std::string::npos)
-        << status.ToString();
-  }
-  ZeroOptions bad = LambOptions(1, DType::kF32);
-  bad.optimizer.min_coeff = 2.0;
-  bad.optimizer.max_coeff = 1.0;
-  Status status = ValidateZeroOptions(bad);
-  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(status.message().find("max_coeff"), std::string::npos) << status.ToString();
 }
 
 }  // namespace

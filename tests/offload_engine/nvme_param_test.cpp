@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/config/config.h"
 #include "engine/zero/offload_options.h"
 #include "engine/zero/parameter_coordinator.h"
 #include "engine/zero/partition_copy.h"
@@ -123,9 +124,9 @@ class NvmeParamRig {
     SLUICE_ASSIGN_OR_RETURN(queue_,
                             CommQueue::Create(*device_, std::move(comm).value(), /*overlap=*/true));
     SLUICE_ASSIGN_OR_RETURN(compute_, device_->CreateStream());
-    CoordinatorOptions options;
+    CoordinatorOptions options = CoordinatorOptionsOf(DefaultZeroOptions());
     options.param_dtype = dtype_;
-    options.prefetch_bucket_size = prefetch_bucket_size;
+    options.budgets.prefetch_bucket_size = prefetch_bucket_size;
     SLUICE_ASSIGN_OR_RETURN(
         coordinator_,
         ParameterCoordinator::Create(options, registry(), layout_, *queue_, *compute_, *binding_,
@@ -237,7 +238,7 @@ TEST_P(NvmeParamDtype, LoadingTheMasterWeightsReadsEachGroupAtMostTwice) {
   offload::OffloadedAdamOptions options;
   options.tile_elements = offload::kOffloadTileQuantum;
   options.param_store = &rig.store();
-  auto adam = offload::OffloadedAdam::Create(rig.device(), CpuOptimizerOf(OptimizerConfig{}),
+  auto adam = offload::OffloadedAdam::Create(rig.device(), CpuOptimizerOf(Config().optimizer),
                                              GetParam(), nullptr, DType::kF32, count, 1, options);
   ASSERT_TRUE(adam.ok()) << adam.status().ToString();
   const int64_t reads_before = rig.store().stats().nvme_reads;

@@ -110,22 +110,6 @@ INSTANTIATE_TEST_SUITE_P(
                          OffloadDeviceName(std::get<2>(info.param)));
     });
 
-TEST(ParamOffloadOptions, NvmeParametersNeedAnOffloadedOptimizer) {
-  ZeroOptions o =
-      OffloadTestOptions(3, DType::kBF16, OffloadDevice::kNone, OffloadDevice::kNvme, "/tmp");
-  Status status = ValidateZeroOptions(o);
-  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(status.message().find("offload_optimizer.device"), std::string::npos)
-      << status.ToString();
-}
-
-TEST(ParamOffloadOptions, BelowStageThreeIsRefused) {
-  ZeroOptions o = OffloadTestOptions(2, DType::kF32, OffloadDevice::kCpu, OffloadDevice::kCpu, "");
-  Status status = ValidateZeroOptions(o);
-  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(status.message().find("offload_param"), std::string::npos) << status.ToString();
-}
-
 // A checkpoint restored into an NVMe-offloaded engine continues exactly as the device engine
 // that wrote it: ImportState goes through RestoreState of the offloaded optimizer.
 TEST(OptimizerOffloadCheckpoint, ImportIntoNvmeContinuesBitwise) {
@@ -148,14 +132,6 @@ TEST(OptimizerOffloadCheckpoint, ImportIntoNvmeContinuesBitwise) {
   ASSERT_TRUE(offloaded->engine->ImportState(saved->Readers()).ok());
   // Two more steps from the same state on both.
   ExpectImportContinuesBitwise(*device, *offloaded, saved->step, settings);
-}
-
-TEST(OptimizerOffloadOptions, StageZeroIsRefusedNamingTheKeys) {
-  ZeroOptions o = OffloadTestOptions(0, DType::kF32, OffloadDevice::kCpu, OffloadDevice::kNone, "");
-  Status status = ValidateZeroOptions(o);
-  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(status.message().find("zero_optimization.stage"), std::string::npos)
-      << status.ToString();
 }
 
 }  // namespace

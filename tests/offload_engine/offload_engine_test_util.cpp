@@ -25,7 +25,7 @@ ScratchDir::~ScratchDir() {
 
 ZeroOptions OffloadTestOptions(int stage, DType dtype, OffloadDevice optimizer_tier,
                                OffloadDevice param_tier, const std::string& nvme_dir) {
-  ZeroOptions o;
+  ZeroOptions o = DefaultZeroOptions();
   o.stage = stage;
   o.overlap_comm = true;
   o.param_dtype = dtype;

@@ -5,6 +5,7 @@
 #include <map>
 #include <tuple>
 
+#include "engine/config/config.h"
 #include "engine/zero/split_optimizer.h"
 #include "runtime/check.h"
 
@@ -65,8 +66,8 @@ const OffloadOutcome& DeviceBaseline(const ZeroOptions& options, DType dtype) {
   auto it = cache.find(key);
   if (it == cache.end()) {
     ZeroOptions device = options;
-    device.offload_optimizer = OffloadOptimizerConfig();
-    device.offload_param = OffloadParamConfig();
+    device.offload_optimizer = Config().zero.offload_optimizer;
+    device.offload_param = Config().zero.offload_param;
     it = cache.emplace(key, TrainOffload(device, dtype)).first;
   }
   return it->second;

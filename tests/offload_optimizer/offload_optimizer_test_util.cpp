@@ -64,7 +64,7 @@ std::vector<float> ToF32(const std::vector<std::byte>& values, DType dtype) {
 }
 
 OptimizerConfig TestOptimizer() {
-  OptimizerConfig config;
+  OptimizerConfig config = Config().optimizer;
   config.lr = 1e-3;
   config.beta1 = 0.9;
   config.beta2 = 0.999;

@@ -254,12 +254,12 @@ TEST(OffloadedAdamTest, ChargesEachTierWhatItHoldsAndNothingToTheDevice) {
 }
 
 TEST(OffloadedAdamOptionsTest, TileAndRingComeFromTheConfig) {
-  ZeroConfig zero;
+  ZeroConfig zero = Config().zero;
   zero.offload_optimizer.device = OffloadDevice::kCpu;
   zero.offload_optimizer.buffer_count = 5;
   zero.offload_optimizer.pipeline_read = true;
   zero.offload_optimizer.pipeline_write = false;
-  auto options = OffloadedAdamOptionsFromConfig(zero, nullptr);
+  auto options = OffloadedAdamOptionsOf(zero.offload_optimizer, zero.sub_group_size, nullptr);
   ASSERT_TRUE(options.ok()) << options.status().ToString();
   EXPECT_EQ(options->tier, offload::OptimizerStateTier::kHost);
   EXPECT_EQ(options->tile_elements, offload::kDefaultOffloadTileElements);  // 1e9 is capped
@@ -267,23 +267,28 @@ TEST(OffloadedAdamOptionsTest, TileAndRingComeFromTheConfig) {
   EXPECT_TRUE(options->pipeline_read);
   EXPECT_FALSE(options->pipeline_write);
   zero.sub_group_size = 100000;
-  EXPECT_EQ(OffloadedAdamOptionsFromConfig(zero, nullptr)->tile_elements, 98304);
+  EXPECT_EQ(
+      OffloadedAdamOptionsOf(zero.offload_optimizer, zero.sub_group_size, nullptr)->tile_elements,
+      98304);
 
   zero.offload_optimizer.device = OffloadDevice::kNvme;
-  Status status = OffloadedAdamOptionsFromConfig(zero, nullptr).status();
+  Status status =
+      OffloadedAdamOptionsOf(zero.offload_optimizer, zero.sub_group_size, nullptr).status();
   EXPECT_THAT(status.message(), HasSubstr("nvme_path"));
   zero.offload_optimizer.device = OffloadDevice::kCpu;
   zero.offload_optimizer.buffer_count = 0;
-  status = OffloadedAdamOptionsFromConfig(zero, nullptr).status();
+  status = OffloadedAdamOptionsOf(zero.offload_optimizer, zero.sub_group_size, nullptr).status();
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("offload_optimizer.buffer_count"));
   zero.offload_optimizer.buffer_count = 4;
   zero.sub_group_size = 100;
-  EXPECT_THAT(OffloadedAdamOptionsFromConfig(zero, nullptr).status().message(),
+  EXPECT_THAT(OffloadedAdamOptionsOf(zero.offload_optimizer, zero.sub_group_size, nullptr)
+                  .status()
+                  .message(),
               HasSubstr("sub_group_size"));
   zero.offload_optimizer.device = OffloadDevice::kNone;
   zero.sub_group_size = 1 << 20;
-  EXPECT_FALSE(OffloadedAdamOptionsFromConfig(zero, nullptr).ok());
+  EXPECT_FALSE(OffloadedAdamOptionsOf(zero.offload_optimizer, zero.sub_group_size, nullptr).ok());
 }
 
 }  // namespace

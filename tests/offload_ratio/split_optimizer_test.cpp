@@ -29,7 +29,7 @@ constexpr int64_t kTile = offload::kOffloadTileQuantum;  // sub_group_size 2048
 constexpr int64_t kCount = 5 * kTile + 700;              // six tiles, the last one partial
 
 ZeroOptions SplitOptions(DType dtype, OffloadDevice tier, double ratio) {
-  ZeroOptions o;
+  ZeroOptions o = DefaultZeroOptions();
   o.stage = 3;
   o.param_dtype = dtype;
   o.num_threads = 1;

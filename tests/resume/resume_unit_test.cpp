@@ -14,7 +14,7 @@ namespace sluice::train {
 namespace {
 
 TEST(LossScalerStateTest, RestoredScalerFollowsTheSameSequence) {
-  Fp16Config config;
+  Fp16Config config = Config().fp16;
   config.loss_scale = 0;
   config.initial_scale_power = 10;
   config.loss_scale_window = 3;

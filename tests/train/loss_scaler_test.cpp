@@ -7,7 +7,7 @@ namespace sluice::train {
 namespace {
 
 Fp16Config Dynamic(int power, int64_t window, int hysteresis, double min_scale) {
-  Fp16Config c;
+  Fp16Config c = Config().fp16;
   c.enabled = true;
   c.loss_scale = 0;
   c.initial_scale_power = power;
@@ -26,7 +26,7 @@ TEST(LossScalerTest, DisabledIsOneForever) {
 }
 
 TEST(LossScalerTest, StaticScaleNeverChanges) {
-  Fp16Config c;
+  Fp16Config c = Config().fp16;
   c.loss_scale = 128;
   LossScaler s = LossScaler::FromConfig(c);
   EXPECT_FALSE(s.dynamic());

@@ -9,7 +9,7 @@ namespace sluice::train {
 namespace {
 
 SchedulerConfig Warmup(SchedulerType type, WarmupType warmup, int64_t n) {
-  SchedulerConfig c;
+  SchedulerConfig c = Config().scheduler;
   c.type = type;
   c.warmup_type = warmup;
   c.warmup_num_steps = n;
@@ -23,7 +23,7 @@ LrSchedule Make(const SchedulerConfig& config, double lr) {
 }
 
 TEST(LrScheduleTest, ConstantWithoutScheduler) {
-  LrSchedule s = Make(SchedulerConfig{}, 3e-4);
+  LrSchedule s = Make(Config().scheduler, 3e-4);
   EXPECT_DOUBLE_EQ(s.current_lr(), 3e-4);
   for (int i = 0; i < 5; ++i) s.Step();
   EXPECT_DOUBLE_EQ(s.current_lr(), 3e-4);

@@ -58,7 +58,7 @@ class CoordinatorRig {
     coordinator_ = std::move(coordinator).value();
     SLUICE_CHECK(coordinator_->GatherPersistent().ok());
     coordinator_->SetFetchObserver([this](const ModuleAccess&, const CoordinatorStats& stats) {
-      EXPECT_LE(stats.live, coordinator_->options().max_live_parameters);
+      EXPECT_LE(stats.live, coordinator_->options().budgets.max_live_parameters);
       max_live_seen_ = std::max(max_live_seen_, stats.live);
     });
   }
@@ -102,7 +102,7 @@ class CoordinatorRig {
         }
       }
       SLUICE_RETURN_IF_ERROR(coordinator_->Release(access));
-      EXPECT_LE(coordinator_->stats().live, coordinator_->options().max_live_parameters);
+      EXPECT_LE(coordinator_->stats().live, coordinator_->options().budgets.max_live_parameters);
     }
     return coordinator_->EndPass();
   }
@@ -127,8 +127,8 @@ int64_t MaxUnitNeed(CoordinatorRig& rig) {
 }
 
 TEST(Coordinator, RecordsThenPrefetchesByTrace) {
-  CoordinatorOptions options;
-  options.prefetch_bucket_size = 6000;
+  CoordinatorOptions options = CoordinatorOptionsOf(DefaultZeroOptions());
+  options.budgets.prefetch_bucket_size = 6000;
   CoordinatorRig rig(options);
   const auto order = rig.TrainOrder();
   ASSERT_TRUE(rig.RunPass(PassKind::kTrain, order).ok());
@@ -148,13 +148,14 @@ TEST(Coordinator, RecordsThenPrefetchesByTrace) {
 }
 
 TEST(Coordinator, LiveParametersNeverExceedTheBudget) {
-  CoordinatorOptions probe;
+  CoordinatorOptions probe = CoordinatorOptionsOf(DefaultZeroOptions());
   CoordinatorRig sizing(probe);
   const int64_t budget = sizing.layout().persistent_numel() + MaxUnitNeed(sizing) + 500;
 
-  CoordinatorOptions options;
-  options.prefetch_bucket_size = 1000000;  // wants everything ahead: only the budget stops it
-  options.max_live_parameters = budget;
+  CoordinatorOptions options = CoordinatorOptionsOf(DefaultZeroOptions());
+  options.budgets.prefetch_bucket_size =
+      1000000;  // wants everything ahead: only the budget stops it
+  options.budgets.max_live_parameters = budget;
   CoordinatorRig rig(options);
   for (int pass = 0; pass < 3; ++pass) {
     ASSERT_TRUE(rig.RunPass(PassKind::kTrain, rig.TrainOrder()).ok()) << pass;
@@ -163,8 +164,8 @@ TEST(Coordinator, LiveParametersNeverExceedTheBudget) {
   EXPECT_LE(rig.coordinator().stats().peak_live, budget);
   EXPECT_GT(rig.coordinator().stats().prefetches, 0) << "prefetching still happens within it";
 
-  CoordinatorOptions exact;
-  exact.max_live_parameters = budget - 500;
+  CoordinatorOptions exact = CoordinatorOptionsOf(DefaultZeroOptions());
+  exact.budgets.max_live_parameters = budget - 500;
   CoordinatorRig minimal(exact);  // exactly the largest access: it fits
   ASSERT_TRUE(minimal.RunPass(PassKind::kTrain, minimal.TrainOrder()).ok());
   ASSERT_TRUE(minimal.RunPass(PassKind::kTrain, minimal.TrainOrder()).ok());
@@ -172,10 +173,11 @@ TEST(Coordinator, LiveParametersNeverExceedTheBudget) {
 }
 
 TEST(Coordinator, BudgetBelowOneUnitIsAConfigError) {
-  CoordinatorOptions probe;
+  CoordinatorOptions probe = CoordinatorOptionsOf(DefaultZeroOptions());
   CoordinatorRig sizing(probe);
-  CoordinatorOptions options;
-  options.max_live_parameters = sizing.layout().persistent_numel() + MaxUnitNeed(sizing) - 1;
+  CoordinatorOptions options = CoordinatorOptionsOf(DefaultZeroOptions());
+  options.budgets.max_live_parameters =
+      sizing.layout().persistent_numel() + MaxUnitNeed(sizing) - 1;
   ZeroBinding binding(sizing.registry());
   auto device = CreateDevice({.memory_limit_bytes = uint64_t{1} << 20});
   ASSERT_TRUE(device.ok());
@@ -198,9 +200,9 @@ TEST(Coordinator, ReuseDistanceKeepsGroupsAcrossNearbyUses) {
   int64_t groups = 0;
   int64_t accesses_with_groups = 0;
   for (int keep = 0; keep < 2; ++keep) {
-    CoordinatorOptions options;
-    options.prefetch_bucket_size = 0;  // isolate reuse from prefetching
-    options.max_reuse_distance = keep ? 1000000000 : 0;
+    CoordinatorOptions options = CoordinatorOptionsOf(DefaultZeroOptions());
+    options.budgets.prefetch_bucket_size = 0;  // isolate reuse from prefetching
+    options.budgets.max_reuse_distance = keep ? 1000000000 : 0;
     CoordinatorRig rig(options);
     ASSERT_TRUE(rig.RunPass(PassKind::kTrain, rig.TrainOrder()).ok());
     const int64_t before = rig.coordinator().stats().gathers;
@@ -221,8 +223,8 @@ TEST(Coordinator, ReuseDistanceKeepsGroupsAcrossNearbyUses) {
 }
 
 TEST(Coordinator, LeavingTheTraceFallsBackOnDemandAndSaysSoOnce) {
-  CoordinatorOptions options;
-  options.prefetch_bucket_size = 6000;
+  CoordinatorOptions options = CoordinatorOptionsOf(DefaultZeroOptions());
+  options.budgets.prefetch_bucket_size = 6000;
   CoordinatorRig rig(options);
   const auto order = rig.TrainOrder();
   auto swapped = order;
@@ -256,7 +258,7 @@ TEST(Coordinator, LeavingTheTraceFallsBackOnDemandAndSaysSoOnce) {
 }
 
 TEST(Coordinator, EvaluationPassesHaveTheirOwnTrace) {
-  CoordinatorOptions options;
+  CoordinatorOptions options = CoordinatorOptionsOf(DefaultZeroOptions());
   CoordinatorRig rig(options);
   std::vector<ModuleAccess> forward;
   for (int u = 0; u < rig.units(); ++u) forward.push_back({u, Phase::kForward});
@@ -270,7 +272,7 @@ TEST(Coordinator, EvaluationPassesHaveTheirOwnTrace) {
 
 TEST(Coordinator, RanksThatGatherDifferentModulesFailAtOnce) {
   if (TestWorld().size() < 2) GTEST_SKIP() << "needs two ranks";
-  CoordinatorOptions options;
+  CoordinatorOptions options = CoordinatorOptionsOf(DefaultZeroOptions());
   CoordinatorRig rig(options);
   auto order = rig.TrainOrder();
   // Blocks 0 and 1 have the same size: untagged, their gathers would match and exchange the
@@ -287,7 +289,7 @@ TEST(Coordinator, RanksThatGatherDifferentModulesFailAtOnce) {
 
 TEST(Coordinator, RanksWithDifferentTracesFailAtTheEndOfTheFirstPass) {
   if (TestWorld().size() < 2) GTEST_SKIP() << "needs two ranks";
-  CoordinatorOptions options;
+  CoordinatorOptions options = CoordinatorOptionsOf(DefaultZeroOptions());
   CoordinatorRig rig(options);
   auto order = rig.TrainOrder();
   // The final norm's parameters are all persistent: an extra use of it gathers nothing, so only
@@ -314,7 +316,7 @@ std::vector<float> GatherFloats(float mine) {
 }
 
 ZeroOptions Stage3(int64_t budget = 1000000000) {
-  ZeroOptions o;
+  ZeroOptions o = DefaultZeroOptions();
   o.stage = 3;
   o.overlap_comm = true;
   o.num_threads = 1;

@@ -30,6 +30,7 @@
 #include <cstring>
 #include <string>
 
+#include "engine/config/config.h"
 #include "runtime/check.h"
 #include "zero_test_util.h"
 
@@ -64,7 +65,7 @@ TEST_P(StageTest, TwentyStepsMatchTheSingleRankRun) {
   const int stage = GetParam();
   TrainSettings settings;
   settings.world = TestWorld().size();
-  const RunResult reference = RunReference(TinyGpt(), settings, OptimizerConfig());
+  const RunResult reference = RunReference(TinyGpt(), settings, Config().optimizer);
   const RunResult run = RunStage(stage, settings);
   ASSERT_EQ(run.losses.size(), 20u);
   EXPECT_LT(run.losses.back(), run.losses.front()) << "the tiny GPT should learn the pattern";
@@ -90,7 +91,7 @@ TEST_P(StageTest, AccumulatesMicroBatchesInFp32) {
   settings.world = TestWorld().size();
   settings.steps = 10;
   settings.gradient_accumulation_steps = 2;
-  const RunResult reference = RunReference(TinyGpt(), settings, OptimizerConfig());
+  const RunResult reference = RunReference(TinyGpt(), settings, Config().optimizer);
   const RunResult run = RunStage(stage, settings);
   const std::string what = "stage " + std::to_string(stage) + ", 2 micro-batches, " +
                            std::to_string(settings.world) + " ranks";
@@ -109,7 +110,7 @@ TEST_P(StageTest, HalfPrecisionParametersMatchTheSingleRankRun) {
     settings.world = TestWorld().size();
     settings.steps = 10;
     settings.param_dtype = dtype;
-    const RunResult reference = RunReference(TinyGpt(), settings, OptimizerConfig());
+    const RunResult reference = RunReference(TinyGpt(), settings, Config().optimizer);
     const RunResult run = RunStage(stage, settings);
     const std::string what = "stage " + std::to_string(stage) + ", " +
                              std::string(DTypeName(dtype)) + ", " + std::to_string(settings.world) +

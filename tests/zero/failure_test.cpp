@@ -32,7 +32,7 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 }
 
 ZeroOptions Options(int stage) {
-  ZeroOptions o;
+  ZeroOptions o = DefaultZeroOptions();
   o.stage = stage;
   o.overlap_comm = true;
   o.num_threads = 1;
@@ -137,8 +137,8 @@ TEST_P(MissingRank, OthersFailNamingItWithinTheTimeout) {
       // The time in the message is the operation's own wait: at least the timeout, more on a
       // loaded machine (bounded below).
       EXPECT_TRUE(Contains(status.message(), "timed out after ")) << status.ToString();
-      EXPECT_TRUE(Contains(status.message(),
-                           " s: ranks " + std::to_string(missing) + " did not arrive"))
+      EXPECT_TRUE(
+          Contains(status.message(), " s: ranks " + std::to_string(missing) + " did not arrive"))
           << status.ToString();
       EXPECT_TRUE(Contains(status.message(), "run.comm_timeout"));
       EXPECT_GE(waited, kShortTimeout);

@@ -156,7 +156,7 @@ TEST(GradientScaling, AllReduceReducerScalesTheGradientsItReduces) {
 }
 
 ZeroOptions OptionsFor(int stage, const Case& c, int64_t gradient_accumulation_steps = 1) {
-  ZeroOptions o;
+  ZeroOptions o = DefaultZeroOptions();
   o.stage = stage;
   o.gradient_accumulation_steps = gradient_accumulation_steps;
   o.overlap_comm = true;
@@ -206,28 +206,6 @@ TEST(GradientScaling, TrainingAgreesWithTheAverageWithinRounding) {
       }
     }
   }
-}
-
-// Stages 2 and 3 reduce-scatter, where DeepSpeed refuses both keys: so does the engine, naming
-// the key and the stage.
-TEST(GradientScaling, StagesTwoAndThreeRefuseThem) {
-  for (int stage : {2, 3}) {
-    for (const Case& c : {Case{"prescale", true}, Case{"factor 8", false, 8.0}}) {
-      const Status status = ValidateZeroOptions(OptionsFor(stage, c));
-      EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
-      const std::string key =
-          c.prescale ? "prescale_gradients = true" : "gradient_predivide_factor = 8";
-      EXPECT_NE(status.message().find(key + " needs zero_optimization.stage 0 or 1: stage " +
-                                      std::to_string(stage)),
-                std::string::npos)
-          << status.message();
-    }
-    EXPECT_TRUE(ValidateZeroOptions(OptionsFor(stage, Case{"default"})).ok());
-  }
-  EXPECT_NE(ValidateZeroOptions(OptionsFor(0, Case{"zero factor", false, 0.0}))
-                .message()
-                .find("gradient_predivide_factor = 0 must be a finite number > 0"),
-            std::string::npos);
 }
 
 }  // namespace

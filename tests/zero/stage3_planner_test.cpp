@@ -259,22 +259,22 @@ TEST(Stage3PlannerEngine, EstimatorReplaysTheEnginesEvictionsOneForOne) {
   estimate::CoordinatorLimits limits;
   limits.world = TestWorld().size();
   limits.persistent = estimate::SummarizeLayout(layout, threshold).persistent_elements;
-  limits.prefetch_bucket_size = 3 * block;  // ahead by more than the budget allows
-  limits.max_reuse_distance = 1000000000;   // everything is kept for its backward
+  limits.budgets.prefetch_bucket_size = 3 * block;  // ahead by more than the budget allows
+  limits.budgets.max_reuse_distance = 1000000000;   // everything is kept for its backward
   // Room for two blocks: replaying, the engine evicts the groups its forward kept to prefetch the
   // next block. The estimator's old copy of the policy, whose prefetch stopped at the budget,
   // put the peak at one block and the embeddings here.
-  limits.max_live_parameters = limits.persistent + 2 * block;
+  limits.budgets.max_live_parameters = limits.persistent + 2 * block;
 
-  ZeroOptions options;
+  ZeroOptions options = DefaultZeroOptions();
   options.stage = 3;
   options.overlap_comm = true;
   options.num_threads = 1;
   options.reduce_bucket_size = 20000;
   options.stage3_param_persistence_threshold = threshold;
-  options.stage3_prefetch_bucket_size = limits.prefetch_bucket_size;
-  options.stage3_max_reuse_distance = limits.max_reuse_distance;
-  options.stage3_max_live_parameters = limits.max_live_parameters;
+  options.stage3_prefetch_bucket_size = limits.budgets.prefetch_bucket_size;
+  options.stage3_max_reuse_distance = limits.budgets.max_reuse_distance;
+  options.stage3_max_live_parameters = limits.budgets.max_live_parameters;
   Result<testing::ZeroRig> rig = MakeZeroRig(options, model, TestWorld(), 3);
   ASSERT_TRUE(rig.ok()) << rig.status().ToString();
   ParameterCoordinator& coordinator = *rig->engine->coordinator();
@@ -329,7 +329,7 @@ TEST(Stage3PlannerEngine, EstimatorReplaysTheEnginesEvictionsOneForOne) {
   // The same peak of gathered elements, within the budget, above the old copy's.
   EXPECT_EQ(stats.peak_live - limits.persistent, replay.peaks.gathered_elements);
   EXPECT_GT(replay.peaks.gathered_elements, block + embeddings);
-  EXPECT_LE(stats.peak_live, limits.max_live_parameters);
+  EXPECT_LE(stats.peak_live, limits.budgets.max_live_parameters);
   // The largest gather's staging: a unit's or the persistent parameters' (fp32 here).
   const int64_t persistent_staging =
       limits.world * (rig->engine->layout().persistent_elements() + 1);

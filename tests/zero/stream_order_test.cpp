@@ -36,7 +36,7 @@ class HookClock final : public model::UnitHooks {
 class StreamOrder : public ::testing::TestWithParam<int> {};
 
 TEST_P(StreamOrder, NoHostWaitInsideTheStepAndTheHostRunsAhead) {
-  ZeroOptions options;
+  ZeroOptions options = DefaultZeroOptions();
   options.stage = GetParam();
   options.overlap_comm = true;
   options.num_threads = 1;

@@ -171,7 +171,7 @@ RunResult RunReference(const model::ModelOptions& options, const TrainSettings& 
 }
 
 ZeroOptions SmallBucketOptions(int stage, const TrainSettings& settings) {
-  ZeroOptions o;
+  ZeroOptions o = DefaultZeroOptions();
   o.stage = stage;
   o.overlap_comm = true;
   o.gradient_accumulation_steps = settings.gradient_accumulation_steps;
