@@ -180,7 +180,9 @@ namespace internal {
 
 Status CheckCommBuffer(std::string_view op, const void* data, size_t count, DType dtype,
                        size_t max_count) {
-  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
+  // f64: the reference model's tensor-parallel all-reduces (both backends map it).
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16 &&
+      dtype != DType::kF64) {
     return InvalidArgumentError("{}: unknown dtype {}", op, static_cast<int>(dtype));
   }
   if (count > max_count) {

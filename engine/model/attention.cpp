@@ -23,26 +23,41 @@ CausalSelfAttention<T>::CausalSelfAttention(ModuleBuilder& builder, std::string 
   head_dim_ = options.d_model / options.n_head;
   const std::string& prefix = this->name();
   const int64_t d = options.d_model;
+  const int64_t all_q = options.n_head * head_dim_;
+  const int64_t all_kv = options.n_kv_head * head_dim_;
   if (options.fused_qkv) {
-    qkv_ = std::make_unique<Linear<T>>(builder, prefix + ".c_attn", d, q_width() + 2 * kv_width(),
+    qkv_ = std::make_unique<Linear<T>>(builder, prefix + ".c_attn", d, all_q + 2 * all_kv,
                                        options.bias);
     this->AddChild(qkv_.get());
+    // A piece of the fused rows holds the same share of the q, k and v heads.
+    const int64_t all = all_q + 2 * all_kv;
+    SLUICE_CHECK(all % qkv_->out() == 0 && options.n_kv_head % (all / qkv_->out()) == 0)
+        << this->name() << ": " << qkv_->out() << " of the " << all << " q/k/v rows";
+    n_head_ = options.n_head / (all / qkv_->out());
+    n_kv_head_ = options.n_kv_head / (all / qkv_->out());
   } else {
-    q_ = std::make_unique<Linear<T>>(builder, prefix + ".q_proj", d, q_width(), options.bias);
-    k_ = std::make_unique<Linear<T>>(builder, prefix + ".k_proj", d, kv_width(), options.bias);
-    v_ = std::make_unique<Linear<T>>(builder, prefix + ".v_proj", d, kv_width(), options.bias);
+    q_ = std::make_unique<Linear<T>>(builder, prefix + ".q_proj", d, all_q, options.bias);
+    k_ = std::make_unique<Linear<T>>(builder, prefix + ".k_proj", d, all_kv, options.bias);
+    v_ = std::make_unique<Linear<T>>(builder, prefix + ".v_proj", d, all_kv, options.bias);
     this->AddChild(q_.get());
     this->AddChild(k_.get());
     this->AddChild(v_.get());
+    n_head_ = q_->out() / head_dim_;
+    n_kv_head_ = k_->out() / head_dim_;
+    SLUICE_CHECK(q_->out() % head_dim_ == 0 && k_->out() == v_->out() &&
+                 k_->out() % head_dim_ == 0 && n_head_ % n_kv_head_ == 0)
+        << this->name() << ": q " << q_->out() << ", k " << k_->out() << ", v " << v_->out()
+        << " columns of heads of " << head_dim_;
   }
   out_ = std::make_unique<Linear<T>>(builder, prefix + (options.fused_qkv ? ".c_proj" : ".o_proj"),
-                                     q_width(), d, options.bias, InitKind::kNormalResidual);
+                                     all_q, d, options.bias, InitKind::kNormalResidual);
+  SLUICE_CHECK_EQ(out_->in(), q_width()) << this->name() << ": output projection";
   this->AddChild(out_.get());
   if (options.rope) {
     SLUICE_CHECK(!options.fused_qkv) << this->name() << ": RoPE needs separate projections";
-    rope_q_ = std::make_unique<Rope<T>>(builder, prefix + ".rope_q", options.n_head, head_dim_,
+    rope_q_ = std::make_unique<Rope<T>>(builder, prefix + ".rope_q", n_head_, head_dim_,
                                         options.rope_theta);
-    rope_k_ = std::make_unique<Rope<T>>(builder, prefix + ".rope_k", options.n_kv_head, head_dim_,
+    rope_k_ = std::make_unique<Rope<T>>(builder, prefix + ".rope_k", n_kv_head_, head_dim_,
                                         options.rope_theta);
     this->AddChild(rope_q_.get());
     this->AddChild(rope_k_.get());
@@ -78,8 +93,7 @@ Result<Act<T>> CausalSelfAttention<T>::Forward(ForwardContext<T>& ctx, Act<T> x)
     ctx.KeepSaved(id, v.data);
   }
   SLUICE_ASSIGN_OR_RETURN(T * out, ctx.AllocateSaved(id, rows * qw));
-  SLUICE_ASSIGN_OR_RETURN(T * lse,
-                          ctx.AllocateSaved(id, ctx.batch() * options_.n_head * ctx.seq()));
+  SLUICE_ASSIGN_OR_RETURN(T * lse, ctx.AllocateSaved(id, ctx.batch() * n_head_ * ctx.seq()));
   const auto saved = ctx.Saved(id);
   const Shape q_shape = QShape(ctx);
   const Shape kv_shape = KvShape(ctx);

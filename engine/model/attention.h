@@ -4,6 +4,9 @@
 //   separate (Llama): q = q_proj(x), k = k_proj(x), v = v_proj(x), optional RoPE on q and k,
 //     y = o_proj(attention(q, k, v)).
 // The output projection is initialized as a residual projection (init.h).
+// The heads it runs are those its projections' weights hold: all of them, or a tensor rank's
+// share when a tensor-parallel plan gives the projections pieces of their weights (GPT-2's c_attn
+// split per q, k and v, parameter_registry.h); head_dim is d_model / n_head either way.
 #pragma once
 
 #include <memory>
@@ -33,22 +36,22 @@ class CausalSelfAttention final : public Module<T> {
   Result<Act<T>> Backward(ForwardContext<T>& ctx, Act<T> dy) override;
 
  private:
-  int64_t q_width() const { return options_.n_head * head_dim_; }
-  int64_t kv_width() const { return options_.n_kv_head * head_dim_; }
+  int64_t q_width() const { return n_head_ * head_dim_; }
+  int64_t kv_width() const { return n_kv_head_ * head_dim_; }
   // The kernel's views: q, out [batch, seq, heads, head_dim]; k, v with the kv heads; lse
   // [batch, heads, seq].
   Shape QShape(const ForwardContext<T>& ctx) const {
-    return {ctx.batch(), ctx.seq(), options_.n_head, head_dim_};
+    return {ctx.batch(), ctx.seq(), n_head_, head_dim_};
   }
   Shape KvShape(const ForwardContext<T>& ctx) const {
-    return {ctx.batch(), ctx.seq(), options_.n_kv_head, head_dim_};
+    return {ctx.batch(), ctx.seq(), n_kv_head_, head_dim_};
   }
-  Shape LseShape(const ForwardContext<T>& ctx) const {
-    return {ctx.batch(), options_.n_head, ctx.seq()};
-  }
+  Shape LseShape(const ForwardContext<T>& ctx) const { return {ctx.batch(), n_head_, ctx.seq()}; }
 
   AttentionOptions options_;
   int64_t head_dim_;
+  int64_t n_head_;  // the heads this module runs (a tensor rank's share, or all)
+  int64_t n_kv_head_;
   std::unique_ptr<Linear<T>> qkv_;  // fused
   std::unique_ptr<Linear<T>> q_;    // separate
   std::unique_ptr<Linear<T>> k_;

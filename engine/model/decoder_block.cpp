@@ -57,6 +57,16 @@ DecoderBlock<T>::DecoderBlock(ModuleBuilder& builder, std::string name, const Mo
 }
 
 template <typename T>
+void DecoderBlock<T>::WrapSublayers(const Wrapper& wrap) {
+  for (std::unique_ptr<Module<T>>* sublayer : {&attn_, &mlp_}) {
+    const Module<T>* old = sublayer->get();
+    *sublayer = wrap(std::move(*sublayer));
+    SLUICE_CHECK(*sublayer != nullptr) << this->name() << ": a wrapper returned nothing";
+    this->ReplaceChild(old, sublayer->get());
+  }
+}
+
+template <typename T>
 Result<Act<T>> DecoderBlock<T>::InnerForward(ForwardContext<T>& work, Act<T> x) {
   const int64_t n = x.numel();
   SLUICE_ASSIGN_OR_RETURN(Act<T> a, norm_1_->Forward(work, x));

@@ -11,6 +11,7 @@
 // checkpointed when i < CheckpointedBlocks(options).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -37,6 +38,12 @@ class DecoderBlock final : public Module<T> {
 
   bool checkpointed() const { return checkpoint_; }
 
+  // Build time, for a parallelization plan (engine/parallel/tensor_plan.h): the attention and
+  // the MLP are replaced by what `wrap` makes of each (it takes ownership); the block runs them
+  // as before, unaware of what the wrapper adds around them.
+  using Wrapper = std::function<std::unique_ptr<Module<T>>(std::unique_ptr<Module<T>>)>;
+  void WrapSublayers(const Wrapper& wrap);
+
  private:
   Result<Act<T>> InnerForward(ForwardContext<T>& work, Act<T> x);
   // Back-propagates through the activations saved in `work`; dx is allocated in `out`.
@@ -48,9 +55,9 @@ class DecoderBlock final : public Module<T> {
   std::unique_ptr<CheckpointedInputs<T>> own_inputs_;  // a block built on its own
   CheckpointedInputs<T>* inputs_ = nullptr;
   std::unique_ptr<Module<T>> norm_1_;
-  std::unique_ptr<CausalSelfAttention<T>> attn_;
+  std::unique_ptr<Module<T>> attn_;
   std::unique_ptr<Module<T>> norm_2_;
-  std::unique_ptr<Mlp<T>> mlp_;
+  std::unique_ptr<Module<T>> mlp_;
 };
 
 extern template class DecoderBlock<float>;

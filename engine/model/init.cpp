@@ -52,6 +52,14 @@ template <typename T>
 void InitializeRange(const ParameterInfo& info, uint64_t seed, double std, int64_t n_layer,
                      int64_t begin, int64_t end, T* dst) {
   const uint64_t key = ParameterInitKey(seed, info.name);
+  if (info.sharding.split()) {
+#pragma omp parallel for schedule(static) if (end - begin > (1 << 16))
+    for (int64_t e = begin; e < end; ++e) {
+      dst[e - begin] =
+          static_cast<T>(InitialValue(info.init, key, info.sharding.GlobalIndex(e), std, n_layer));
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static) if (end - begin > (1 << 16))
   for (int64_t e = begin; e < end; ++e) {
     dst[e - begin] = static_cast<T>(InitialValue(info.init, key, e, std, n_layer));

@@ -4,7 +4,9 @@
 //
 // Counter-based: element e of a parameter is a pure function of (seed, the parameter's name, e),
 // a splitmix64 hash turned into a normal by Box-Muller. Any thread, shard or layout computes the
-// same value for the same element, so a ZeRO rank can initialize just its shard.
+// same value for the same element, so a ZeRO rank can initialize just its shard. The element is
+// the global one (ParameterInfo::sharding): a tensor rank's piece holds bit for bit the values
+// the whole model has there.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +25,8 @@ double StandardNormal(uint64_t key, int64_t element);
 // The initial value of `element` of a parameter of kind `kind` keyed by `key`.
 double InitialValue(InitKind kind, uint64_t key, int64_t element, double std, int64_t n_layer);
 
-// Writes elements [begin, end) of parameter `info` into dst[0 .. end - begin) (fp32 or fp64).
+// Writes elements [begin, end) of this rank's piece of parameter `info` (each the value of its
+// global element) into dst[0 .. end - begin) (fp32 or fp64).
 template <typename T>
 void InitializeRange(const ParameterInfo& info, uint64_t seed, double std, int64_t n_layer,
                      int64_t begin, int64_t end, T* dst);

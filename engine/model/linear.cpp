@@ -7,9 +7,15 @@ namespace sluice::model {
 template <typename T>
 Linear<T>::Linear(ModuleBuilder& builder, std::string name, int64_t in, int64_t out, bool bias,
                   InitKind weight_init)
-    : Module<T>(builder, std::move(name)), in_(in), out_(out) {
+    : Module<T>(builder, std::move(name)) {
   weight_ = this->AddParameter(builder, "weight", {out, in}, weight_init);
-  if (bias) bias_ = this->AddParameter(builder, "bias", {out}, InitKind::kZeros);
+  const Shape& local = builder.registry().parameter(weight_).shape;
+  out_ = local.dim(0);
+  in_ = local.dim(1);
+  if (bias) {
+    bias_ = this->AddParameter(builder, "bias", {out}, InitKind::kZeros);
+    SLUICE_CHECK_EQ(builder.registry().parameter(bias_).shape.dim(0), out_) << this->name();
+  }
 }
 
 template <typename T>
@@ -36,10 +42,11 @@ Result<Act<T>> Linear<T>::Forward(ForwardContext<T>& ctx, Act<T> x) {
   ctx.KeepSaved(this->id(), x.data);
   const ParameterBinding<T>& params = ctx.params();
   SLUICE_RETURN_IF_ERROR(ctx.ops().LinearForward(
-      ctx.stream(), {.x = ctx.View(x),
-                     .w = ctx.View(params.Value(weight_), {out_, in_}),
-                     .b = bias_ >= 0 ? ctx.View(params.Value(bias_), {out_}) : Tensor(),
-                     .y = ctx.View(y, {x.rows, out_})}));
+      ctx.stream(),
+      {.x = ctx.View(x),
+       .w = ctx.View(params.Value(weight_), {out_, in_}),
+       .b = bias_ >= 0 && bias_in_forward_ ? ctx.View(params.Value(bias_), {out_}) : Tensor(),
+       .y = ctx.View(y, {x.rows, out_})}));
   return Act<T>{y, x.rows, out_};
 }
 

@@ -1,6 +1,8 @@
 // Linear layer y = x·Wᵀ + b with nn.Linear's weight layout [out, in] (Hugging Face's names
 // "<prefix>.weight", "<prefix>.bias"), optionally without bias, optionally reading a weight
-// registered elsewhere (the LM head tied to the token embedding).
+// registered elsewhere (the LM head tied to the token embedding). Its widths are those of the
+// weight the registry gives it: a tensor-parallel plan's sharding rule may hand it a piece of
+// the [out, in] it asked for (parameter_registry.h), and it computes with that piece.
 #pragma once
 
 #include <memory>
@@ -23,8 +25,14 @@ class Linear final : public Module<T> {
   Result<Act<T>> Forward(ForwardContext<T>& ctx, Act<T> x) override;
   Result<Act<T>> Backward(ForwardContext<T>& ctx, Act<T> dy) override;
 
+  // Leaves the bias out of the forward; the backward still accumulates its gradient (dy summed
+  // over the rows). For outputs summed over ranks afterwards (a row-parallel projection), where
+  // one rank adds the bias and the others must not. Build time.
+  void OmitBiasInForward() { bias_in_forward_ = false; }
+
   int weight_param() const { return weight_; }
   int bias_param() const { return bias_; }  // -1 without bias
+  // This rank's widths (the weight's shape in the registry).
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
 
@@ -35,6 +43,7 @@ class Linear final : public Module<T> {
   int64_t out_;
   int weight_ = -1;
   int bias_ = -1;
+  bool bias_in_forward_ = true;
 };
 
 extern template class Linear<float>;

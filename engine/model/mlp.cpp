@@ -22,6 +22,9 @@ Mlp<T>::Mlp(ModuleBuilder& builder, std::string name, const MlpOptions& options)
     out_ = std::make_unique<Linear<T>>(builder, prefix + ".c_proj", ff, d, options.bias,
                                        InitKind::kNormalResidual);
   }
+  ff_ = in_->out();  // a tensor rank's share of d_ff when the plan split the projections
+  SLUICE_CHECK(out_->in() == ff_ && (up_ == nullptr || up_->out() == ff_))
+      << this->name() << ": hidden widths " << ff_ << " and " << out_->in();
   this->AddChild(in_.get());
   if (up_ != nullptr) this->AddChild(up_.get());
   this->AddChild(out_.get());
@@ -49,21 +52,21 @@ Result<Act<T>> Mlp<T>::Forward(ForwardContext<T>& ctx, Act<T> x) {
 template <typename T>
 Result<Act<T>> Mlp<T>::Backward(ForwardContext<T>& ctx, Act<T> dy) {
   const int id = this->id();
-  const int64_t n = dy.rows * options_.d_ff;
+  const int64_t n = dy.rows * ff_;
   SLUICE_ASSIGN_OR_RETURN(Act<T> da, out_->Backward(ctx, dy));
   const auto saved = ctx.Saved(id);
   SLUICE_ASSIGN_OR_RETURN(Scratch<T> dh, ctx.AllocateScratch(n));
   if (up_ == nullptr) {
     SLUICE_RETURN_IF_ERROR(
-        ctx.ops().GeluBackward(ctx.stream(), {.x = ctx.View(saved[1], {dy.rows, options_.d_ff}),
+        ctx.ops().GeluBackward(ctx.stream(), {.x = ctx.View(saved[1], {dy.rows, ff_}),
                                               .dy = ctx.View(da),
-                                              .dx = ctx.View(dh.get(), {dy.rows, options_.d_ff})}));
+                                              .dx = ctx.View(dh.get(), {dy.rows, ff_})}));
     ReleaseGradsOf(ctx, *out_);
     ctx.ReleaseSaved(id);
-    return in_->Backward(ctx, Act<T>{dh.get(), dy.rows, options_.d_ff});
+    return in_->Backward(ctx, Act<T>{dh.get(), dy.rows, ff_});
   }
   SLUICE_ASSIGN_OR_RETURN(Scratch<T> dup, ctx.AllocateScratch(n));
-  const Shape shape{dy.rows, options_.d_ff};
+  const Shape shape{dy.rows, ff_};
   SLUICE_RETURN_IF_ERROR(
       ctx.ops().SwiGluBackward(ctx.stream(), {.gate = ctx.View(saved[1], shape),
                                               .up = ctx.View(saved[2], shape),
@@ -72,10 +75,8 @@ Result<Act<T>> Mlp<T>::Backward(ForwardContext<T>& ctx, Act<T> dy) {
                                               .dup = ctx.View(dup.get(), shape)}));
   ReleaseGradsOf(ctx, *out_);
   ctx.ReleaseSaved(id);
-  SLUICE_ASSIGN_OR_RETURN(Act<T> dx_gate,
-                          in_->Backward(ctx, Act<T>{dh.get(), dy.rows, options_.d_ff}));
-  SLUICE_ASSIGN_OR_RETURN(Act<T> dx_up,
-                          up_->Backward(ctx, Act<T>{dup.get(), dy.rows, options_.d_ff}));
+  SLUICE_ASSIGN_OR_RETURN(Act<T> dx_gate, in_->Backward(ctx, Act<T>{dh.get(), dy.rows, ff_}));
+  SLUICE_ASSIGN_OR_RETURN(Act<T> dx_up, up_->Backward(ctx, Act<T>{dup.get(), dy.rows, ff_}));
   SLUICE_ASSIGN_OR_RETURN(T * dx, ctx.AllocateGrad(id, dx_gate.numel()));
   SLUICE_RETURN_IF_ERROR(ctx.ops().Add(ctx.stream(), ctx.View(dx_gate), ctx.View(dx_up),
                                        ctx.View(dx, {dy.rows, options_.d_model})));

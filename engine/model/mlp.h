@@ -1,7 +1,8 @@
 // The feed-forward block.
 //   GELU (GPT-2): y = c_proj(gelu(c_fc(x))), c_fc [d_ff, d], c_proj [d, d_ff], with biases.
 //   SwiGLU (Llama): y = down_proj(silu(gate_proj(x)) * up_proj(x)), no biases.
-// The output projection is initialized as a residual projection (init.h).
+// The output projection is initialized as a residual projection (init.h). The hidden width is
+// that of the projections' weights: d_ff, or a tensor rank's share of it (parameter_registry.h).
 #pragma once
 
 #include <memory>
@@ -28,6 +29,7 @@ class Mlp final : public Module<T> {
 
  private:
   MlpOptions options_;
+  int64_t ff_ = 0;                  // the hidden width this module computes
   std::unique_ptr<Linear<T>> in_;   // c_fc, or gate_proj
   std::unique_ptr<Linear<T>> up_;   // up_proj (SwiGLU only)
   std::unique_ptr<Linear<T>> out_;  // c_proj, or down_proj

@@ -13,6 +13,7 @@
 #include "engine/model/linear.h"
 #include "engine/model/model_pass.h"
 #include "engine/model/norm.h"
+#include "engine/parallel/tensor_plan.h"
 #include "kernels/cpu/ops_convert.h"
 #include "kernels/ref/half.h"
 
@@ -48,6 +49,9 @@ class Model<T>::Impl final : public ParameterBinding<T>, public UnitScope {
       registry.BeginUnit(name);
       blocks_.push_back(
           std::make_unique<DecoderBlock<T>>(builder_, name, o, i, checkpointed_inputs_.get()));
+      if (model_.tensor_plan_ != nullptr) {
+        model_.tensor_plan_->Parallelize(*blocks_.back(), builder_);
+      }
       units_.push_back(blocks_.back().get());
     }
     if (IsLastStage(o, stage)) {
@@ -188,6 +192,8 @@ Model<T>::Model(const ModelOptions& options, const ModelStage& stage, BufferAllo
 
 template <typename T>
 Model<T>::~Model() {
+  // An all-reduce of a failed pass may still be writing into activations the modules free.
+  if (tensor_plan_ != nullptr) (void)tensor_plan_->comm().Synchronize();
   impl_.reset();
   if (stream_ != nullptr) ops_->ReleaseScratch(*stream_);
 }
@@ -195,16 +201,16 @@ Model<T>::~Model() {
 template <typename T>
 Result<std::unique_ptr<Model<T>>> Model<T>::Create(const ModelOptions& options,
                                                    BufferAllocator& allocator, ops::OpsBackend& ops,
-                                                   ModelStorage storage) {
-  return CreateStage(options, WholeModelStage(options), allocator, ops, storage);
+                                                   ModelStorage storage, Comm* tensor_comm) {
+  return CreateStage(options, WholeModelStage(options), allocator, ops, storage, tensor_comm);
 }
 
 template <typename T>
 Result<std::unique_ptr<Model<T>>> Model<T>::CreateStage(const ModelOptions& options,
                                                         const ModelStage& stage,
                                                         BufferAllocator& allocator,
-                                                        ops::OpsBackend& ops,
-                                                        ModelStorage storage) {
+                                                        ops::OpsBackend& ops, ModelStorage storage,
+                                                        Comm* tensor_comm) {
   SLUICE_RETURN_IF_ERROR(ValidateModelOptions(options));
   SLUICE_RETURN_IF_ERROR(ValidateModelStage(options, stage));
   if (!std::is_same_v<T, float> && options.param_dtype != DType::kF32) {
@@ -220,6 +226,20 @@ Result<std::unique_ptr<Model<T>>> Model<T>::CreateStage(const ModelOptions& opti
   }
   std::unique_ptr<Model<T>> model(new Model<T>(options, stage, allocator, ops));
   SLUICE_ASSIGN_OR_RETURN(model->stream_, ops.device().CreateStream());
+  if (options.tensor_parallel_size > 1) {
+    if (tensor_comm == nullptr) {
+      return InvalidArgumentError(
+          "the model is tensor rank {} of {}, but no tensor-parallel communicator was passed to "
+          "build it with",
+          options.tensor_parallel_rank, options.tensor_parallel_size);
+    }
+    SLUICE_ASSIGN_OR_RETURN(model->tensor_plan_, parallel::TensorParallelPlan::Create(
+                                                     options, *tensor_comm, ops.device()));
+    const parallel::TensorParallelPlan* plan = model->tensor_plan_.get();
+    model->registry_.SetShardingRule([plan](std::string_view name, const Shape& global) {
+      return plan->ShardingOf(name, global);
+    });
+  }
   model->impl_ = std::make_unique<Impl>(*model);
   model->impl_->Build();
   model->units_ = model->impl_->units();

@@ -66,10 +66,15 @@
 #include "engine/model/model_stage.h"
 #include "engine/model/module.h"
 #include "engine/model/parameter_registry.h"
+#include "runtime/comm.h"
 #include "runtime/device.h"
 #include "runtime/ops/ops_backend.h"
 #include "runtime/status.h"
 #include "runtime/tensor.h"
+
+namespace sluice::parallel {
+class TensorParallelPlan;
+}  // namespace sluice::parallel
 
 namespace sluice::model {
 
@@ -104,16 +109,24 @@ class Model {
   // zero; call InitializeParameters (or load values into params_data()). With
   // ModelStorage::kExternal nothing is allocated: params_data() and grads_data() are null, the
   // accessors of parameter values must not be used, and a binding must be set before any pass.
+  //
+  // With options.tensor_parallel_size > 1 the model is this tensor rank's piece of the whole
+  // one (engine/parallel/tensor_plan.h): `tensor_comm` is the tensor group of its process grid
+  // (rank tensor_parallel_rank of tensor_parallel_size, else InvalidArgument; not kept: the
+  // model splits a copy of its own from it, so building is collective over it), the registry's
+  // shapes are the rank's pieces and each pass all-reduces over it. Ignored at size 1.
   static Result<std::unique_ptr<Model>> Create(const ModelOptions& options,
                                                BufferAllocator& allocator, ops::OpsBackend& ops,
-                                               ModelStorage storage = ModelStorage::kFlat);
+                                               ModelStorage storage = ModelStorage::kFlat,
+                                               Comm* tensor_comm = nullptr);
   // The pipeline stage `stage` of that model; InvalidArgument for a range or tie that
   // ValidateModelStage refuses.
   static Result<std::unique_ptr<Model>> CreateStage(const ModelOptions& options,
                                                     const ModelStage& stage,
                                                     BufferAllocator& allocator,
                                                     ops::OpsBackend& ops,
-                                                    ModelStorage storage = ModelStorage::kFlat);
+                                                    ModelStorage storage = ModelStorage::kFlat,
+                                                    Comm* tensor_comm = nullptr);
   ~Model();
 
   const ModelOptions& options() const { return options_; }
@@ -124,7 +137,7 @@ class Model {
   bool last_stage() const { return IsLastStage(options_, stage_); }
   const ParameterRegistry& registry() const { return registry_; }
   // Elements of the flat buffers; equals CountParameters(options()) for the whole model (a stage:
-  // its own parameters).
+  // its own parameters; a tensor rank: its pieces and the replicated parameters).
   int64_t ParameterCount() const { return registry_.total_elements(); }
 
   // Flat parameter buffer: ParameterCount() elements of registry().dtype() (T for Model<double>).
@@ -217,6 +230,8 @@ class Model {
   BufferAllocator* allocator_;
   ops::OpsBackend* ops_;
   std::unique_ptr<Stream> stream_;  // destroyed after impl_, whose buffers are freed on it
+  // Tensor parallelism's plan and all-reduces (null at size 1); the modules use it.
+  std::unique_ptr<parallel::TensorParallelPlan> tensor_plan_;
   ParameterRegistry registry_;
   Buffer params_;
   Buffer grads_;

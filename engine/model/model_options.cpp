@@ -65,6 +65,36 @@ Status ValidateModelOptions(const ModelOptions& o) {
         "activation_checkpointing.number_checkpoints = {} must be at least 1 (unset: every block)",
         o.checkpointing.blocks);
   }
+  if (o.tensor_parallel_size < 1 || o.tensor_parallel_rank < 0 ||
+      o.tensor_parallel_rank >= o.tensor_parallel_size) {
+    return InvalidArgumentError(
+        "tensor-parallel rank {} of size {} does not exist; the size is at least 1 and the rank "
+        "in [0, size)",
+        o.tensor_parallel_rank, o.tensor_parallel_size);
+  }
+  if (const int64_t tp = o.tensor_parallel_size; tp > 1) {
+    if (o.n_head % tp != 0) {
+      return InvalidArgumentError(
+          "model.n_head = {} does not split over tensor_parallel.autotp_size = {}; each tensor "
+          "rank takes n_head / size whole heads",
+          o.n_head, tp);
+    }
+    if (o.n_kv_head % tp != 0) {
+      // Megatron replicates the key/value heads when there are fewer than ranks, all-gathering
+      // q/k/v and reduce-scattering their gradients; not built here.
+      return InvalidArgumentError(
+          "model.n_kv_head = {} does not split over tensor_parallel.autotp_size = {}: key/value "
+          "heads are split over the tensor ranks, and replicating them where there are fewer "
+          "than ranks is not supported; use a size that divides n_kv_head",
+          o.n_kv_head, tp);
+    }
+    if (o.d_ff % tp != 0) {
+      return InvalidArgumentError(
+          "model.d_ff = {} does not split over tensor_parallel.autotp_size = {}; each tensor "
+          "rank takes d_ff / size columns of the MLP",
+          o.d_ff, tp);
+    }
+  }
   if (o.num_threads < 0) {
     return InvalidArgumentError("model num_threads = {} must be 0 (automatic) or positive",
                                 o.num_threads);

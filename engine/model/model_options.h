@@ -60,6 +60,12 @@ struct ModelOptions {
   DType param_dtype = DType::kF32;
   // Threads for the CPU ops; 0 = OpenMP's default.
   int num_threads = 0;
+  // Megatron tensor parallelism (engine/parallel/tensor_plan.h): this rank builds piece
+  // tensor_parallel_rank of tensor_parallel_size of every decoder block (its share of the heads
+  // and of d_ff) and all-reduces over the tensor communicator passed to Model::Create. 1: the
+  // whole model, no communication.
+  int64_t tensor_parallel_size = 1;
+  int64_t tensor_parallel_rank = 0;
 };
 
 // OK, or InvalidArgument naming the offending field ("model.n_kv_head = 3 does not divide
@@ -70,7 +76,8 @@ Status ValidateModelOptions(const ModelOptions& options);
 // capped at n_layer (0: n_layer). They are blocks 0 .. CheckpointedBlocks() - 1.
 int64_t CheckpointedBlocks(const ModelOptions& options);
 
-// Parameters of the model `options` describes, counting a tied LM head once; no allocation.
+// Parameters of the model `options` describes, counting a tied LM head once; no allocation. The
+// whole model's, whatever tensor_parallel_size.
 // GPT-2 124M (n_layer 12, n_head 12, d_model 768, d_ff 3072, vocab 50257, seq_len 1024, tied)
 // gives 124,439,808.
 int64_t CountParameters(const ModelOptions& options);

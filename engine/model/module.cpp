@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "runtime/check.h"
+
 namespace sluice::model {
 
 template <typename T>
@@ -17,6 +19,17 @@ int Module<T>::AddParameter(ModuleBuilder& builder, std::string_view local_name,
   const int index = builder.registry().Add(std::move(full), shape, init);
   parameters_.push_back(index);
   return index;
+}
+
+template <typename T>
+void Module<T>::ReplaceChild(const Module<T>* old, Module<T>* now) {
+  for (Module<T>*& child : children_) {
+    if (child == old) {
+      child = now;
+      return;
+    }
+  }
+  SLUICE_CHECK(false) << name_ << " has no child " << old->name();
 }
 
 template <typename T>

@@ -82,6 +82,8 @@ class Module {
   void UseParameter(int index) { parameters_.push_back(index); }
   // Children are owned by the subclass (unique_ptr members); this lists them for traversal.
   void AddChild(Module<T>* child) { children_.push_back(child); }
+  // For a subclass that lets a plan wrap a child at build time: `now` takes `old`'s place.
+  void ReplaceChild(const Module<T>* old, Module<T>* now);
 
  private:
   std::string name_;

@@ -18,9 +18,13 @@ int ParameterRegistry::Add(std::string name, Shape shape, InitKind init) {
   SLUICE_CHECK(!units_.empty()) << "parameter " << name << " added before any unit";
   SLUICE_CHECK(!Find(name).has_value()) << "duplicate parameter name " << name;
   ParameterInfo info;
+  info.sharding = sharding_rule_ ? sharding_rule_(name, shape) : parallel::WholeTensor(shape);
+  SLUICE_CHECK(info.sharding.global_shape == shape)
+      << name << ": the sharding rule answered for " << info.sharding.global_shape.ToString()
+      << ", not " << shape.ToString();
   info.name = std::move(name);
-  info.numel = shape.numel();
-  info.shape = shape;
+  info.shape = info.sharding.LocalShape();
+  info.numel = info.shape.numel();
   info.dtype = dtype_;
   info.offset = total_elements_;
   info.unit = static_cast<int>(units_.size()) - 1;

@@ -14,14 +14,22 @@
 // by total_elements(), and both the embedding and the head accumulate into the same gradient.
 // A unit's `params` lists what it reads, aliases included, so the LM head unit of a tied model
 // reads outside its own (empty) range.
+//
+// Tensor parallelism. A registry given a sharding rule (the tensor-parallel plan,
+// engine/parallel/tensor_plan.h) asks it how each parameter is laid out over the tensor ranks as
+// the parameter is added: `shape` is then this rank's piece and `sharding` says which piece of
+// which global tensor it is (engine/parallel/tensor_sharding.h). Without a rule every parameter
+// is whole.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "engine/parallel/tensor_sharding.h"
 #include "runtime/dtype.h"
 #include "runtime/tensor.h"
 
@@ -37,13 +45,15 @@ enum class InitKind : uint8_t {
 
 struct ParameterInfo {
   std::string name;           // Hugging Face name: "transformer.h.0.attn.c_attn.weight"
-  Shape shape;                // linear weights are [out, in] (nn.Linear layout)
+  Shape shape;                // this rank's; linear weights are [out, in] (nn.Linear layout)
   DType dtype = DType::kF32;  // storage dtype of the flat parameter buffer
   int64_t offset = 0;         // element offset in the flat parameter and gradient buffers
   int64_t numel = 0;
   int unit = -1;  // index into ParameterRegistry::units()
   InitKind init = InitKind::kNormal;
   int tied_to = -1;  // alias: index of the parameter whose storage this one shares
+  // Which piece of which global tensor `shape` is (whole without tensor parallelism).
+  parallel::TensorSharding sharding;
 
   bool is_alias() const { return tied_to >= 0; }
 };
@@ -55,14 +65,22 @@ struct UnitInfo {
   std::vector<int> params;  // indices of the parameters it reads (owned ones, then aliases)
 };
 
+// The layout over the tensor ranks of the parameter `name` whose global shape is `global`.
+using ShardingRule =
+    std::function<parallel::TensorSharding(std::string_view name, const Shape& global)>;
+
 class ParameterRegistry {
  public:
   explicit ParameterRegistry(DType dtype = DType::kF32) : dtype_(dtype) {}
 
+  // Applies to the parameters added from now on; empty: each is whole.
+  void SetShardingRule(ShardingRule rule) { sharding_rule_ = std::move(rule); }
+
   // Starts a unit; parameters added from now on belong to it. Returns its index.
   int BeginUnit(std::string name);
-  // Appends a parameter owning the next `shape.numel()` elements. Returns its index. CHECK-fails
-  // on a duplicate name or when no unit was begun.
+  // Appends a parameter of global shape `shape`, owning the next elements: as many as this
+  // rank's piece of it holds (all of them without a sharding rule). Returns its index.
+  // CHECK-fails on a duplicate name or when no unit was begun.
   int Add(std::string name, Shape shape, InitKind init);
   // Appends an alias of parameter `target` to the current unit.
   int AddAlias(std::string name, int target);
@@ -78,6 +96,7 @@ class ParameterRegistry {
 
  private:
   DType dtype_;
+  ShardingRule sharding_rule_;
   std::vector<ParameterInfo> parameters_;
   std::vector<UnitInfo> units_;
   int64_t total_elements_ = 0;

@@ -1,0 +1,460 @@
+// Megatron tensor parallelism on real ranks (mpirun -np 2 and 4): a model built at tensor size t
+// holds bit for bit the slices of the whole model's weights, its loss and every gradient
+// (gathered by global index) agree with the whole model's, and each pass all-reduces exactly
+// twice per block forward and twice backward. GPT-2 (fused c_attn split per q, k, v) and Llama
+// with grouped-query attention (key/value heads split), at every tensor size the world allows
+// (2, and 4 on four ranks), on devices whose memory the host cannot read where the CPU has
+// protection keys.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "engine/model/buffer.h"
+#include "engine/model/model.h"
+#include "engine/parallel/process_groups.h"
+#include "engine/parallel/tensor_sharding.h"
+#include "runtime/device/device_factory.h"
+#include "runtime/ops/ops_factory.h"
+#include "runtime/trace.h"
+#include "tests/common/test_world.h"
+#include "tests/model/model_test_util.h"
+
+namespace sluice::parallel {
+namespace {
+
+using model::Family;
+using model::HostAllocator;
+using model::Model;
+using model::ModelOptions;
+using model::ParameterInfo;
+using ::sluice::testing::TestWorld;
+
+constexpr int64_t kBatch = 2;
+constexpr uint64_t kSeed = 1234;
+
+// Small, but every split is real: GPT-2 with 4 heads, Llama with 8 query and 4 key/value heads
+// (two query heads per key/value head), untied; both split 2 and 4 ways.
+ModelOptions Options(Family family) {
+  ModelOptions o = model::testing::SmallOptions(family, /*n_layer=*/2, /*num_threads=*/1);
+  if (family == Family::kLlama) {
+    o.n_head = 8;
+    o.n_kv_head = 4;
+    o.d_model = 64;
+    o.d_ff = 128;
+    o.tie_embeddings = false;
+  }
+  return o;
+}
+
+// A cpu device whose memory the host cannot touch where the CPU allows it, and its cpu ops.
+struct ProtectedOps {
+  ProtectedOps() {
+    DeviceOptions options;
+    options.kind = DeviceKind::kCpu;
+    options.memory_limit_bytes = uint64_t{256} << 20;
+    options.memory_protection = DeviceMemoryProtection::kAuto;
+    auto made = CreateDevice(options);
+    SLUICE_CHECK(made.ok()) << made.status().ToString();
+    device = std::move(made).value();
+    auto cpu = ops::CreateOpsBackend(*device);
+    SLUICE_CHECK(cpu.ok()) << cpu.status().ToString();
+    ops = std::move(cpu).value();
+    auto ref = ops::CreateReferenceOpsBackend(*device);
+    SLUICE_CHECK(ref.ok()) << ref.status().ToString();
+    reference = std::move(ref).value();
+  }
+  // The backend that computes in T: cpu for float, the fp64 reference for double.
+  template <typename T>
+  ops::OpsBackend& For() const {
+    return std::is_same_v<T, float> ? *ops : *reference;
+  }
+  std::unique_ptr<Device> device;
+  std::unique_ptr<ops::OpsBackend> ops;
+  std::unique_ptr<ops::OpsBackend> reference;
+};
+
+ProtectedOps& SharedOps() {
+  static ProtectedOps* const ops = new ProtectedOps();  // never destroyed: stream workers
+  return *ops;
+}
+
+// The tensor sizes this world can run: 2, and the world's size when it is larger.
+std::vector<int> TensorSizes() {
+  std::vector<int> sizes;
+  for (int t = 2; t <= TestWorld().size(); t *= 2) {
+    if (TestWorld().size() % t == 0) sizes.push_back(t);
+  }
+  return sizes;
+}
+
+struct TensorSetup {
+  std::unique_ptr<ProcessGroups> groups;
+  ModelOptions options;
+};
+
+TensorSetup MakeSetup(Family family, int tensor) {
+  Result<ProcessGrid> grid = ProcessGrid::Create(TestWorld().size(), tensor, 1);
+  SLUICE_CHECK(grid.ok()) << grid.status().ToString();
+  auto groups = ProcessGroups::Create(TestWorld(), *grid);
+  SLUICE_CHECK(groups.ok()) << groups.status().ToString();
+  TensorSetup setup{std::move(groups).value(), Options(family)};
+  setup.options.tensor_parallel_size = tensor;
+  setup.options.tensor_parallel_rank = setup.groups->coords().tensor;
+  return setup;
+}
+
+template <typename T = float>
+std::unique_ptr<Model<T>> Build(const ModelOptions& options, HostAllocator& host,
+                                Comm* tensor = nullptr) {
+  auto made =
+      Model<T>::Create(options, host, SharedOps().For<T>(), model::ModelStorage::kFlat, tensor);
+  SLUICE_CHECK(made.ok()) << made.status().ToString();
+  return std::move(made).value();
+}
+
+ModelOptions Whole(ModelOptions options) {
+  options.tensor_parallel_size = 1;
+  options.tensor_parallel_rank = 0;
+  return options;
+}
+
+template <typename T>
+int WholeIndex(const Model<T>& whole, const ParameterInfo& piece) {
+  const std::optional<int> index = whole.registry().Find(piece.name);
+  SLUICE_CHECK(index.has_value()) << piece.name;
+  return *index;
+}
+
+uint32_t Bits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return bits;
+}
+
+template <typename T>
+bool SameBits(T a, T b) {
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+// Copies `whole`'s values into `piece` by global index.
+template <typename T>
+void CopySlices(const Model<T>& whole, Model<T>& piece) {
+  const auto& params = piece.registry().parameters();
+  for (int p = 0; p < static_cast<int>(params.size()); ++p) {
+    if (params[p].is_alias()) continue;
+    const int w = WholeIndex(whole, params[p]);
+    for (int64_t e = 0; e < params[p].numel; ++e) {
+      piece.SetParameterValue(p, e, whole.ParameterValue(w, params[p].sharding.GlobalIndex(e)));
+    }
+  }
+}
+
+class TensorParallel : public ::testing::TestWithParam<Family> {};
+
+TEST_P(TensorParallel, PiecesAreTheWholeModelsSlicesAndCoverItOnce) {
+  for (const int t : TensorSizes()) {
+    SCOPED_TRACE(::testing::Message() << "tensor size " << t);
+    TensorSetup setup = MakeSetup(GetParam(), t);
+    const ModelOptions& o = setup.options;
+    HostAllocator host;
+    auto piece = Build(o, host, &setup.groups->tensor());
+    auto whole = Build(Whole(o), host);
+    piece->InitializeParameters(kSeed);
+    whole->InitializeParameters(kSeed);
+    EXPECT_EQ(piece->registry().parameters().size(), whole->registry().parameters().size());
+
+    const int64_t head_dim = o.d_model / o.n_head;
+    for (const ParameterInfo& info : piece->registry().parameters()) {
+      SCOPED_TRACE(info.name + " " + info.sharding.ToString());
+      const int w = WholeIndex(*whole, info);
+      const ParameterInfo& global = whole->registry().parameter(w);
+      EXPECT_EQ(info.sharding.global_shape, global.shape);
+      EXPECT_EQ(info.sharding.degree, t);
+      // The plan's layout, checked against the names: the rank's heads and d_ff columns.
+      const std::string& n = info.name;
+      const bool row = n.ends_with("c_proj.weight") || n.ends_with("o_proj.weight") ||
+                       n.ends_with("down_proj.weight");
+      const bool column = n.ends_with("c_attn.weight") || n.ends_with("c_attn.bias") ||
+                          n.ends_with("c_fc.weight") || n.ends_with("c_fc.bias") ||
+                          n.ends_with("q_proj.weight") || n.ends_with("k_proj.weight") ||
+                          n.ends_with("v_proj.weight") || n.ends_with("gate_proj.weight") ||
+                          n.ends_with("up_proj.weight");
+      if (row) {
+        EXPECT_EQ(info.sharding.dim, 1);
+        EXPECT_EQ(info.shape.dim(1), global.shape.dim(1) / t);
+      } else if (column) {
+        EXPECT_EQ(info.sharding.dim, 0);
+        EXPECT_EQ(info.shape.dim(0), global.shape.dim(0) / t);
+      } else {
+        EXPECT_TRUE(info.sharding.replicated());
+        EXPECT_EQ(info.shape, global.shape);
+      }
+      if (n.ends_with("c_attn.weight")) EXPECT_EQ(info.shape.dim(0), 3 * o.n_head / t * head_dim);
+      if (n.ends_with("k_proj.weight")) EXPECT_EQ(info.shape.dim(0), o.n_kv_head / t * head_dim);
+      if (info.is_alias()) continue;
+
+      // Bit for bit the whole model's value at the global index.
+      int64_t mismatched = 0;
+      std::vector<float> count(static_cast<size_t>(global.numel), 0.0f);
+      for (int64_t e = 0; e < info.numel; ++e) {
+        const int64_t g = info.sharding.GlobalIndex(e);
+        ASSERT_GE(g, 0);
+        ASSERT_LT(g, global.numel);
+        count[g] += 1.0f;
+        if (Bits(piece->ParameterValue(&info - piece->registry().parameters().data(), e)) !=
+            Bits(whole->ParameterValue(w, g))) {
+          ++mismatched;
+        }
+      }
+      EXPECT_EQ(mismatched, 0);
+      // Over the tensor ranks the pieces of a split tensor hold each element once; a replicated
+      // one is whole everywhere.
+      Status summed =
+          setup.groups->tensor().AllReduce(count.data(), count.size(), DType::kF32, ReduceOp::kSum);
+      ASSERT_TRUE(summed.ok()) << summed.ToString();
+      const float expected = info.sharding.split() ? 1.0f : static_cast<float>(t);
+      EXPECT_EQ(std::count(count.begin(), count.end(), expected),
+                static_cast<std::ptrdiff_t>(count.size()));
+    }
+    // The GPT-2 c_attn piece of rank r is [q heads; k heads; v heads] of that rank, in order:
+    // row i of its k block is global row d_model + r * d_model / t + i.
+    if (GetParam() == Family::kGpt2) {
+      const int p = *piece->registry().Find("transformer.h.0.attn.c_attn.weight");
+      const parallel::TensorSharding& s = piece->registry().parameter(p).sharding;
+      const int64_t local_q = o.d_model / t;
+      EXPECT_EQ(s.GlobalIndex(local_q * o.d_model),
+                (o.d_model + o.tensor_parallel_rank * local_q) * o.d_model);
+    }
+  }
+}
+
+struct PassResult {
+  double loss = 0;
+  int64_t bitwise_params = 0;  // parameters whose every gradient element equals the whole's
+  int64_t params = 0;
+  double worst = 0;  // largest |piece - whole| / max|whole gradient of that parameter|
+};
+
+// One ForwardBackward of the piece and the whole model on the same batch, from the same values:
+// the initial ones, or randomized ones (no zero bias, no unit norm weight: the row-parallel
+// biases are added once). Every gradient element may differ from the whole model's by
+// `tolerance` times the largest element of that parameter's gradient, the loss by `tolerance`
+// relative.
+template <typename T>
+PassResult CompareOnePass(const TensorSetup& setup, bool checkpointing, bool randomize,
+                          double tolerance) {
+  ModelOptions o = setup.options;
+  o.activation_checkpointing = checkpointing;
+  HostAllocator host;
+  auto piece = Build<T>(o, host, &setup.groups->tensor());
+  auto whole = Build<T>(Whole(o), host);
+  if (randomize) {
+    model::testing::Randomize(*whole, kSeed);
+  } else {
+    whole->InitializeParameters(kSeed);
+  }
+  CopySlices(*whole, *piece);
+
+  const int64_t n = kBatch * o.seq_len;
+  const auto vocab = static_cast<int32_t>(o.vocab_size);
+  const std::vector<int32_t> tokens = model::testing::RandomTokens(n, vocab, 7);
+  const std::vector<int32_t> targets = model::testing::RandomTokens(n, vocab, 8);
+  piece->ZeroGrads();
+  whole->ZeroGrads();
+  Result<double> piece_loss =
+      piece->ForwardBackward(tokens.data(), targets.data(), kBatch, o.seq_len);
+  Result<double> whole_loss =
+      whole->ForwardBackward(tokens.data(), targets.data(), kBatch, o.seq_len);
+  SLUICE_CHECK(piece_loss.ok()) << piece_loss.status().ToString();
+  SLUICE_CHECK(whole_loss.ok()) << whole_loss.status().ToString();
+  EXPECT_LE(std::abs(*piece_loss - *whole_loss), tolerance * std::abs(*whole_loss))
+      << *piece_loss << " vs " << *whole_loss;
+
+  PassResult result;
+  result.loss = *piece_loss;
+  std::vector<T> replicated_grads;
+  for (const ParameterInfo& info : piece->registry().parameters()) {
+    if (info.is_alias()) continue;
+    const ParameterInfo& global = whole->registry().parameter(WholeIndex(*whole, info));
+    const T* mine = piece->grads_data() + info.offset;
+    const T* theirs = whole->grads_data() + global.offset;
+    double scale = 0;
+    for (int64_t g = 0; g < global.numel; ++g) {
+      scale = std::max(scale, std::abs(static_cast<double>(theirs[g])));
+    }
+    bool bitwise = true;
+    double worst = 0;
+    for (int64_t e = 0; e < info.numel; ++e) {
+      const T a = mine[e];
+      const T b = theirs[info.sharding.GlobalIndex(e)];
+      bitwise = bitwise && SameBits(a, b);
+      worst = std::max(worst, std::abs(static_cast<double>(a) - b) / std::max(scale, 1e-30));
+    }
+    EXPECT_LE(worst, tolerance)
+        << info.name << " (" << info.sharding.ToString()
+        << "): largest difference relative to the gradient's largest element";
+    ++result.params;
+    if (bitwise) ++result.bitwise_params;
+    result.worst = std::max(result.worst, worst);
+    if (info.sharding.replicated())
+      replicated_grads.insert(replicated_grads.end(), mine, mine + info.numel);
+  }
+  // Replicated parameters get the same gradient, bit for bit, on every tensor rank.
+  Comm& tensor = setup.groups->tensor();
+  std::vector<T> all(replicated_grads.size() * tensor.size());
+  Status gathered = tensor.AllGather(replicated_grads.data(), all.data(), all.size(),
+                                     std::is_same_v<T, float> ? DType::kF32 : DType::kF64);
+  SLUICE_CHECK(gathered.ok()) << gathered.ToString();
+  for (int r = 0; r < tensor.size(); ++r) {
+    EXPECT_EQ(std::memcmp(all.data() + r * replicated_grads.size(), replicated_grads.data(),
+                          replicated_grads.size() * sizeof(T)),
+              0)
+        << "tensor rank " << r << "'s replicated gradients differ from this rank's";
+  }
+  return result;
+}
+
+void Report(const char* what, int t, bool checkpointing, const PassResult& r) {
+  if (TestWorld().rank() != 0) return;
+  std::printf(
+      "[ %s tp %d%s ] loss %.9f, %lld of %lld parameters' gradients bitwise, largest "
+      "difference %.3g of the gradient's largest element\n",
+      what, t, checkpointing ? " checkpointed" : "", r.loss,
+      static_cast<long long>(r.bitwise_params), static_cast<long long>(r.params), r.worst);
+}
+
+// fp32 from the initial values (init_std 0.1): the split sums of the row-parallel projections
+// and of the all-reduces round differently from the whole model's single sums, within 1e-6.
+TEST_P(TensorParallel, LossAndEveryGradientMatchTheWholeModel) {
+  const std::string family(model::FamilyName(GetParam()));
+  for (const int t : TensorSizes()) {
+    for (const bool checkpointing : {false, true}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "tensor size " << t << (checkpointing ? ", checkpointed" : ""));
+      TensorSetup setup = MakeSetup(GetParam(), t);
+      Report((family + " f32").c_str(), t, checkpointing,
+             CompareOnePass<float>(setup, checkpointing, /*randomize=*/false, 1e-6));
+    }
+  }
+}
+
+// fp64 on the reference backend from randomized values (biases and norm weights included): the
+// same sums to within fp64 rounding, so any misplaced head, column or bias would show.
+TEST_P(TensorParallel, Fp64LossAndGradientsMatchTheWholeModelFromRandomValues) {
+  const std::string family(model::FamilyName(GetParam()));
+  for (const int t : TensorSizes()) {
+    SCOPED_TRACE(::testing::Message() << "tensor size " << t);
+    TensorSetup setup = MakeSetup(GetParam(), t);
+    Report((family + " f64 randomized").c_str(), t, false,
+           CompareOnePass<double>(setup, /*checkpointing=*/false, /*randomize=*/true, 1e-12));
+  }
+}
+
+// Comm-lane events of the last pass whose names start with `prefix`, by name.
+std::map<std::string, int> CommEvents(std::string_view prefix, uint64_t* bytes) {
+  std::map<std::string, int> by_name;
+  for (const TraceEvent& event : TraceRecorder::Global().Snapshot()) {
+    if (event.lane != kTraceLaneComm || !event.name.starts_with(prefix)) continue;
+    ++by_name[event.name];
+    *bytes += event.bytes;
+  }
+  return by_name;
+}
+
+TEST_P(TensorParallel, TwoAllReducesPerBlockInEachDirection) {
+  for (const int t : TensorSizes()) {
+    SCOPED_TRACE(::testing::Message() << "tensor size " << t);
+    TensorSetup setup = MakeSetup(GetParam(), t);
+    const ModelOptions& o = setup.options;
+    HostAllocator host;
+    auto piece = Build(o, host, &setup.groups->tensor());
+    piece->InitializeParameters(kSeed);
+    const int64_t n = kBatch * o.seq_len;
+    const auto vocab = static_cast<int32_t>(o.vocab_size);
+    const std::vector<int32_t> tokens = model::testing::RandomTokens(n, vocab, 7);
+    const std::vector<int32_t> targets = model::testing::RandomTokens(n, vocab, 8);
+    const uint64_t activation_bytes = static_cast<uint64_t>(n * o.d_model) * sizeof(float);
+    const std::string root = GetParam() == Family::kGpt2 ? "transformer.h." : "model.layers.";
+    const std::string attn = GetParam() == Family::kGpt2 ? ".attn" : ".self_attn";
+
+    TraceRecorder::Global().Enable();
+    for (const bool backward : {false, true}) {
+      SCOPED_TRACE(backward ? "forward and backward" : "forward only");
+      TraceRecorder::Global().Clear();
+      if (backward) {
+        ASSERT_TRUE(piece->ForwardBackward(tokens.data(), targets.data(), kBatch, o.seq_len).ok());
+      } else {
+        ASSERT_TRUE(piece->ForwardLoss(tokens.data(), targets.data(), kBatch, o.seq_len).ok());
+      }
+      uint64_t g_bytes = 0;
+      uint64_t f_bytes = 0;
+      const std::map<std::string, int> g = CommEvents("tp.g ", &g_bytes);
+      const std::map<std::string, int> f = CommEvents("tp.f ", &f_bytes);
+      std::map<std::string, int> per_block;
+      for (int64_t layer = 0; layer < o.n_layer; ++layer) {
+        per_block[root + std::to_string(layer) + attn] = 1;
+        per_block[root + std::to_string(layer) + ".mlp"] = 1;
+      }
+      std::map<std::string, int> g_expected;
+      std::map<std::string, int> f_expected;
+      for (const auto& [name, count] : per_block) {
+        g_expected["tp.g " + name] = count;
+        if (backward) f_expected["tp.f " + name] = count;
+      }
+      EXPECT_EQ(g, g_expected);
+      EXPECT_EQ(f, f_expected);
+      EXPECT_EQ(g_bytes, 2 * o.n_layer * activation_bytes);
+      EXPECT_EQ(f_bytes, backward ? 2 * o.n_layer * activation_bytes : 0);
+    }
+    TraceRecorder::Global().Disable();
+    TraceRecorder::Global().Clear();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, TensorParallel, ::testing::Values(Family::kGpt2, Family::kLlama),
+                         [](const ::testing::TestParamInfo<Family>& info) {
+                           return std::string(model::FamilyName(info.param));
+                         });
+
+TEST(TensorParallelOptions, RefusesWhatDoesNotSplit) {
+  ModelOptions o = Options(Family::kLlama);
+  o.tensor_parallel_size = 8;  // n_kv_head 4: key/value heads would be replicated
+  Status status = model::ValidateModelOptions(o);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("n_kv_head = 4"), std::string::npos) << status.ToString();
+  o.tensor_parallel_size = 3;
+  status = model::ValidateModelOptions(o);
+  EXPECT_NE(status.message().find("n_head = 8"), std::string::npos) << status.ToString();
+  o.tensor_parallel_size = 2;
+  o.tensor_parallel_rank = 2;
+  EXPECT_EQ(model::ValidateModelOptions(o).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(TensorParallelOptions, RefusesAMissingOrWrongCommunicator) {
+  ModelOptions o = Options(Family::kGpt2);
+  o.tensor_parallel_size = 2;
+  o.tensor_parallel_rank = 0;
+  HostAllocator host;
+  auto missing = Model<float>::Create(o, host, *SharedOps().ops);
+  EXPECT_EQ(missing.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(missing.status().message().find("no tensor-parallel communicator"), std::string::npos)
+      << missing.status().ToString();
+  // The world is not a tensor group of 2 on four ranks, nor rank 0 of it on rank 1.
+  o.tensor_parallel_rank = TestWorld().rank() == 0 ? 1 : 0;
+  auto wrong =
+      Model<float>::Create(o, host, *SharedOps().ops, model::ModelStorage::kFlat, &TestWorld());
+  EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong.status().message().find("tensor group"), std::string::npos)
+      << wrong.status().ToString();
+}
+
+}  // namespace
+}  // namespace sluice::parallel
