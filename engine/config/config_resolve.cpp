@@ -10,6 +10,7 @@
 #include "engine/checkpoint/hf_config.h"
 #include "engine/config/config_schema.h"
 #include "engine/config/config_stages.h"
+#include "engine/model/head_layout.h"
 #include "engine/parallel/process_grid.h"
 #include "runtime/logging.h"
 
@@ -143,24 +144,15 @@ class Resolver {
       Fill("model.tie_embeddings", false, "llama does not tie its embeddings");
     }
     SLUICE_RETURN_IF_ERROR(Positions(family));
-    int64_t n_kv_head = v_.GetInt("model.n_kv_head");
-    if (d_model % n_head != 0) {
-      return Error("model.d_model {} is not divisible by model.n_head {}", d_model, n_head);
-    }
-    if (n_head % n_kv_head != 0) {
-      return Error("model.n_head {} is not a multiple of model.n_kv_head {}", n_head, n_kv_head);
-    }
-    if (family == "gpt2" && n_kv_head != n_head) {
-      return Error(
-          "model.n_kv_head {}{}: gpt2 uses full multi-head attention (n_kv_head = n_head = {}); "
-          "use family llama for grouped-query attention",
-          n_kv_head, At("model.n_kv_head"), n_head);
-    }
-    if (family == "llama" && (d_model / n_head) % 2 != 0) {
-      return Error(
-          "model: llama's rotary embedding needs an even head size, d_model {} / n_head "
-          "{} = {}",
-          d_model, n_head, d_model / n_head);
+    const int64_t n_kv_head = v_.GetInt("model.n_kv_head");
+    if (std::string error = model::HeadLayoutError(family == "llama", d_model, n_head, n_kv_head);
+        !error.empty()) {
+      std::string where;
+      for (const char* key : {"model.family", "model.d_model", "model.n_head", "model.n_kv_head"}) {
+        const std::string& origin = v_.entry(key).origin;
+        if (!origin.empty()) where += fmt::format("; {} set at {}", key, origin);
+      }
+      return Error("{}{}", error, where.empty() ? "" : fmt::format(" ({})", where.substr(2)));
     }
     return OkStatus();
   }

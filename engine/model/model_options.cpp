@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
+
+#include "engine/model/head_layout.h"
 
 namespace sluice::model {
 
@@ -23,29 +26,10 @@ Status ValidateModelOptions(const ModelOptions& o) {
     return InvalidArgumentError("model.vocab_size = {} does not fit the int32 token ids",
                                 o.vocab_size);
   }
-  if (o.d_model % o.n_head != 0) {
-    return InvalidArgumentError(
-        "model.d_model = {} is not a multiple of model.n_head = {}; the head dimension is "
-        "d_model / n_head",
-        o.d_model, o.n_head);
-  }
-  if (o.n_head % o.n_kv_head != 0) {
-    return InvalidArgumentError(
-        "model.n_kv_head = {} does not divide model.n_head = {}; grouped-query attention shares "
-        "each key/value head among n_head / n_kv_head query heads",
-        o.n_kv_head, o.n_head);
-  }
-  if (o.family == Family::kGpt2 && o.n_kv_head != o.n_head) {
-    return InvalidArgumentError(
-        "model.n_kv_head = {} differs from model.n_head = {}, but gpt2 uses multi-head "
-        "attention; set them equal or use family llama",
-        o.n_kv_head, o.n_head);
-  }
-  if (o.family == Family::kLlama && (o.d_model / o.n_head) % 2 != 0) {
-    return InvalidArgumentError(
-        "model.d_model / model.n_head = {} is odd; rotary embeddings pair dimensions, so llama "
-        "needs an even head dimension",
-        o.d_model / o.n_head);
+  if (std::string error =
+          HeadLayoutError(o.family == Family::kLlama, o.d_model, o.n_head, o.n_kv_head);
+      !error.empty()) {
+    return InvalidArgumentError("{}", error);
   }
   if (!(o.norm_eps > 0.0f)) {
     return InvalidArgumentError("model norm_eps = {} must be positive", o.norm_eps);

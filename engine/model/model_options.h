@@ -24,48 +24,52 @@ struct CheckpointingOptions {
   // Blocks checkpointed: the first `blocks` of the forward (number_checkpoints); 0 = every block.
   // The first ones, because the backward reaches them last: the full activations of the later
   // blocks are freed before any recomputation needs room.
-  int64_t blocks = 0;
+  int64_t blocks{};
   // The kept inputs live in pinned host memory (cpu_checkpointing): a stream-ordered copy to the
   // host in the forward, back to the device before the recomputation.
-  bool host = false;
+  bool host{};
   // The kept inputs are copied into one buffer with a slot per checkpointed block instead of one
   // allocation each (contiguous_memory_optimization; checkpointed_inputs.h).
-  bool contiguous = false;
+  bool contiguous{};
   // Synchronize the compute stream at the start of each checkpointed block's forward and
   // backward (synchronize_checkpoint_boundary).
-  bool synchronize = false;
+  bool synchronize{};
   // Time each block's recomputation in the backward: a trace span and a log line per pass
   // (profile).
-  bool profile = false;
+  bool profile{};
 };
 
+// The fields hold no defaults: each is a setting (model.*, activation_checkpointing.*,
+// device.threads, tensor_parallel.autotp_size) whose default the settings registry declares.
+// Built from a config by train::ModelOptionsFromConfig, from the registry's defaults by
+// train::DefaultModelOptions; made on its own it is blank (and ValidateModelOptions refuses it).
 struct ModelOptions {
-  Family family = Family::kGpt2;
-  int64_t n_layer = 2;
-  int64_t n_head = 4;
-  int64_t n_kv_head = 4;  // gpt2: must equal n_head
-  int64_t d_model = 64;   // a multiple of n_head; head_dim = d_model / n_head (even for llama)
-  int64_t d_ff = 256;     // MLP hidden width
-  int64_t vocab_size = 256;
-  int64_t seq_len = 64;  // longest sequence (gpt2: rows of wpe); batches may be shorter
-  bool tie_embeddings = true;
-  double rope_theta = 10000.0;  // llama
-  float norm_eps = 1e-5f;       // LayerNorm / RMSNorm epsilon
-  double init_std = 0.02;       // std of the normal init (see init.h)
+  Family family{};
+  int64_t n_layer{};
+  int64_t n_head{};
+  int64_t n_kv_head{};  // gpt2: must equal n_head
+  int64_t d_model{};    // a multiple of n_head; head_dim = d_model / n_head (even for llama)
+  int64_t d_ff{};       // MLP hidden width
+  int64_t vocab_size{};
+  int64_t seq_len{};  // longest sequence (gpt2: rows of wpe); batches may be shorter
+  bool tie_embeddings{};
+  double rope_theta{};  // llama
+  float norm_eps{};     // LayerNorm / RMSNorm epsilon
+  double init_std{};    // std of the normal init (see init.h)
   // Blocks keep only their input during the forward and recompute the rest in the backward.
-  bool activation_checkpointing = false;
+  bool activation_checkpointing{};
   CheckpointingOptions checkpointing;
   // Storage dtype of the parameters (kF32 or kBF16). Compute and gradients are always fp32 (see
   // model.h). Only Model<float> accepts kBF16.
-  DType param_dtype = DType::kF32;
+  DType param_dtype{};
   // Threads for the CPU ops; 0 = OpenMP's default.
-  int num_threads = 0;
+  int num_threads{};
   // Megatron tensor parallelism (engine/parallel/tensor_plan.h): this rank builds piece
   // tensor_parallel_rank of tensor_parallel_size of every decoder block (its share of the heads
-  // and of d_ff) and all-reduces over the tensor communicator passed to Model::Create. 1: the
-  // whole model, no communication.
-  int64_t tensor_parallel_size = 1;
-  int64_t tensor_parallel_rank = 0;
+  // and of d_ff) and all-reduces over the tensor communicator passed to Model::Create. Size 1:
+  // the whole model, no communication. The rank is the process grid's, not a setting.
+  int64_t tensor_parallel_size{};
+  int64_t tensor_parallel_rank{};
 };
 
 // OK, or InvalidArgument naming the offending field ("model.n_kv_head = 3 does not divide

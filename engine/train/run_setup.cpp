@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "runtime/check.h"
+
 namespace sluice::train {
 
 Status CheckTrainable(const Config& config) {
@@ -49,6 +51,9 @@ Result<model::ModelOptions> ModelOptionsFromConfig(const Config& config, Precisi
   options.init_std = m.init_std;
   options.param_dtype = ModelParamDType(precision);
   options.num_threads = config.device.threads;
+  // This rank's piece is the process grid's to say (the engine sets it).
+  options.tensor_parallel_size = config.parallel.tensor;
+  options.tensor_parallel_rank = 0;
   // model.activation_checkpointing turns checkpointing on; DeepSpeed's section says how
   // (partition_activations has nothing to split with one tensor-parallel rank).
   options.activation_checkpointing = m.activation_checkpointing;
@@ -86,6 +91,17 @@ data::DataOptions DataOptionsFromConfig(const Config& config) {
   options.vocab_size = config.model.vocab_size;
   return options;
 }
+
+model::ModelOptions DefaultModelOptions() {
+  const Config defaults;
+  Result<model::ModelOptions> options =
+      ModelOptionsFromConfig(defaults, PrecisionOf(defaults.model.dtype));
+  SLUICE_CHECK(options.ok()) << "the registry's defaults give invalid model options: "
+                             << options.status().ToString();
+  return std::move(options).value();
+}
+
+data::DataOptions DefaultDataOptions() { return DataOptionsFromConfig(Config()); }
 
 std::string DescribeModel(const model::ModelOptions& o) {
   std::string text =

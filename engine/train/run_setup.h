@@ -25,8 +25,13 @@ Status CheckTrainable(const Config& config);
 // device.threads threads, checkpointing blocks as model.activation_checkpointing and the
 // activation_checkpointing section say. InvalidArgument from ValidateModelOptions names the key.
 Result<model::ModelOptions> ModelOptionsFromConfig(const Config& config, Precision precision);
+// The registry's defaults (Config(), f32): where code that builds a model without a config file
+// starts.
+model::ModelOptions DefaultModelOptions();
 
 data::DataOptions DataOptionsFromConfig(const Config& config);
+// The registry's defaults (Config()): where code that opens data without a config file starts.
+data::DataOptions DefaultDataOptions();
 
 // "gpt2, n_layer 4, n_head 4, d_model 256, d_ff 1024, seq_len 128", then, with checkpointing,
 // ", activation checkpointing of 2 of 4 blocks (inputs in host memory)"

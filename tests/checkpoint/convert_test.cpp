@@ -16,6 +16,7 @@
 #include "engine/checkpoint/hf_layout.h"
 #include "engine/checkpoint/safetensors_loader.h"
 #include "engine/checkpoint/safetensors_writer.h"
+#include "engine/train/run_setup.h"
 #include "kernels/ref/half.h"
 #include "tests/checkpoint/checkpoint_test_util.h"
 #include "tests/common/test_ops.h"
@@ -26,7 +27,7 @@ namespace {
 using testing::TempDir;
 
 model::ModelOptions Gpt2Options() {
-  model::ModelOptions o;
+  model::ModelOptions o = train::DefaultModelOptions();
   o.family = model::Family::kGpt2;
   o.n_layer = 2;
   o.d_model = 32;
@@ -40,7 +41,7 @@ model::ModelOptions Gpt2Options() {
 }
 
 model::ModelOptions LlamaOptions() {
-  model::ModelOptions o;
+  model::ModelOptions o = train::DefaultModelOptions();
   o.family = model::Family::kLlama;
   o.n_layer = 2;
   o.d_model = 32;

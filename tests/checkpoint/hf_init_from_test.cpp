@@ -14,6 +14,7 @@
 #include "engine/checkpoint/safetensors_writer.h"
 #include "engine/model/buffer.h"
 #include "engine/model/model.h"
+#include "engine/train/run_setup.h"
 #include "engine/train/trainer.h"
 #include "tests/checkpoint/checkpoint_test_util.h"
 #include "tests/common/test_ops.h"
@@ -30,7 +31,7 @@ constexpr int64_t kSeq = 16;
 constexpr int64_t kVocab = 40;
 
 ModelOptions LlamaOptions(double rope_theta, float norm_eps = 0.25f) {
-  ModelOptions o;
+  ModelOptions o = train::DefaultModelOptions();
   o.family = model::Family::kLlama;
   o.n_layer = 2;
   o.n_head = 4;
@@ -46,7 +47,7 @@ ModelOptions LlamaOptions(double rope_theta, float norm_eps = 0.25f) {
 }
 
 ModelOptions Gpt2Options(int64_t positions) {
-  ModelOptions o;
+  ModelOptions o = train::DefaultModelOptions();
   o.n_layer = 2;
   o.n_head = 2;
   o.n_kv_head = 2;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/data/token_writer.h"
+#include "engine/train/run_setup.h"
 #include "tests/data/test_files.h"
 
 namespace sluice::data {
@@ -46,7 +47,7 @@ class DataLoaderTest : public ::testing::Test {
   }
 
   DataOptions Options(uint64_t seed = 1234) const {
-    DataOptions o;
+    DataOptions o = train::DefaultDataOptions();
     o.train_path = path_;
     o.seq_len = kSeqLen;
     o.val_fraction = 0.1;
@@ -366,7 +367,7 @@ TEST_F(DataLoaderTest, RestoreRejectsAStateForOtherData) {
 }
 
 TEST(DataOptionsErrors, NameTheSetting) {
-  DataOptions o;
+  DataOptions o = train::DefaultDataOptions();
   o.seq_len = 8;
   EXPECT_THAT(DataLoader::Open(o).status().message(), HasSubstr("data.train_path is not set"));
   o.train_path = "/nonexistent/corpus.txt";

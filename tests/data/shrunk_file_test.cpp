@@ -12,6 +12,7 @@
 
 #include "engine/data/data_loader.h"
 #include "engine/data/mapped_read_guard.h"
+#include "engine/train/run_setup.h"
 #include "tests/data/test_files.h"
 
 namespace sluice::data {
@@ -41,7 +42,7 @@ class ShrunkFileTest : public ::testing::Test {
   }
 
   DataOptions Options(double val_fraction) const {
-    DataOptions o;
+    DataOptions o = train::DefaultDataOptions();
     o.train_path = path_;
     o.seq_len = kSeqLen;
     o.val_fraction = val_fraction;

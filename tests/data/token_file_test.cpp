@@ -12,6 +12,7 @@
 #include "engine/data/byte_tokenizer.h"
 #include "engine/data/token_dataset.h"
 #include "engine/data/token_writer.h"
+#include "engine/train/run_setup.h"
 #include "tests/data/test_files.h"
 
 namespace sluice::data {
@@ -322,7 +323,7 @@ TEST(TokenFileErrors, FileShorterThanOneWindow) {
   ScratchDir dir;
   const std::string path = dir.File("short.txt");
   WriteString(path, "0123456789");  // 10 tokens
-  DataOptions options;
+  DataOptions options = train::DefaultDataOptions();
   options.train_path = path;
   options.seq_len = 16;
   Result<TokenDataset> ds = TokenDataset::Open(options);

@@ -11,6 +11,7 @@
 
 #include "engine/model/buffer.h"
 #include "engine/model/model.h"
+#include "engine/train/run_setup.h"
 #include "runtime/memory_accounting.h"
 #include "tests/common/test_ops.h"
 
@@ -31,7 +32,7 @@ struct Measured {
 };
 
 model::ModelOptions OptionsOf(const Shape& s, bool checkpointing, DType dtype) {
-  model::ModelOptions o;
+  model::ModelOptions o = train::DefaultModelOptions();
   o.family = s.family;
   o.n_layer = s.n_layer;
   o.n_head = s.n_head;
@@ -176,7 +177,7 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(ActivationEstimateFormulaTest, CheckpointingKeepsOnlyEachBlocksOutput) {
-  model::ModelOptions o;
+  model::ModelOptions o = train::DefaultModelOptions();
   o.family = model::Family::kLlama;
   o.n_layer = 16;
   o.n_head = 8;

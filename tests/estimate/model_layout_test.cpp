@@ -7,13 +7,14 @@
 
 #include "engine/model/buffer.h"
 #include "engine/model/model.h"
+#include "engine/train/run_setup.h"
 #include "tests/common/test_ops.h"
 
 namespace sluice::estimate {
 namespace {
 
 model::ModelOptions Options(model::Family family, bool tied) {
-  model::ModelOptions o;
+  model::ModelOptions o = train::DefaultModelOptions();
   o.family = family;
   o.n_layer = 3;
   o.n_head = 4;
@@ -72,7 +73,7 @@ INSTANTIATE_TEST_SUITE_P(Families, ModelLayoutTest,
                                             ::testing::Bool()));
 
 TEST(ModelLayoutSummaryTest, Gpt2SmallHasTheKnownCountAndPersistentParameters) {
-  model::ModelOptions o;  // GPT-2 124M
+  model::ModelOptions o = train::DefaultModelOptions();  // GPT-2 124M
   o.n_layer = 12;
   o.n_head = 12;
   o.n_kv_head = 12;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/model/model.h"
+#include "engine/train/run_setup.h"
 #include "runtime/device.h"
 #include "tests/common/test_ops.h"
 #include "tests/model/model_test_util.h"
@@ -555,7 +556,7 @@ struct TwoStages {
             .targets = tokens.data()};
   }
 
-  ModelOptions options;
+  ModelOptions options = train::DefaultModelOptions();
   HostAllocator host;
   std::unique_ptr<Model<float>> first;
   std::unique_ptr<Model<float>> last;

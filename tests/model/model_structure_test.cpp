@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/model/model.h"
+#include "engine/train/run_setup.h"
 #include "tests/common/test_ops.h"
 #include "tests/model/model_test_util.h"
 
@@ -131,7 +132,7 @@ TEST(ModelStructureTest, ParameterCountFormulas) {
   gpt2.tie_embeddings = false;
   EXPECT_EQ(CountParameters(gpt2), 124'439'808 + 50257 * 768);
 
-  ModelOptions llama;  // Llama-2 7B
+  ModelOptions llama = train::DefaultModelOptions();  // Llama-2 7B
   llama.family = Family::kLlama;
   llama.n_layer = 32;
   llama.n_head = 32;

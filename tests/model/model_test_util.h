@@ -15,6 +15,7 @@
 #include "engine/model/forward_context.h"
 #include "engine/model/model.h"
 #include "engine/model/parameter_registry.h"
+#include "engine/train/run_setup.h"
 #include "runtime/device.h"
 #include "tests/common/test_ops.h"
 
@@ -105,7 +106,7 @@ inline constexpr double kStep = 1e-5;
 
 // Tiny model options shared by the whole-model tests: B = 2, T = 5, d = 8, 2 heads, vocab 11.
 inline ModelOptions TinyOptions(Family family) {
-  ModelOptions o;
+  ModelOptions o = train::DefaultModelOptions();
   o.family = family;
   o.n_layer = 2;
   o.n_head = 2;

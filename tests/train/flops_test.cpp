@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/train/device_peak.h"
+#include "engine/train/run_setup.h"
 #include "engine/train/step_metrics.h"
 #include "engine/train/summary.h"
 
@@ -16,7 +17,7 @@ namespace sluice::train {
 namespace {
 
 TEST(ModelFlopsTest, Gpt2ByHand) {
-  model::ModelOptions o;
+  model::ModelOptions o = train::DefaultModelOptions();
   o.family = model::Family::kGpt2;
   o.n_layer = 2;
   o.n_head = 4;
@@ -40,7 +41,7 @@ TEST(ModelFlopsTest, Gpt2ByHand) {
 }
 
 TEST(ModelFlopsTest, LlamaWithGroupedQueryAttentionByHand) {
-  model::ModelOptions o;
+  model::ModelOptions o = train::DefaultModelOptions();
   o.family = model::Family::kLlama;
   o.n_layer = 2;
   o.n_head = 4;

@@ -6,6 +6,7 @@
 
 #include "engine/train/grad_clip.h"
 #include "engine/train/precision.h"
+#include "engine/train/run_setup.h"
 #include "engine/zero/lamb_step.h"
 #include "engine/zero/shard_grad_norm.h"
 #include "engine/zero/shard_layout.h"
@@ -34,7 +35,7 @@ double Now() {
 }  // namespace
 
 model::ModelOptions TinyGpt() {
-  model::ModelOptions o;
+  model::ModelOptions o = train::DefaultModelOptions();
   o.family = model::Family::kGpt2;
   o.n_layer = 2;
   o.n_head = 4;

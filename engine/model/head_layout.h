@@ -1,0 +1,43 @@
+// The rules a decoder's attention heads follow, written once: ValidateModelOptions applies them to
+// a ModelOptions, the config (config_resolve.cpp) to the model section as it loads, naming where
+// each value was set. Header-only, as the config library links no model code.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <string>
+
+namespace sluice::model {
+
+// Empty when the heads fit d_model; else the first rule broken, naming the model.* keys. n_head
+// and n_kv_head are at least 1.
+inline std::string HeadLayoutError(bool llama, int64_t d_model, int64_t n_head, int64_t n_kv_head) {
+  if (d_model % n_head != 0) {
+    return fmt::format(
+        "model.d_model = {} is not a multiple of model.n_head = {}; the head dimension is "
+        "d_model / n_head",
+        d_model, n_head);
+  }
+  if (n_head % n_kv_head != 0) {
+    return fmt::format(
+        "model.n_kv_head = {} does not divide model.n_head = {}; grouped-query attention shares "
+        "each key/value head among n_head / n_kv_head query heads",
+        n_kv_head, n_head);
+  }
+  if (!llama && n_kv_head != n_head) {
+    return fmt::format(
+        "model.n_kv_head = {} differs from model.n_head = {}, but gpt2 uses multi-head "
+        "attention; set them equal or use family llama for grouped-query attention",
+        n_kv_head, n_head);
+  }
+  if (llama && (d_model / n_head) % 2 != 0) {
+    return fmt::format(
+        "model.d_model / model.n_head = {} is odd; rotary embeddings pair dimensions, so llama "
+        "needs an even head dimension",
+        d_model / n_head);
+  }
+  return "";
+}
+
+}  // namespace sluice::model
