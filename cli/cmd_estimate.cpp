@@ -4,17 +4,29 @@
 // table with the formula of every line or as a JSON record; whether it fits device.memory_limit,
 // device.host_memory_limit and the NVMe swap space, what to change when it does not, and the same
 // model under ZeRO stages 0-3.
+//
+// Pipelines: with pipeline.stages above 1 in the config, or --pipeline-stages N, the model is
+// partitioned into N stages (--partition-method), the schedule (--schedule, --micro-batches,
+// --chunks) is simulated and drawn, and every stage is estimated (pipeline_estimate.h); --ranks
+// is then the whole world, N x the data-parallel size. The tables after the per-stage one are the
+// largest stage's.
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/command_registry.h"
+#include "cli/estimate_pipeline_stages.h"
 #include "engine/config/config.h"
-#include "runtime/json_text.h"
+#include "engine/config/config_layers.h"
 #include "engine/estimate/estimate_fit.h"
 #include "engine/estimate/estimate_report.h"
 #include "engine/estimate/memory_estimate.h"
+#include "engine/estimate/pipeline_estimate.h"
+#include "runtime/json_text.h"
+
+extern char** environ;
 
 namespace sluice::cli {
 namespace {
@@ -23,39 +35,110 @@ struct EstimateCommandOptions {
   std::vector<std::string> configs;  // layered in order
   std::string model;
   std::vector<std::string> set_overrides;
-  int ranks = 1;
+  int ranks = 0;  // 0: not given (one per pipeline stage)
   bool json = false;
   bool activation_checkpointing = false;
+  int pipeline_stages = 0;  // 0: the config's pipeline.stages
+  std::string schedule = "1f1b";
+  int micro_batches = 0;  // 0: gradient_accumulation_steps
+  int chunks = 0;         // 0: 2 for interleaved-1f1b
+  std::string partition_method = "parameters";
+  bool pipeline_flags_given = false;  // --schedule, --micro-batches, --chunks, --partition-method
 };
 
+std::vector<std::pair<std::string, std::string>> ProcessEnvironment() {
+  std::vector<std::pair<std::string, std::string>> env;
+  for (char** p = environ; p != nullptr && *p != nullptr; ++p) {
+    const std::string_view item(*p);
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos) continue;
+    env.emplace_back(std::string(item.substr(0, eq)), std::string(item.substr(eq + 1)));
+  }
+  return env;
+}
+
+Status PrintReport(const estimate::EstimateReport& report,
+                   const estimate::PipelineEstimate* pipeline, bool json) {
+  if (json) {
+    nlohmann::ordered_json record = estimate::EstimateJson(report);
+    if (pipeline != nullptr) record["pipeline"] = estimate::PipelineJson(*pipeline);
+    std::printf("%s\n", JsonText(record, 2).c_str());
+    return OkStatus();
+  }
+  if (pipeline != nullptr) {
+    std::printf("%s\n", estimate::FormatPipelineText(*report.config, *pipeline).c_str());
+  }
+  std::printf("%s", estimate::FormatEstimateText(report).c_str());
+  return OkStatus();
+}
+
 Status RunEstimate(const EstimateCommandOptions& options) {
+  SLUICE_ASSIGN_OR_RETURN(std::vector<ConfigLayer> layers,
+                          ReadConfigLayers(options.configs, options.model));
   ConfigSources sources;
-  sources.paths = options.configs;
-  sources.model_path = options.model;
+  sources.env = ProcessEnvironment();
   sources.set_overrides = options.set_overrides;
-  sources.world_size = options.ranks;  // DeepSpeed's batch-size inference depends on it
-  SLUICE_ASSIGN_OR_RETURN(Config config, LoadConfig(sources));
+  // The trainer refuses pipeline.stages > 1; the estimate takes it out and loads the rest.
+  SLUICE_ASSIGN_OR_RETURN(PipelineStagesSetting setting,
+                          TakePipelineStages(&layers, &*sources.env, &sources.set_overrides));
+  const bool from_flag = options.pipeline_stages > 0;
+  const int stages = from_flag ? options.pipeline_stages : setting.stages;
+  const std::string stages_key = from_flag ? std::string("--pipeline-stages")
+                                           : fmt::format("pipeline.stages ({})", setting.origin);
+  if (stages == 1 && options.pipeline_flags_given) {
+    return InvalidArgumentError(
+        "--schedule, --micro-batches, --chunks and --partition-method describe a pipeline: give "
+        "--pipeline-stages N (N > 1) or pipeline.stages in the config");
+  }
+  const int ranks = options.ranks > 0 ? options.ranks : stages;
+  if (ranks % stages != 0) {
+    return InvalidArgumentError(
+        "--ranks {} is not a multiple of the {} pipeline stages ({}): the world is stages x "
+        "data-parallel ranks; use --ranks {}",
+        ranks, stages, stages_key, (ranks / stages + 1) * stages);
+  }
+  const int data_parallel = ranks / stages;
+  // DeepSpeed's batch-size inference counts the data-parallel ranks.
+  sources.world_size = data_parallel;
+  SLUICE_ASSIGN_OR_RETURN(Config config, LoadConfigFromLayers(layers, sources));
 
   estimate::EstimateOptions estimate_options;
   estimate_options.activation_checkpointing = options.activation_checkpointing;
   estimate::EstimateReport report;
   report.config = &config;
-  SLUICE_ASSIGN_OR_RETURN(report.estimate,
-                          estimate::EstimateMemory(config, options.ranks, estimate_options));
-  report.fit = estimate::CheckFit(config, report.estimate);
+  std::unique_ptr<estimate::PipelineEstimate> pipeline;
+  if (stages == 1) {
+    SLUICE_ASSIGN_OR_RETURN(report.estimate,
+                            estimate::EstimateMemory(config, data_parallel, estimate_options));
+    report.fit = estimate::CheckFit(config, report.estimate);
+  } else {
+    estimate::PipelineEstimateOptions pipeline_options;
+    pipeline_options.stages = stages;
+    pipeline_options.stages_key = stages_key;
+    SLUICE_ASSIGN_OR_RETURN(pipeline_options.schedule,
+                            estimate::ParseScheduleKind(options.schedule, "--schedule"));
+    SLUICE_ASSIGN_OR_RETURN(
+        pipeline_options.partition,
+        parallel::ParsePartitionMethod(options.partition_method, "--partition-method"));
+    pipeline_options.micro_batches = options.micro_batches;
+    pipeline_options.chunks = options.chunks;
+    SLUICE_ASSIGN_OR_RETURN(
+        estimate::PipelineEstimate p,
+        estimate::EstimatePipeline(config, data_parallel, pipeline_options, estimate_options));
+    pipeline = std::make_unique<estimate::PipelineEstimate>(std::move(p));
+    // The largest stage's tables; its alternatives and ZeRO stages are that stage's.
+    const estimate::StageEstimate& worst = pipeline->stages[pipeline->worst_stage];
+    report.estimate = worst.estimate;
+    report.fit = estimate::CheckPipelineFit(config, *pipeline);
+    estimate_options.pipeline_stage = worst.shape;
+  }
   if (!report.fit.fits()) {
     report.alternatives =
-        estimate::FindAlternatives(config, options.ranks, estimate_options, report.fit);
+        estimate::FindAlternatives(config, data_parallel, estimate_options, report.fit);
   }
   SLUICE_ASSIGN_OR_RETURN(report.stages,
-                          estimate::CompareStages(config, options.ranks, estimate_options));
-
-  if (options.json) {
-    std::printf("%s\n", JsonText(estimate::EstimateJson(report), 2).c_str());
-  } else {
-    std::printf("%s", estimate::FormatEstimateText(report).c_str());
-  }
-  return OkStatus();
+                          estimate::CompareStages(config, data_parallel, estimate_options));
+  return PrintReport(report, pipeline.get(), options.json);
 }
 
 void AddEstimateCommand(CLI::App& parent) {
@@ -72,7 +155,9 @@ void AddEstimateCommand(CLI::App& parent) {
   cmd->add_option("--model", options->model,
                   "File with the model section (a bare model map, or a `model:` map with any "
                   "other sections beside it), layered over the config files");
-  cmd->add_option("--ranks,-n", options->ranks, "Data-parallel ranks to estimate for")
+  cmd->add_option("--ranks,-n", options->ranks,
+                  "Ranks to estimate for (the world: pipeline stages x data-parallel ranks; "
+                  "default one per stage)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--set", options->set_overrides,
                   "Override a setting: key=value (e.g. zero_optimization.stage=3); repeatable")
@@ -80,6 +165,26 @@ void AddEstimateCommand(CLI::App& parent) {
   cmd->add_flag("--activation-checkpointing", options->activation_checkpointing,
                 "Estimate with every decoder block checkpointed");
   cmd->add_flag("--json", options->json, "Print a JSON record instead of the tables");
+  cmd->add_option("--pipeline-stages", options->pipeline_stages,
+                  "Pipeline stages to partition the model's layers into (overrides "
+                  "pipeline.stages); above 1 the estimate is per stage and shows the schedule")
+      ->check(CLI::PositiveNumber);
+  auto pipeline_flag = [options](CLI::Option* option) {
+    option->each([options](const std::string&) { options->pipeline_flags_given = true; });
+    return option;
+  };
+  pipeline_flag(cmd->add_option("--schedule", options->schedule,
+                                "Pipeline schedule: gpipe, 1f1b (default), interleaved-1f1b, "
+                                "zb-h1"));
+  pipeline_flag(cmd->add_option("--micro-batches", options->micro_batches,
+                                "Micro-batches per step (default gradient_accumulation_steps)")
+                    ->check(CLI::PositiveNumber));
+  pipeline_flag(cmd->add_option("--chunks", options->chunks,
+                                "Model chunks per stage for interleaved-1f1b (default 2)")
+                    ->check(CLI::PositiveNumber));
+  pipeline_flag(cmd->add_option("--partition-method", options->partition_method,
+                                "How layers are divided among stages: parameters (default, "
+                                "balance parameter counts) or uniform (layers evenly)"));
   cmd->callback([options] { ExitOnError(RunEstimate(*options)); });
 }
 

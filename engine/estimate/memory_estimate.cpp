@@ -471,7 +471,9 @@ Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
   c.model.activation_checkpointing =
       c.model.activation_checkpointing || options.activation_checkpointing;
   const int64_t threshold = c.stage == 3 ? c.z->stage3_param_persistence_threshold : -1;
-  const std::vector<UnitLayout> layout = DescribeUnits(c.model);
+  const std::vector<UnitLayout> layout = options.pipeline_stage
+                                             ? DescribeStageUnits(c.model, *options.pipeline_stage)
+                                             : DescribeUnits(c.model);
   c.units = ExpandUnits(layout, threshold);
   c.psi = SummarizeLayout(layout).parameters;
   c.persistent = SummarizeLayout(layout, threshold).persistent_elements;
@@ -522,15 +524,24 @@ Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
   // fp32 parameters the engine binds: no bf16 widening.
   model::ModelOptions pass = c.model;
   pass.param_dtype = DType::kF32;
-  const ActivationEstimate act = EstimateActivations(pass, e.micro_batch, e.seq_len);
+  const ActivationEstimate act =
+      options.pipeline_stage
+          ? EstimateStageActivations(pass, *options.pipeline_stage, e.micro_batch, e.seq_len)
+          : EstimateActivations(pass, e.micro_batch, e.seq_len);
+  int64_t blocks = c.model.n_layer;  // the decoder blocks estimated
+  if (options.pipeline_stage) {
+    e.checkpointed_blocks = act.checkpointed_blocks;
+    blocks = 0;
+    for (const UnitLayout& unit : layout) blocks += unit.name == "block" ? unit.count : 0;
+  }
   auto build = [&](std::vector<std::string>& notes) {
     ItemList items;
     AddZeroEngine(c, items, notes);
     const std::string checkpointed =
         e.checkpointed_blocks == 0 ? std::string()
-        : e.checkpointed_blocks == c.model.n_layer
+        : e.checkpointed_blocks == blocks
             ? std::string(", checkpointed blocks")
-            : fmt::format(", {} of {} blocks checkpointed", e.checkpointed_blocks, c.model.n_layer);
+            : fmt::format(", {} of {} blocks checkpointed", e.checkpointed_blocks, blocks);
     items.Add(fmt::format("activations (micro-batch {} x seq {}{})", e.micro_batch, e.seq_len,
                           checkpointed),
               MemoryTier::kDevice, MemoryCategory::kActivations, act.peak_bytes, act.peak_formula,
@@ -540,6 +551,14 @@ Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
               MemoryCategory::kActivations, act.host_kept_bytes, act.host_formula, Lifetime::kHeld);
     items.Add("forward/backward scratch", MemoryTier::kDevice, MemoryCategory::kBuffers,
               act.scratch_peak_bytes, act.scratch_formula, Lifetime::kCompute);
+    if (options.pipeline_stage) {
+      const StageShape& shape = *options.pipeline_stage;
+      items.Add("pipeline send buffers (kept to the step's tail)", MemoryTier::kDevice,
+                MemoryCategory::kBuffers, StageSendBytes(pass, shape, e.micro_batch, e.seq_len),
+                fmt::format("4 B x {} sends x R*d_model {}", shape.sends,
+                            FormatCount(act.tokens * c.model.d_model)),
+                Lifetime::kPass);
+    }
     return items.Take();
   };
   const OffloadOptimizerConfig& oo = c.z->offload_optimizer;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "engine/config/config.h"
+#include "engine/estimate/stage_layout.h"
 #include "runtime/dtype.h"
 #include "runtime/memory_kinds.h"
 #include "runtime/status.h"
@@ -53,6 +54,10 @@ struct EstimateOptions {
   // would save. The activation_checkpointing section applies as in the trainer (number_checkpoints
   // unset: every block). Without it the config decides, as the trainer does.
   bool activation_checkpointing = false;
+  // One pipeline stage (pipeline_estimate.h builds them): its units and the activations its
+  // schedule keeps in flight; world_size is then the stage's data-parallel group. Unset: the
+  // whole model.
+  std::optional<StageShape> pipeline_stage;
 };
 
 struct MemoryEstimate {

@@ -1,0 +1,102 @@
+#include "engine/parallel/layer_partition.h"
+
+#include <algorithm>
+#include <cctype>
+#include <numeric>
+#include <string>
+
+#include "runtime/check.h"
+
+namespace sluice::parallel {
+namespace {
+
+// DeepSpeed's partition_uniform: chunks of n / parts, the first n % parts one longer.
+std::vector<int64_t> Uniform(int64_t n, int parts) {
+  std::vector<int64_t> bounds(static_cast<size_t>(parts) + 1, 0);
+  const int64_t chunk = n / parts;
+  const int64_t residual = n % parts;
+  for (int p = 1; p <= parts; ++p) {
+    bounds[p] = bounds[p - 1] + chunk + (p - 1 < residual ? 1 : 0);
+  }
+  return bounds;
+}
+
+// Parts of at most `bottleneck` each, each taking as many layers as fit while leaving one for
+// every later part; the last takes the rest. Empty when the rest does not fit.
+std::vector<int64_t> FillEarly(std::span<const int64_t> w, int parts, int64_t bottleneck) {
+  const auto n = static_cast<int64_t>(w.size());
+  std::vector<int64_t> bounds{0};
+  int64_t at = 0;
+  for (int p = 0; p < parts - 1; ++p) {
+    const int64_t limit = n - (parts - 1 - p);  // layers [at, limit) are this part's to take
+    int64_t sum = w[at];
+    int64_t end = at + 1;  // every part takes at least one layer
+    while (end < limit && sum + w[end] <= bottleneck) sum += w[end++];
+    if (sum > bottleneck) return {};
+    bounds.push_back(at = end);
+  }
+  int64_t rest = 0;
+  for (int64_t i = at; i < n; ++i) rest += w[i];
+  if (rest > bottleneck) return {};
+  bounds.push_back(n);
+  return bounds;
+}
+
+}  // namespace
+
+std::string_view PartitionMethodName(PartitionMethod method) {
+  return method == PartitionMethod::kUniform ? "uniform" : "parameters";
+}
+
+Result<PartitionMethod> ParsePartitionMethod(std::string_view name, std::string_view key) {
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  if (lower == "uniform") return PartitionMethod::kUniform;
+  if (lower == "parameters") return PartitionMethod::kParameters;
+  return InvalidArgumentError(
+      "{} \"{}\" is not a partition method Sluice knows: use \"uniform\" (layers evenly) or "
+      "\"parameters\" (balance the stages' parameter counts){}",
+      key, name,
+      lower.rfind("type:", 0) == 0 ? "; DeepSpeed's \"type:<regex>\" needs layer classes, which "
+                                     "a Sluice model does not name"
+                                   : "");
+}
+
+Result<std::vector<int64_t>> PartitionLayers(std::span<const int64_t> layer_weights, int parts,
+                                             PartitionMethod method, std::string_view parts_key) {
+  const auto n = static_cast<int64_t>(layer_weights.size());
+  if (parts < 1) return InvalidArgumentError("{} = {} must be at least 1", parts_key, parts);
+  if (parts > n) {
+    return InvalidArgumentError(
+        "{} = {} is more than the model's {} decoder layers (model.n_layer): every stage holds at "
+        "least one layer; use at most {} stages or a deeper model",
+        parts_key, parts, n, n);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (layer_weights[i] < 0) {
+      return InvalidArgumentError("layer {}'s partition weight {} is negative", i,
+                                  layer_weights[i]);
+    }
+  }
+  if (method == PartitionMethod::kUniform) return Uniform(n, parts);
+
+  // The lightest bottleneck at which the layers fit in `parts` parts: FillEarly succeeds at a
+  // bottleneck iff any split does (taking as much as fits never leaves a later part worse off),
+  // and success is monotone in the bottleneck, so a binary search finds it.
+  int64_t lo = *std::max_element(layer_weights.begin(), layer_weights.end());
+  int64_t hi = std::accumulate(layer_weights.begin(), layer_weights.end(), int64_t{0});
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (FillEarly(layer_weights, parts, mid).empty()) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  std::vector<int64_t> bounds = FillEarly(layer_weights, parts, lo);
+  SLUICE_CHECK(!bounds.empty());
+  return bounds;
+}
+
+}  // namespace sluice::parallel
