@@ -9,22 +9,26 @@
 
 namespace sluice::model {
 
+// A tensor-parallel plan may give the model a loss of its own instead (the vocabulary-parallel
+// cross-entropy of engine/parallel/tensor_vocab.h), through the same two calls.
 template <typename T>
 class CrossEntropyLoss {
  public:
   CrossEntropyLoss(ModuleBuilder& builder, int64_t vocab)
       : id_(builder.NextModuleId()), vocab_(vocab) {}
+  virtual ~CrossEntropyLoss() = default;
 
   int id() const { return id_; }
+  int64_t vocab() const { return vocab_; }  // the logits' columns
 
   // logits [rows, vocab], targets [rows] (device int32, validated by the caller); writes the mean
   // loss into `loss` (one element of device memory). Keeps a view of the logits, which must stay
   // alive until Backward.
-  Status Forward(ForwardContext<T>& ctx, Act<T> logits, const int32_t* targets, T* loss);
+  virtual Status Forward(ForwardContext<T>& ctx, Act<T> logits, const int32_t* targets, T* loss);
   // d(dloss * mean loss)/d(logits), written OVER the logits (they are not needed afterwards, and
   // a [rows, vocab] buffer is the largest activation of a model); returns that buffer, which
   // stays owned by the logits' producer.
-  Result<Act<T>> Backward(ForwardContext<T>& ctx, const int32_t* targets, double dloss);
+  virtual Result<Act<T>> Backward(ForwardContext<T>& ctx, const int32_t* targets, double dloss);
 
  private:
   int id_;

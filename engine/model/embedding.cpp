@@ -7,8 +7,9 @@ namespace sluice::model {
 template <typename T>
 TokenEmbedding<T>::TokenEmbedding(ModuleBuilder& builder, std::string name, int64_t vocab,
                                   int64_t dim)
-    : Module<T>(builder, std::move(name)), vocab_(vocab), dim_(dim) {
+    : Module<T>(builder, std::move(name)), dim_(dim) {
   weight_ = this->AddParameter(builder, "weight", {vocab, dim}, InitKind::kNormal);
+  rows_ = builder.registry().parameter(weight_).shape.dim(0);
 }
 
 template <typename T>
@@ -16,8 +17,9 @@ Result<Act<T>> TokenEmbedding<T>::Forward(ForwardContext<T>& ctx, Act<T> /*x*/) 
   SLUICE_ASSIGN_OR_RETURN(T * y, ctx.AllocateSaved(this->id(), ctx.rows() * dim_));
   SLUICE_RETURN_IF_ERROR(ctx.ops().EmbeddingForward(
       ctx.stream(), {.tokens = ctx.tokens(),
-                     .table = ctx.View(ctx.params().Value(weight_), {vocab_, dim_}),
-                     .out = ctx.View(y, {ctx.rows(), dim_})}));
+                     .table = ctx.View(ctx.params().Value(weight_), {rows_, dim_}),
+                     .out = ctx.View(y, {ctx.rows(), dim_}),
+                     .shard = shard_}));
   return Act<T>{y, ctx.rows(), dim_};
 }
 
@@ -28,7 +30,8 @@ Result<Act<T>> TokenEmbedding<T>::Backward(ForwardContext<T>& ctx, Act<T> dy) {
     SLUICE_RETURN_IF_ERROR(
         ctx.ops().EmbeddingBackward(ctx.stream(), {.tokens = ctx.tokens(),
                                                    .dout = ctx.View(dy),
-                                                   .dtable = ctx.View(dtable, {vocab_, dim_})}));
+                                                   .dtable = ctx.View(dtable, {rows_, dim_}),
+                                                   .shard = shard_}));
   }
   ctx.ReleaseSaved(this->id());
   return Act<T>{};
@@ -71,13 +74,25 @@ template <typename T>
 Embeddings<T>::Embeddings(ModuleBuilder& builder, std::string name, std::string token_name,
                           std::string position_name, int64_t vocab, int64_t positions, int64_t dim)
     : Module<T>(builder, std::move(name)) {
-  tokens_ = std::make_unique<TokenEmbedding<T>>(builder, std::move(token_name), vocab, dim);
+  auto table = std::make_unique<TokenEmbedding<T>>(builder, std::move(token_name), vocab, dim);
+  table_ = table.get();
+  tokens_ = std::move(table);
   this->AddChild(tokens_.get());
   if (positions > 0) {
     positions_ =
         std::make_unique<PositionEmbedding<T>>(builder, std::move(position_name), positions, dim);
     this->AddChild(positions_.get());
   }
+}
+
+template <typename T>
+void Embeddings<T>::WrapTokens(const TokenWrapper& wrap) {
+  const Module<T>* old = tokens_.get();
+  SLUICE_CHECK(old == table_) << this->name() << ": the token embedding is wrapped already";
+  tokens_ =
+      wrap(std::unique_ptr<TokenEmbedding<T>>(static_cast<TokenEmbedding<T>*>(tokens_.release())));
+  SLUICE_CHECK(tokens_ != nullptr) << this->name() << ": a wrapper returned nothing";
+  this->ReplaceChild(old, tokens_.get());
 }
 
 template <typename T>

@@ -39,6 +39,7 @@ class Model<T>::Impl final : public ParameterBinding<T>, public UnitScope {
       embeddings_ = std::make_unique<Embeddings<T>>(
           builder_, root, root + (gpt2 ? ".wte" : ".embed_tokens"), root + ".wpe", o.vocab_size,
           gpt2 ? o.seq_len : 0, o.d_model);
+      if (vocab_parallel()) model_.tensor_plan_->Parallelize(*embeddings_, builder_);
       units_.push_back(embeddings_.get());
     }
     if (CheckpointedBlocks(o) > stage.begin_layer) {
@@ -64,13 +65,22 @@ class Model<T>::Impl final : public ParameterBinding<T>, public UnitScope {
       }
       units_.push_back(final_norm_.get());
       registry.BeginUnit("lm_head");
+      std::unique_ptr<Linear<T>> head;
       if (o.tie_embeddings) {  // ValidateModelStage: the embeddings are on this stage too
-        lm_head_ = Linear<T>::Tied(builder_, "lm_head", embeddings_->token_weight_param());
+        head = Linear<T>::Tied(builder_, "lm_head", embeddings_->token_weight_param());
       } else {
-        lm_head_ = std::make_unique<Linear<T>>(builder_, "lm_head", o.d_model, o.vocab_size, false);
+        head = std::make_unique<Linear<T>>(builder_, "lm_head", o.d_model, o.vocab_size, false);
       }
-      units_.push_back(lm_head_.get());
-      loss_ = std::make_unique<CrossEntropyLoss<T>>(builder_, o.vocab_size);
+      const int64_t columns = head->out();  // this rank's piece of the vocabulary, or all of it
+      if (vocab_parallel()) {
+        lm_head_ = model_.tensor_plan_->ParallelizeHead(std::move(head), builder_);
+        units_.push_back(lm_head_.get());
+        loss_ = model_.tensor_plan_->template MakeLoss<T>(builder_, columns);
+      } else {
+        lm_head_ = std::move(head);
+        units_.push_back(lm_head_.get());
+        loss_ = std::make_unique<CrossEntropyLoss<T>>(builder_, o.vocab_size);
+      }
     }
     StageModules<T> modules;
     modules.options = &model_.options_;
@@ -105,6 +115,9 @@ class Model<T>::Impl final : public ParameterBinding<T>, public UnitScope {
   T* Grad(int param) const override { return want_grads_ ? grads_[param] : nullptr; }
 
   const std::vector<Module<T>*>& units() const { return units_; }
+  bool vocab_parallel() const {
+    return model_.tensor_plan_ != nullptr && model_.tensor_plan_->vocab_parallel();
+  }
   ModelPass<T>& pass() { return *pass_; }
 
   // The pass runs on the model's binding when one is set, else on the flat buffers (none with
@@ -170,7 +183,7 @@ class Model<T>::Impl final : public ParameterBinding<T>, public UnitScope {
   std::unique_ptr<CheckpointedInputs<T>> checkpointed_inputs_;  // shared by the blocks; or null
   std::vector<std::unique_ptr<DecoderBlock<T>>> blocks_;
   std::unique_ptr<Module<T>> final_norm_;      // the last stage's
-  std::unique_ptr<Linear<T>> lm_head_;         // the last stage's
+  std::unique_ptr<Module<T>> lm_head_;         // the last stage's
   std::unique_ptr<CrossEntropyLoss<T>> loss_;  // the last stage's
   std::vector<Module<T>*> units_;
   std::vector<const T*> values_;
@@ -234,7 +247,8 @@ Result<std::unique_ptr<Model<T>>> Model<T>::CreateStage(const ModelOptions& opti
           options.tensor_parallel_rank, options.tensor_parallel_size);
     }
     SLUICE_ASSIGN_OR_RETURN(model->tensor_plan_, parallel::TensorParallelPlan::Create(
-                                                     options, *tensor_comm, ops.device()));
+                                                     options, *tensor_comm, ops.device(),
+                                                     /*vocab_parallel=*/ops.SupportsVocabShards()));
     const parallel::TensorParallelPlan* plan = model->tensor_plan_.get();
     model->registry_.SetShardingRule([plan](std::string_view name, const Shape& global) {
       return plan->ShardingOf(name, global);
@@ -370,6 +384,13 @@ Result<double> Model<T>::RunWhole(const int32_t* inputs, const int32_t* targets,
         "ForwardBackward, ForwardLoss and ForwardLogits run a whole model, and this one is the "
         "pipeline stage {}: run its micro-batches with BeginPass, Forward, Backward and EndPass",
         DescribeModelStage(options_, stage_));
+  }
+  if (logits != nullptr && tensor_plan_ != nullptr && tensor_plan_->vocab_parallel()) {
+    return FailedPreconditionError(
+        "ForwardLogits on tensor rank {} of {}: the logits are split over the vocabulary (this "
+        "rank computes the ids [{}, ...) of {}) and never gathered; evaluate with ForwardLoss",
+        options_.tensor_parallel_rank, options_.tensor_parallel_size,
+        tensor_plan_->vocab_shard().start, options_.vocab_size);
   }
   SLUICE_RETURN_IF_ERROR(BeginPass(backward));
   const StageInput<T> input{

@@ -30,7 +30,25 @@ Status TensorComm::AllReduce(Stream& compute, T* data, int64_t count, std::strin
   return queue_->Join(compute, ticket);
 }
 
+template <typename T>
+Status TensorComm::AllGather(Stream& compute, T* full, int64_t count, std::string name) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
+  constexpr DType kDType = std::is_same_v<T, float> ? DType::kF32 : DType::kF64;
+  SLUICE_RETURN_IF_ERROR(queue_->OrderAfter(compute));
+  const auto n = static_cast<size_t>(count);
+  const auto total = n * static_cast<size_t>(size());
+  const T* mine = full + n * static_cast<size_t>(rank());
+  SLUICE_ASSIGN_OR_RETURN(zero::CommTicket ticket,
+                          queue_->Enqueue(std::move(name), total * sizeof(T),
+                                          [full, mine, total](Comm& comm) -> Status {
+                                            return comm.AllGather(mine, full, total, kDType);
+                                          }));
+  return queue_->Join(compute, ticket);
+}
+
 template Status TensorComm::AllReduce<float>(Stream&, float*, int64_t, std::string);
 template Status TensorComm::AllReduce<double>(Stream&, double*, int64_t, std::string);
+template Status TensorComm::AllGather<float>(Stream&, float*, int64_t, std::string);
+template Status TensorComm::AllGather<double>(Stream&, double*, int64_t, std::string);
 
 }  // namespace sluice::parallel

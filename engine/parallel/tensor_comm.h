@@ -1,4 +1,4 @@
-// The tensor-parallel all-reduce of a model's passes: Megatron's f and g (tensor_region.h) sum an
+// The tensor-parallel collectives of a model's passes: Megatron's f and g (tensor_region.h) sum an
 // activation or its gradient over the tensor ranks, in place, on a comm stream of the model's
 // own, ordered against the compute stream by events (engine/zero/comm_queue.h): the all-reduce
 // starts once the compute stream has written the data, and the compute stream's next work waits
@@ -34,6 +34,11 @@ class TensorComm {
   // (lane "comm") and in errors.
   template <typename T>
   Status AllReduce(Stream& compute, T* data, int64_t count, std::string name);
+
+  // full[0 .. size() * count) = every tensor rank's `count` elements in rank order, this rank's
+  // already in place at full[rank() * count ..). Stream-ordered as AllReduce.
+  template <typename T>
+  Status AllGather(Stream& compute, T* full, int64_t count, std::string name);
 
   // Waits for every enqueued all-reduce (teardown).
   Status Synchronize() { return queue_->Synchronize(); }

@@ -10,26 +10,39 @@
 //     mlp.c_proj, mlp.down_proj; their bias is replicated, and only tensor rank 0 adds it to its
 //     partial sum (the others leave it out, Linear::OmitBiasInForward), so the sum adds it once
 //     and every rank computes the same bias gradient;
-//   everything else replicated: embeddings, position table, norms, LM head.
+//   vocabulary-parallel, split along the vocabulary (dim 0) in pieces as even as possible:
+//     transformer.wte, model.embed_tokens, lm_head (GPT-2's tied head reads the split table);
+//   everything else replicated: position table, norms.
 // Heads split over the ranks: n_head and n_kv_head must both divide by the size (grouped-query
 // attention with fewer key/value heads than ranks is refused by ValidateModelOptions), and d_ff.
 //
 // What runs (Parallelize): each decoder block's attention and MLP are wrapped in a
 // TensorParallelRegion, f before and g after (tensor_region.h): per block and pass two
-// all-reduces in the forward (g) and two in the backward (f), each of [rows, d_model].
+// all-reduces in the forward (g) and two in the backward (f), each of [rows, d_model]. The
+// token embedding, LM head and loss are the vocabulary-parallel ones of tensor_vocab.h: one
+// all-reduce of [rows, d_model] after the embedding (forward) and one before the head
+// (backward), an all-gather of [tensor size, rows] and an all-reduce of [rows] in the loss; no
+// rank ever holds more than its piece of the logits.
+// Without kernels for a piece of the vocabulary (the cuda backend, so far:
+// OpsBackend::SupportsVocabShards) the embedding, head and loss stay replicated, as in the
+// whole model.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string_view>
 
+#include "engine/model/cross_entropy.h"
 #include "engine/model/decoder_block.h"
+#include "engine/model/embedding.h"
+#include "engine/model/linear.h"
 #include "engine/model/model_options.h"
 #include "engine/model/module.h"
 #include "engine/parallel/tensor_comm.h"
 #include "engine/parallel/tensor_sharding.h"
 #include "runtime/comm.h"
 #include "runtime/device.h"
+#include "runtime/ops/ops_backend.h"
 #include "runtime/status.h"
 
 namespace sluice::parallel {
@@ -40,12 +53,17 @@ class TensorParallelPlan {
   // which must have tensor_parallel_size ranks, this one being tensor_parallel_rank (else
   // InvalidArgument naming both); the plan keeps its own copy of it (tensor_comm.h), its comm
   // stream on `device`.
+  // `vocab_parallel`: split the vocabulary (InvalidArgument when it has fewer ids than ranks).
   static Result<std::unique_ptr<TensorParallelPlan>> Create(const model::ModelOptions& options,
-                                                            Comm& tensor, Device& device);
+                                                            Comm& tensor, Device& device,
+                                                            bool vocab_parallel = true);
 
   int64_t size() const { return size_; }
   int64_t rank() const { return rank_; }
   TensorComm& comm() const { return *comm_; }
+  bool vocab_parallel() const { return vocab_parallel_; }
+  // This rank's ids of the vocabulary (vocab_parallel()).
+  const ops::VocabShard& vocab_shard() const { return vocab_shard_; }
 
   // The layout over the tensor ranks of parameter `name` of global shape `global`.
   TensorSharding ShardingOf(std::string_view name, const Shape& global) const;
@@ -55,11 +73,26 @@ class TensorParallelPlan {
   template <typename T>
   void Parallelize(model::DecoderBlock<T>& block, model::ModuleBuilder& builder) const;
 
+  // With vocab_parallel(), build time: the token embedding becomes the vocabulary-parallel one;
+  // the LM head (built on its piece of the weight) is wrapped with f; the loss is the
+  // vocabulary-parallel cross-entropy over the head's `columns`.
+  template <typename T>
+  void Parallelize(model::Embeddings<T>& embeddings, model::ModuleBuilder& builder) const;
+  template <typename T>
+  std::unique_ptr<model::Module<T>> ParallelizeHead(std::unique_ptr<model::Linear<T>> head,
+                                                    model::ModuleBuilder& builder) const;
+  template <typename T>
+  std::unique_ptr<model::CrossEntropyLoss<T>> MakeLoss(model::ModuleBuilder& builder,
+                                                       int64_t columns) const;
+
  private:
-  TensorParallelPlan(const model::ModelOptions& options, std::unique_ptr<TensorComm> comm);
+  TensorParallelPlan(const model::ModelOptions& options, std::unique_ptr<TensorComm> comm,
+                     bool vocab_parallel);
 
   int64_t size_;
   int64_t rank_;
+  bool vocab_parallel_;
+  ops::VocabShard vocab_shard_;
   int64_t q_rows_;  // the fused c_attn's q, k and v blocks
   int64_t kv_rows_;
   std::unique_ptr<TensorComm> comm_;

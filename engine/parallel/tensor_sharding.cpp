@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "runtime/check.h"
@@ -21,8 +22,22 @@ std::vector<int64_t> BlocksOf(const TensorSharding& s) {
 Shape TensorSharding::LocalShape() const {
   if (!split()) return global_shape;
   std::vector<int64_t> dims(global_shape.dims().begin(), global_shape.dims().end());
-  dims[dim] /= degree;
+  dims[dim] = blocks.empty() ? PieceSize() : dims[dim] / degree;
   return Shape(std::span<const int64_t>(dims));
+}
+
+// One block: pieces of size / degree, the first size % degree of them one longer (equal pieces
+// when the size divides).
+int64_t TensorSharding::PieceStart() const {
+  SLUICE_CHECK(split() && blocks.empty()) << "the piece start of " << ToString();
+  const int64_t size = global_shape.dim(dim);
+  return rank * (size / degree) + std::min(rank, size % degree);
+}
+
+int64_t TensorSharding::PieceSize() const {
+  SLUICE_CHECK(split() && blocks.empty()) << "the piece size of " << ToString();
+  const int64_t size = global_shape.dim(dim);
+  return size / degree + (rank < size % degree ? 1 : 0);
 }
 
 int64_t TensorSharding::GlobalIndex(int64_t local) const {
@@ -35,6 +50,9 @@ int64_t TensorSharding::GlobalIndex(int64_t local) const {
   const int64_t inner_index = local % inner;
   const int64_t i = (local / inner) % local_dim;
   const int64_t outer = local / inner / local_dim;
+  if (blocks.empty()) {
+    return (outer * global_shape.dim(dim) + PieceStart() + i) * inner + inner_index;
+  }
   // i falls in block b at offset o of that block's piece; the global row is the block's start
   // plus this rank's piece start plus o.
   int64_t local_start = 0;
@@ -105,6 +123,24 @@ Result<TensorSharding> SplitTensor(const Shape& global, int dim, int64_t degree,
                                 fmt::join(s.blocks, "+"), dim, global.ToString());
   }
   if (degree == 1) s.dim = -1;  // one piece: the whole tensor
+  return s;
+}
+
+Result<TensorSharding> SplitTensorBalanced(const Shape& global, int dim, int64_t degree,
+                                           int64_t rank) {
+  if (dim < 0 || dim >= global.rank() || degree < 1 || rank < 0 || rank >= degree) {
+    return SplitTensor(global, dim, degree, rank);  // its error names what does not exist
+  }
+  if (global.dim(dim) < degree) {
+    return InvalidArgumentError(
+        "dimension {} of a tensor of shape {} is shorter than the {} pieces it would split into",
+        dim, global.ToString(), degree);
+  }
+  TensorSharding s;
+  s.global_shape = global;
+  s.dim = degree == 1 ? -1 : dim;
+  s.degree = degree;
+  s.rank = rank;
   return s;
 }
 

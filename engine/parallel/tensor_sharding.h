@@ -8,6 +8,11 @@
 // each block is split on its own and the rank's pieces are concatenated in block order, so the
 // rank holds [q_r; k_r; v_r], its own heads of each.
 //
+// A dimension split in one block need not divide by the degree (the vocabulary of the token
+// table and LM head: GPT-2's 50257 ids): its pieces are then as even as possible, the first
+// (size % degree) of them one longer (SplitTensorBalanced), so there are no padding rows, and
+// the global shape is the model's own.
+//
 // Element e of the local tensor (row-major) is element GlobalIndex(e) of the global tensor, the
 // one a model without tensor parallelism holds. Initialization and checkpoints go through it, so
 // the rank's weights are bit for bit the slices of the whole model's (init.h).
@@ -33,6 +38,9 @@ struct TensorSharding {
   bool replicated() const { return dim < 0 && degree > 1; }
   // The shape this rank holds.
   Shape LocalShape() const;
+  // Split in one block: where this rank's piece starts along `dim`, and its length.
+  int64_t PieceStart() const;
+  int64_t PieceSize() const;
   // The global row-major index of local row-major element `local`.
   int64_t GlobalIndex(int64_t local) const;
   // "split dim 0 of [96, 32] 2 ways, piece 1 (blocks 32+32+32)", "replicated on 2 ranks",
@@ -49,5 +57,10 @@ TensorSharding ReplicatedTensor(const Shape& global, int64_t degree);
 // not divide by the degree or the blocks do not add up to the dimension.
 Result<TensorSharding> SplitTensor(const Shape& global, int dim, int64_t degree, int64_t rank,
                                    std::vector<int64_t> blocks = {});
+// `global` split along `dim` in one block into `degree` pieces as even as possible (the first
+// size % degree one longer), this rank's being `rank`. InvalidArgument naming the shape when the
+// dimension is shorter than the degree (a piece would be empty).
+Result<TensorSharding> SplitTensorBalanced(const Shape& global, int dim, int64_t degree,
+                                           int64_t rank);
 
 }  // namespace sluice::parallel

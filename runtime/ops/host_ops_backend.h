@@ -22,6 +22,7 @@
 #include "kernels/ref/ops_elementwise.h"
 #include "kernels/ref/ops_embedding.h"
 #include "kernels/ref/ops_loss.h"
+#include "kernels/ref/ops_vocab_shard.h"
 #include "runtime/ops/ops_backend.h"
 #include "runtime/ops/scratch_pool.h"
 
@@ -120,6 +121,15 @@ class HostOpsBackend : public OpsBackend {
     const T* table = P(a.table);
     T* out = P(a.out);
     const int64_t n = a.tokens.count, vocab = a.table.dim(0), dim = a.table.dim(1);
+    if (a.shard.piece()) {
+      // A piece of the vocabulary (tensor parallelism): the scalar kernel on both columns.
+      const int64_t start = a.shard.start, whole = a.shard.vocab;
+      return Launch(s, "EmbeddingForward", [=]() -> Status {
+        SLUICE_RETURN_IF_ERROR(CheckTokens("EmbeddingForward", tokens, n, whole, flag));
+        kernels::ref::EmbeddingShardForward<T>(tokens, table, out, n, start, vocab, dim);
+        return OkStatus();
+      });
+    }
     return Launch(s, "EmbeddingForward", [=, kset = kernels_]() -> Status {
       SLUICE_RETURN_IF_ERROR(CheckTokens("EmbeddingForward", tokens, n, vocab, flag));
       kset.EmbeddingForward(tokens, table, out, n, vocab, dim);
@@ -132,6 +142,14 @@ class HostOpsBackend : public OpsBackend {
     const T* dout = P(a.dout);
     T* dtable = P(a.dtable);
     const int64_t n = a.tokens.count, vocab = a.dtable.dim(0), dim = a.dtable.dim(1);
+    if (a.shard.piece()) {
+      const int64_t start = a.shard.start, whole = a.shard.vocab;
+      return Launch(s, "EmbeddingBackward", [=]() -> Status {
+        SLUICE_RETURN_IF_ERROR(CheckTokens("EmbeddingBackward", tokens, n, whole, flag));
+        kernels::ref::EmbeddingShardBackward<T>(tokens, dout, dtable, n, start, vocab, dim);
+        return OkStatus();
+      });
+    }
     return Launch(s, "EmbeddingBackward", [=, kset = kernels_]() -> Status {
       SLUICE_RETURN_IF_ERROR(CheckTokens("EmbeddingBackward", tokens, n, vocab, flag));
       kset.EmbeddingBackward(tokens, dout, dtable, n, vocab, dim);
@@ -199,10 +217,43 @@ class HostOpsBackend : public OpsBackend {
     T* dlogits = P(a.dlogits);
     const T dloss = static_cast<T>(a.dloss);
     const int64_t rows = Rows(a.logits), vocab = Last(a.logits);
+    if (a.shard.piece()) {
+      const int64_t start = a.shard.start, whole = a.shard.vocab;
+      return Launch(s, "CrossEntropyBackward", [=]() -> Status {
+        SLUICE_RETURN_IF_ERROR(CheckTargets("CrossEntropyBackward", targets, rows, whole, flag));
+        kernels::ref::CrossEntropyShardBackward<T>(logits, targets, lse, dloss, dlogits, rows,
+                                                   vocab, start);
+        return OkStatus();
+      });
+    }
     return Launch(s, "CrossEntropyBackward", [=, kset = kernels_]() -> Status {
       SLUICE_RETURN_IF_ERROR(CheckTargets("CrossEntropyBackward", targets, rows, vocab, flag));
       kset.CrossEntropyBackward(logits, targets, lse, dloss, dlogits, rows, vocab);
       return OkStatus();
+    });
+  }
+  Status DoCrossEntropyShardForward(Stream& s, const CrossEntropyShardForwardArgs& a) override {
+    const T* logits = P(a.logits);
+    const int32_t* targets = a.targets.data;
+    int32_t* flag = a.invalid_target;
+    T *piece_lse = P(a.piece_lse), *target_logit = P(a.target_logit);
+    const int64_t rows = Rows(a.logits), cols = Last(a.logits), start = a.shard.start,
+                  whole = a.shard.vocab;
+    return Launch(s, "CrossEntropyShardForward", [=]() -> Status {
+      SLUICE_RETURN_IF_ERROR(CheckTargets("CrossEntropyShardForward", targets, rows, whole, flag));
+      kernels::ref::CrossEntropyShardForward<T>(logits, targets, piece_lse, target_logit, rows,
+                                                cols, start);
+      return OkStatus();
+    });
+  }
+  Status DoCrossEntropyShardLoss(Stream& s, const CrossEntropyShardLossArgs& a) override {
+    const T *piece_lse = P(a.piece_lse), *target_logit = P(a.target_logit);
+    const int32_t* targets = a.targets.data;
+    T *lse = P(a.lse), *loss = P(a.loss);
+    const int64_t pieces = a.piece_lse.dim(0), rows = a.target_logit.numel();
+    return Launch(s, "CrossEntropyShardLoss", [=] {
+      *loss = kernels::ref::CrossEntropyShardLoss<T>(piece_lse, target_logit, targets, lse, pieces,
+                                                     rows);
     });
   }
   Status DoLayerNormForward(Stream& s, const LayerNormForwardArgs& a) override {

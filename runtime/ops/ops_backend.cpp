@@ -115,6 +115,19 @@ int64_t RowsOf(const Tensor& t) {
 }
 int64_t LastDim(const Tensor& t) { return t.rank() == 0 ? 1 : t.dim(t.rank() - 1); }
 
+// A vocabulary piece of `width` ids (the table's rows, the logits' columns) must lie inside its
+// vocabulary.
+Status CheckShard(std::string_view op, std::string_view name, int64_t width,
+                  const VocabShard& shard) {
+  if (!shard.piece()) return OkStatus();
+  if (shard.start < 0 || width < 1 || shard.start + width > shard.vocab) {
+    return InvalidArgumentError(
+        "{}: {} holds {} ids of the vocabulary from {}, which do not lie in [0, {})", op, name,
+        width, shard.start, shard.vocab);
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 Status OpsBackend::UnsupportedDType(std::string_view op, std::string_view what,
@@ -183,6 +196,7 @@ Status OpsBackend::EmbeddingForward(Stream& stream, const EmbeddingForwardArgs& 
                fmt::format("{}[{}, {}]", DTypeName(t), a.tokens.count, dim))
       .Int32("tokens", a.tokens, RowsOf(a.out));
   SLUICE_RETURN_IF_ERROR(check.status());
+  SLUICE_RETURN_IF_ERROR(CheckShard(kOp, "table", a.table.dim(0), a.shard));
   return DoEmbeddingForward(stream, a);
 }
 
@@ -198,6 +212,7 @@ Status OpsBackend::EmbeddingBackward(Stream& stream, const EmbeddingBackwardArgs
       .Exact("dtable", a.dtable, acc, Shape{vocab, dim})
       .Int32("tokens", a.tokens, RowsOf(a.dout));
   SLUICE_RETURN_IF_ERROR(check.status());
+  SLUICE_RETURN_IF_ERROR(CheckShard(kOp, "dtable", vocab, a.shard));
   return DoEmbeddingBackward(stream, a);
 }
 
@@ -316,7 +331,44 @@ Status OpsBackend::CrossEntropyBackward(Stream& stream, const CrossEntropyBackwa
       .Elements("lse", a.lse, AccumDType(a.logits.dtype()), rows)
       .Like("dlogits", a.dlogits, a.logits);
   SLUICE_RETURN_IF_ERROR(check.status());
+  SLUICE_RETURN_IF_ERROR(CheckShard(kOp, "logits", LastDim(a.logits), a.shard));
   return DoCrossEntropyBackward(stream, a);
+}
+
+Status OpsBackend::CrossEntropyShardForward(Stream& stream, const CrossEntropyShardForwardArgs& a) {
+  constexpr std::string_view kOp = "CrossEntropyShardForward";
+  ArgCheck check(kOp, device(), "logits", a.logits, CheckCompute(kOp, "logits", a.logits));
+  const DType acc = AccumDType(a.logits.dtype());
+  const int64_t rows = RowsOf(a.logits);
+  check.Place("logits", a.logits)
+      .Require(LastDim(a.logits) > 0, "logits", a.logits, "at least one column")
+      .Int32("targets", a.targets, rows)
+      .Elements("piece_lse", a.piece_lse, acc, rows)
+      .Elements("target_logit", a.target_logit, acc, rows);
+  SLUICE_RETURN_IF_ERROR(check.status());
+  if (!a.shard.piece()) {
+    return InvalidArgumentError("{}: no vocabulary piece given (shard.vocab is 0)", kOp);
+  }
+  SLUICE_RETURN_IF_ERROR(CheckShard(kOp, "logits", LastDim(a.logits), a.shard));
+  return DoCrossEntropyShardForward(stream, a);
+}
+
+Status OpsBackend::CrossEntropyShardLoss(Stream& stream, const CrossEntropyShardLossArgs& a) {
+  constexpr std::string_view kOp = "CrossEntropyShardLoss";
+  ArgCheck check(kOp, device(), "target_logit", a.target_logit,
+                 CheckCompute(kOp, "target_logit", a.target_logit));
+  const DType acc = a.target_logit.dtype();
+  const int64_t rows = a.target_logit.numel();
+  check.Place("target_logit", a.target_logit)
+      .Require(a.piece_lse.rank() == 2 && a.piece_lse.dim(0) >= 1, "piece_lse", a.piece_lse,
+               fmt::format("{}[pieces, {}]", DTypeName(acc), rows))
+      .Exact("piece_lse", a.piece_lse, acc,
+             Shape{a.piece_lse.rank() == 2 ? a.piece_lse.dim(0) : 1, rows})
+      .Int32("targets", a.targets, rows)
+      .Elements("lse", a.lse, acc, rows)
+      .Numel("loss", a.loss, acc, 1, "[] (one element)");
+  SLUICE_RETURN_IF_ERROR(check.status());
+  return DoCrossEntropyShardLoss(stream, a);
 }
 
 Status OpsBackend::LayerNormForward(Stream& stream, const LayerNormForwardArgs& a) {

@@ -101,19 +101,33 @@ struct LinearForwardArgs {
 struct LinearBackwardArgs {
   Tensor x, w, dy, dx, dw, db;
 };
+// A piece of the vocabulary split over tensor-parallel ranks (kernels/ref/ops_vocab_shard.h): a
+// table whose rows, or logits whose columns, are the ids [start, start + rows or columns) of a
+// vocabulary of `vocab` ids. The default (vocab 0) is no piece: the table or logits are the whole
+// vocabulary. Ids and targets stay ids of the whole vocabulary, checked against `vocab`.
+struct VocabShard {
+  int64_t start = 0;
+  int64_t vocab = 0;
+  bool piece() const { return vocab > 0; }
+};
+
 // tokens [n] in [0, vocab), table [vocab, dim], out [..., dim] with n rows. invalid_token (device
 // int32, optional) is set to 1 when an id is outside the vocabulary; the CPU backends also make
-// that the stream's sticky error, CUDA zeroes the row (kernels/cuda/embedding.h).
+// that the stream's sticky error, CUDA zeroes the row (kernels/cuda/embedding.h). With a `shard`
+// piece the table holds its rows only, and an id of the vocabulary outside them looks up zeros.
 struct EmbeddingForwardArgs {
   Int32View tokens;
   Tensor table, out;
   int32_t* invalid_token = nullptr;
+  VocabShard shard;
 };
-// dout [..., dim] with n rows, dtable [vocab, dim] (accum, +=).
+// dout [..., dim] with n rows, dtable [vocab, dim] (accum, +=); with a `shard` piece only the ids
+// it holds accumulate, into its rows.
 struct EmbeddingBackwardArgs {
   Int32View tokens;
   Tensor dout, dtable;
   int32_t* invalid_token = nullptr;
+  VocabShard shard;
 };
 // wpe [positions, dim], x [batch, seq, dim] with seq <= positions: x += wpe[:seq] (in place).
 struct PositionEmbeddingForwardArgs {
@@ -143,7 +157,9 @@ struct CrossEntropyForwardArgs {
 };
 // dloss: the gradient of the mean loss (loss scale, 1 / accumulation steps), a host value,
 // rounded to the compute dtype's accumulation type (fp32 on cpu and cuda; exact on ref).
-// dlogits like logits, overwritten; may be logits itself.
+// dlogits like logits, overwritten; may be logits itself. With a `shard` piece the logits are
+// its columns, lse the whole vocabulary's (CrossEntropyShardLoss), and the target's -1 lands on
+// the piece that holds it.
 struct CrossEntropyBackwardArgs {
   Tensor logits;
   Int32View targets;
@@ -151,6 +167,26 @@ struct CrossEntropyBackwardArgs {
   double dloss = 1.0;
   Tensor dlogits;
   int32_t* invalid_target = nullptr;
+  VocabShard shard;
+};
+// The vocabulary-parallel cross-entropy (kernels/ref/ops_vocab_shard.h), around the caller's
+// collectives. Forward of a piece: logits [..., cols] (the columns of `shard`), targets [rows]
+// (ids of the whole vocabulary), piece_lse and target_logit [rows] (accum, overwritten): the
+// piece's log-sum-exp of each row, and the target's logit where the piece holds it, else 0.
+struct CrossEntropyShardForwardArgs {
+  Tensor logits;
+  Int32View targets;
+  VocabShard shard;
+  Tensor piece_lse, target_logit;
+  int32_t* invalid_target = nullptr;
+};
+// The loss from every piece's log-sum-exp (piece_lse [pieces, rows], gathered) and the target
+// logits (target_logit [rows], summed over the pieces): lse [rows] (accum, overwritten, saved for
+// the backward) and loss (one accum element: the mean over the rows not ignored, 0 when none).
+struct CrossEntropyShardLossArgs {
+  Tensor piece_lse, target_logit;
+  Int32View targets;
+  Tensor lse, loss;
 };
 // x, y [..., cols]; gamma [cols], beta [cols] or empty; mean, rstd [rows] (accum, saved).
 struct LayerNormForwardArgs {
@@ -214,6 +250,9 @@ class OpsBackend {
   virtual std::string_view name() const = 0;
   // Whether the layer ops run with this compute dtype (cpu: f32; ref: f64; cuda: f32, bf16).
   virtual bool Supports(DType compute) const = 0;
+  // Whether the ops take a piece of the vocabulary (VocabShard, CrossEntropyShard*): the host
+  // columns; not cuda yet, whose calls with a piece are Unimplemented.
+  virtual bool SupportsVocabShards() const { return true; }
 
   // Drops the scratch memory kept for `stream` (freed on it, stream-ordered). Call before
   // destroying a stream the backend outlives.
@@ -230,6 +269,8 @@ class OpsBackend {
   Status AttentionBackward(Stream& stream, const AttentionBackwardArgs& args);
   Status CrossEntropyForward(Stream& stream, const CrossEntropyForwardArgs& args);
   Status CrossEntropyBackward(Stream& stream, const CrossEntropyBackwardArgs& args);
+  Status CrossEntropyShardForward(Stream& stream, const CrossEntropyShardForwardArgs& args);
+  Status CrossEntropyShardLoss(Stream& stream, const CrossEntropyShardLossArgs& args);
   Status LayerNormForward(Stream& stream, const LayerNormForwardArgs& args);
   Status LayerNormBackward(Stream& stream, const LayerNormBackwardArgs& args);
   Status RmsNormForward(Stream& stream, const RmsNormForwardArgs& args);
@@ -297,6 +338,9 @@ class OpsBackend {
   virtual Status DoAttentionBackward(Stream& stream, const AttentionBackwardArgs& args) = 0;
   virtual Status DoCrossEntropyForward(Stream& stream, const CrossEntropyForwardArgs& args) = 0;
   virtual Status DoCrossEntropyBackward(Stream& stream, const CrossEntropyBackwardArgs& args) = 0;
+  virtual Status DoCrossEntropyShardForward(Stream& stream,
+                                            const CrossEntropyShardForwardArgs& args) = 0;
+  virtual Status DoCrossEntropyShardLoss(Stream& stream, const CrossEntropyShardLossArgs& args) = 0;
   virtual Status DoLayerNormForward(Stream& stream, const LayerNormForwardArgs& args) = 0;
   virtual Status DoLayerNormBackward(Stream& stream, const LayerNormBackwardArgs& args) = 0;
   virtual Status DoRmsNormForward(Stream& stream, const RmsNormForwardArgs& args) = 0;

@@ -21,6 +21,7 @@
 #include "engine/model/model.h"
 #include "engine/parallel/process_groups.h"
 #include "engine/parallel/tensor_sharding.h"
+#include "kernels/ref/ops_loss.h"
 #include "runtime/device/device_factory.h"
 #include "runtime/ops/ops_factory.h"
 #include "runtime/trace.h"
@@ -187,7 +188,16 @@ TEST_P(TensorParallel, PiecesAreTheWholeModelsSlicesAndCoverItOnce) {
                           n.ends_with("q_proj.weight") || n.ends_with("k_proj.weight") ||
                           n.ends_with("v_proj.weight") || n.ends_with("gate_proj.weight") ||
                           n.ends_with("up_proj.weight");
-      if (row) {
+      // The vocabulary tables: pieces as even as possible (vocab 50 over 4 ranks: 13, 13, 12, 12).
+      const bool vocab =
+          n.ends_with("wte.weight") || n.ends_with("embed_tokens.weight") || n == "lm_head.weight";
+      if (vocab) {
+        const int64_t r = o.tensor_parallel_rank;
+        EXPECT_EQ(info.sharding.dim, 0);
+        EXPECT_EQ(info.shape.dim(0), o.vocab_size / t + (r < o.vocab_size % t ? 1 : 0));
+        EXPECT_EQ(info.sharding.PieceStart(),
+                  r * (o.vocab_size / t) + std::min(r, o.vocab_size % t));
+      } else if (row) {
         EXPECT_EQ(info.sharding.dim, 1);
         EXPECT_EQ(info.shape.dim(1), global.shape.dim(1) / t);
       } else if (column) {
@@ -250,7 +260,7 @@ struct PassResult {
 // relative.
 template <typename T>
 PassResult CompareOnePass(const TensorSetup& setup, bool checkpointing, bool randomize,
-                          double tolerance) {
+                          double tolerance, bool some_ignored = false) {
   ModelOptions o = setup.options;
   o.activation_checkpointing = checkpointing;
   HostAllocator host;
@@ -266,7 +276,10 @@ PassResult CompareOnePass(const TensorSetup& setup, bool checkpointing, bool ran
   const int64_t n = kBatch * o.seq_len;
   const auto vocab = static_cast<int32_t>(o.vocab_size);
   const std::vector<int32_t> tokens = model::testing::RandomTokens(n, vocab, 7);
-  const std::vector<int32_t> targets = model::testing::RandomTokens(n, vocab, 8);
+  std::vector<int32_t> targets = model::testing::RandomTokens(n, vocab, 8);
+  if (some_ignored) {
+    for (int64_t i = 0; i < n; i += 3) targets[i] = kernels::kIgnoreIndex;
+  }
   piece->ZeroGrads();
   whole->ZeroGrads();
   Result<double> piece_loss =
@@ -358,6 +371,62 @@ TEST_P(TensorParallel, Fp64LossAndGradientsMatchTheWholeModelFromRandomValues) {
   }
 }
 
+// The loss's ignored rows (a third of the targets) count and weigh as in the whole model's:
+// fp64 to within rounding. In fp32 the gradients are a third smaller while each rank's
+// log-sum-exp (summed in fp64 and rounded once) and the whole model's (an fp32 SIMD sum) round
+// apart by an ulp, so the bound is 2e-6 there.
+TEST_P(TensorParallel, IgnoredTargetsAsInTheWholeModel) {
+  const std::string family(model::FamilyName(GetParam()));
+  for (const int t : TensorSizes()) {
+    SCOPED_TRACE(::testing::Message() << "tensor size " << t);
+    TensorSetup setup = MakeSetup(GetParam(), t);
+    Report((family + " f32 ignored targets").c_str(), t, false,
+           CompareOnePass<float>(setup, false, /*randomize=*/false, 2e-6, /*some_ignored=*/true));
+    Report((family + " f64 ignored targets").c_str(), t, false,
+           CompareOnePass<double>(setup, false, /*randomize=*/true, 1e-12, /*some_ignored=*/true));
+  }
+}
+
+// The logits, the largest activation, are split over the vocabulary: with a vocabulary large
+// enough to dominate, a rank's peak activation memory falls by at least the logits it no longer
+// holds ([rows, vocab - its piece] elements).
+TEST_P(TensorParallel, LogitsMemoryFallsByTheTensorSize) {
+  for (const int t : TensorSizes()) {
+    SCOPED_TRACE(::testing::Message() << "tensor size " << t);
+    TensorSetup setup = MakeSetup(GetParam(), t);
+    ModelOptions o = setup.options;
+    o.vocab_size = 4099;  // does not divide by 2 or 4
+    HostAllocator host;
+    auto piece = Build(o, host, &setup.groups->tensor());
+    auto whole = Build(Whole(o), host);
+    piece->InitializeParameters(kSeed);
+    whole->InitializeParameters(kSeed);
+    const int64_t n = kBatch * o.seq_len;
+    const auto vocab = static_cast<int32_t>(o.vocab_size);
+    const std::vector<int32_t> tokens = model::testing::RandomTokens(n, vocab, 7);
+    const std::vector<int32_t> targets = model::testing::RandomTokens(n, vocab, 8);
+    Result<double> piece_loss =
+        piece->ForwardBackward(tokens.data(), targets.data(), kBatch, o.seq_len);
+    Result<double> whole_loss =
+        whole->ForwardBackward(tokens.data(), targets.data(), kBatch, o.seq_len);
+    ASSERT_TRUE(piece_loss.ok()) << piece_loss.status().ToString();
+    ASSERT_TRUE(whole_loss.ok()) << whole_loss.status().ToString();
+    EXPECT_LE(std::abs(*piece_loss - *whole_loss), 1e-6 * std::abs(*whole_loss));
+    const int64_t columns =
+        piece->registry().parameter(*piece->registry().Find("lm_head.weight")).shape.dim(0);
+    const int64_t logits_saved = n * (o.vocab_size - columns) * static_cast<int64_t>(sizeof(float));
+    const int64_t whole_peak = whole->last_peak_activation_bytes();
+    const int64_t piece_peak = piece->last_peak_activation_bytes();
+    EXPECT_GE(whole_peak - piece_peak, logits_saved) << whole_peak << " vs " << piece_peak;
+    if (TestWorld().rank() == 0) {
+      std::printf("[ %s tp %d vocab %lld ] peak activation bytes %lld, whole model %lld\n",
+                  std::string(model::FamilyName(GetParam())).c_str(), t,
+                  static_cast<long long>(o.vocab_size), static_cast<long long>(piece_peak),
+                  static_cast<long long>(whole_peak));
+    }
+  }
+}
+
 // Comm-lane events of the last pass whose names start with `prefix`, by name.
 std::map<std::string, int> CommEvents(std::string_view prefix, uint64_t* bytes) {
   std::map<std::string, int> by_name;
@@ -369,7 +438,7 @@ std::map<std::string, int> CommEvents(std::string_view prefix, uint64_t* bytes) 
   return by_name;
 }
 
-TEST_P(TensorParallel, TwoAllReducesPerBlockInEachDirection) {
+TEST_P(TensorParallel, TwoAllReducesPerBlockInEachDirectionAndNoLogitsGathered) {
   for (const int t : TensorSizes()) {
     SCOPED_TRACE(::testing::Message() << "tensor size " << t);
     TensorSetup setup = MakeSetup(GetParam(), t);
@@ -396,8 +465,20 @@ TEST_P(TensorParallel, TwoAllReducesPerBlockInEachDirection) {
       }
       uint64_t g_bytes = 0;
       uint64_t f_bytes = 0;
+      uint64_t ce_bytes = 0;
+      uint64_t all_bytes = 0;
       const std::map<std::string, int> g = CommEvents("tp.g ", &g_bytes);
       const std::map<std::string, int> f = CommEvents("tp.f ", &f_bytes);
+      const std::map<std::string, int> ce = CommEvents("tp.ce.", &ce_bytes);
+      (void)CommEvents("", &all_bytes);
+      // The tensor collectives, and nothing else, on the comm lane: none of them the logits'.
+      EXPECT_EQ(all_bytes, g_bytes + f_bytes + ce_bytes);
+      // The vocabulary-parallel loss: an all-gather of every rank's [rows] log-sum-exps and an
+      // all-reduce of the [rows] target logits, each pass.
+      const std::map<std::string, int> ce_expected = {{"tp.ce.lse lm_head", 1},
+                                                      {"tp.ce.target lm_head", 1}};
+      EXPECT_EQ(ce, ce_expected);
+      EXPECT_EQ(ce_bytes, static_cast<uint64_t>(t + 1) * n * sizeof(float));
       std::map<std::string, int> per_block;
       for (int64_t layer = 0; layer < o.n_layer; ++layer) {
         per_block[root + std::to_string(layer) + attn] = 1;
@@ -409,10 +490,14 @@ TEST_P(TensorParallel, TwoAllReducesPerBlockInEachDirection) {
         g_expected["tp.g " + name] = count;
         if (backward) f_expected["tp.f " + name] = count;
       }
+      // The embedding's partial lookups summed (forward), the head's input gradient (backward).
+      g_expected[GetParam() == Family::kGpt2 ? "tp.g transformer.wte" : "tp.g model.embed_tokens"] =
+          1;
+      if (backward) f_expected["tp.f lm_head"] = 1;
       EXPECT_EQ(g, g_expected);
       EXPECT_EQ(f, f_expected);
-      EXPECT_EQ(g_bytes, 2 * o.n_layer * activation_bytes);
-      EXPECT_EQ(f_bytes, backward ? 2 * o.n_layer * activation_bytes : 0);
+      EXPECT_EQ(g_bytes, (2 * o.n_layer + 1) * activation_bytes);
+      EXPECT_EQ(f_bytes, backward ? (2 * o.n_layer + 1) * activation_bytes : 0);
     }
     TraceRecorder::Global().Disable();
     TraceRecorder::Global().Clear();

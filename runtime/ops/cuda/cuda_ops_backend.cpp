@@ -113,6 +113,7 @@ class CudaOpsBackend : public OpsBackend {
     });
   }
   Status DoEmbeddingForward(Stream& s, const EmbeddingForwardArgs& a) override {
+    if (a.shard.piece()) return NoVocabShards("EmbeddingForward");
     return ByCompute(a.table.dtype(), [&](auto tag) {
       using T = decltype(tag);
       return FromLaunch(
@@ -122,6 +123,7 @@ class CudaOpsBackend : public OpsBackend {
     });
   }
   Status DoEmbeddingBackward(Stream& s, const EmbeddingBackwardArgs& a) override {
+    if (a.shard.piece()) return NoVocabShards("EmbeddingBackward");
     const int64_t vocab = a.dtable.dim(0);
     const size_t bytes = kc::EmbeddingBackwardWorkspaceBytes(a.tokens.count, vocab);
     SLUICE_ASSIGN_OR_RETURN(void* ws, scratch_.Get(s, bytes));
@@ -182,6 +184,7 @@ class CudaOpsBackend : public OpsBackend {
     });
   }
   Status DoCrossEntropyBackward(Stream& s, const CrossEntropyBackwardArgs& a) override {
+    if (a.shard.piece()) return NoVocabShards("CrossEntropyBackward");
     const size_t bytes = kc::CrossEntropyBackwardWorkspaceBytes(Rows(a.logits));
     SLUICE_ASSIGN_OR_RETURN(void* ws, scratch_.Get(s, bytes));
     return ByCompute(a.logits.dtype(), [&](auto tag) {
@@ -192,6 +195,22 @@ class CudaOpsBackend : public OpsBackend {
                                       static_cast<float>(a.dloss), P<T>(a.dlogits), Rows(a.logits),
                                       Last(a.logits), a.invalid_target, ws, bytes, Native(s)));
     });
+  }
+  Status DoCrossEntropyShardForward(Stream&, const CrossEntropyShardForwardArgs&) override {
+    return NoVocabShards("CrossEntropyShardForward");
+  }
+  Status DoCrossEntropyShardLoss(Stream&, const CrossEntropyShardLossArgs&) override {
+    return NoVocabShards("CrossEntropyShardLoss");
+  }
+  // The vocabulary-parallel kernels (kernels/ref/ops_vocab_shard.h) exist on the host columns
+  // only so far.
+  bool SupportsVocabShards() const override { return false; }
+  static Status NoVocabShards(std::string_view op) {
+    return UnimplementedError(
+        "{}: the cuda ops backend has no kernels for a piece of the vocabulary (tensor "
+        "parallelism's vocabulary-parallel embedding and cross-entropy) yet; run tensor "
+        "parallelism on the cpu backend",
+        op);
   }
   Status DoLayerNormForward(Stream& s, const LayerNormForwardArgs& a) override {
     return ByCompute(a.x.dtype(), [&](auto tag) {
