@@ -21,55 +21,25 @@
 #include "engine/train/run_setup.h"
 #include "runtime/device.h"
 #include "tests/common/test_ops.h"
+#include "tests/model/model_stage_util.h"
 #include "tests/model/model_test_util.h"
 
 namespace sluice::model {
 namespace {
 
+using testing::kStageBatch;
+using testing::MakeMicroBatches;
+using testing::MicroBatchData;
 using testing::Randomize;
 using testing::RandomTokens;
 using testing::SmallOptions;
-
-constexpr int64_t kBatch = 2;
-
-struct MicroBatchData {
-  std::vector<int32_t> tokens;
-  std::vector<int32_t> targets;
-};
-
-std::vector<MicroBatchData> MakeMicroBatches(const ModelOptions& o, int count, uint64_t seed) {
-  std::vector<MicroBatchData> out;
-  const int64_t n = kBatch * o.seq_len;
-  const auto vocab = static_cast<int32_t>(o.vocab_size);
-  for (int m = 0; m < count; ++m) {
-    out.push_back({RandomTokens(n, vocab, seed + 2 * m), RandomTokens(n, vocab, seed + 2 * m + 1)});
-  }
-  return out;
-}
+using testing::StageOf;
 
 std::unique_ptr<Model<float>> WholeModel(const ModelOptions& options, HostAllocator& host,
                                          uint64_t seed) {
   auto model = Model<float>::Create(options, host, sluice::testing::OpsFor<float>());
   SLUICE_CHECK(model.ok()) << model.status().ToString();
   Randomize(**model, seed);
-  return std::move(model).value();
-}
-
-// A stage of `whole`'s model holding `whole`'s values, copied by parameter name.
-std::unique_ptr<Model<float>> StageOf(const Model<float>& whole, const ModelStage& stage,
-                                      HostAllocator& host) {
-  auto model =
-      Model<float>::CreateStage(whole.options(), stage, host, sluice::testing::OpsFor<float>());
-  SLUICE_CHECK(model.ok()) << model.status().ToString();
-  const auto& params = (*model)->registry().parameters();
-  for (int p = 0; p < static_cast<int>(params.size()); ++p) {
-    if (params[p].is_alias()) continue;
-    const std::optional<int> source = whole.registry().Find(params[p].name);
-    SLUICE_CHECK(source.has_value()) << params[p].name;
-    for (int64_t e = 0; e < params[p].numel; ++e) {
-      (*model)->SetParameterValue(p, e, whole.ParameterValue(*source, e));
-    }
-  }
   return std::move(model).value();
 }
 
@@ -121,7 +91,7 @@ class Pipeline {
       : stages_(stages), micro_batches_(micro_batches) {
     Device& device = sluice::testing::OpsFor<float>().device();
     const ModelOptions& o = stages[0]->options();
-    const size_t bytes = static_cast<size_t>(kBatch * o.seq_len * o.d_model) * sizeof(float);
+    const size_t bytes = static_cast<size_t>(kStageBatch * o.seq_len * o.d_model) * sizeof(float);
     const size_t count = stages.size() * static_cast<size_t>(micro_batches);
     for (size_t i = 0; i < count; ++i) {
       act_.push_back(std::move(device.Allocate(bytes, MemoryCategory::kActivations)).value());
@@ -192,7 +162,7 @@ class Pipeline {
     const int m = a.micro;
     const ModelOptions& o = stage.options();
     if (a.forward) {
-      StageInput<float> input{.batch = kBatch, .seq = o.seq_len};
+      StageInput<float> input{.batch = kStageBatch, .seq = o.seq_len};
       if (stage.first_stage()) {
         input.tokens = data[m].tokens.data();
       } else {
@@ -260,7 +230,7 @@ TEST_P(StageSplitTest, LossesAndGradientsEqualTheWholeModel) {
   std::vector<double> expected_losses(kMicroBatches);
   whole->ZeroGrads();
   for (int m : BackwardOrder(c.schedule, kMicroBatches)) {
-    auto loss = whole->ForwardBackward(data[m].tokens.data(), data[m].targets.data(), kBatch,
+    auto loss = whole->ForwardBackward(data[m].tokens.data(), data[m].targets.data(), kStageBatch,
                                        options.seq_len, loss_grad);
     ASSERT_TRUE(loss.ok()) << loss.status().ToString();
     expected_losses[m] = *loss;
@@ -384,13 +354,14 @@ TEST(StagePassTest, WholeModelPassEqualsForwardBackwardPerMicroBatch) {
   b->ZeroGrads();
   std::vector<double> expected;
   for (const MicroBatchData& d : data) {
-    auto loss = a->ForwardBackward(d.tokens.data(), d.targets.data(), kBatch, options.seq_len, 0.5);
+    auto loss =
+        a->ForwardBackward(d.tokens.data(), d.targets.data(), kStageBatch, options.seq_len, 0.5);
     ASSERT_TRUE(loss.ok());
     expected.push_back(*loss);
   }
   ASSERT_TRUE(b->BeginPass().ok());
   for (int m = 0; m < 3; ++m) {
-    ASSERT_TRUE(b->Forward(m, {.batch = kBatch,
+    ASSERT_TRUE(b->Forward(m, {.batch = kStageBatch,
                                .seq = options.seq_len,
                                .tokens = data[m].tokens.data(),
                                .targets = data[m].targets.data()})
@@ -407,15 +378,16 @@ TEST(StagePassTest, WholeModelPassEqualsForwardBackwardPerMicroBatch) {
 
   // Evaluation: losses of two micro-batches and the logits of a third in one pass.
   ASSERT_TRUE(b->BeginPass(/*gradients=*/false).ok());
-  std::vector<float> logits(static_cast<size_t>(kBatch * options.seq_len * options.vocab_size));
+  std::vector<float> logits(
+      static_cast<size_t>(kStageBatch * options.seq_len * options.vocab_size));
   for (int m = 0; m < 2; ++m) {
-    ASSERT_TRUE(b->Forward(m, {.batch = kBatch,
+    ASSERT_TRUE(b->Forward(m, {.batch = kStageBatch,
                                .seq = options.seq_len,
                                .tokens = data[m].tokens.data(),
                                .targets = data[m].targets.data()})
                     .ok());
   }
-  ASSERT_TRUE(b->Forward(2, {.batch = kBatch,
+  ASSERT_TRUE(b->Forward(2, {.batch = kStageBatch,
                              .seq = options.seq_len,
                              .tokens = data[2].tokens.data(),
                              .logits = logits.data()})
@@ -426,13 +398,13 @@ TEST(StagePassTest, WholeModelPassEqualsForwardBackwardPerMicroBatch) {
   ASSERT_EQ(eval->size(), 2u);
   for (int m = 0; m < 2; ++m) {
     auto loss =
-        a->ForwardLoss(data[m].tokens.data(), data[m].targets.data(), kBatch, options.seq_len);
+        a->ForwardLoss(data[m].tokens.data(), data[m].targets.data(), kStageBatch, options.seq_len);
     ASSERT_TRUE(loss.ok());
     EXPECT_EQ(eval->at(m), *loss) << m;
   }
   std::vector<float> expected_logits(logits.size());
   ASSERT_TRUE(
-      a->ForwardLogits(data[2].tokens.data(), kBatch, options.seq_len, expected_logits.data())
+      a->ForwardLogits(data[2].tokens.data(), kStageBatch, options.seq_len, expected_logits.data())
           .ok());
   EXPECT_EQ(std::memcmp(logits.data(), expected_logits.data(), logits.size() * sizeof(float)), 0);
 }
@@ -468,7 +440,7 @@ TEST(StagePassTest, HooksRunPerMicroBatchOverTheStagesUnits) {
   RecordingHooks hooks;
   net.SetHooks(&hooks);
   Device& device = sluice::testing::OpsFor<float>().device();
-  const int64_t rows = kBatch * options.seq_len;
+  const int64_t rows = kStageBatch * options.seq_len;
   const std::vector<double> hidden = testing::RandomVector(rows * options.d_model, 3);
   const std::vector<float> hidden_f(hidden.begin(), hidden.end());
   const DeviceBuffer input = testing::ToDevice(net.stream(), hidden_f);
@@ -477,7 +449,7 @@ TEST(StagePassTest, HooksRunPerMicroBatchOverTheStagesUnits) {
   const std::vector<int32_t> targets = RandomTokens(rows, 50, 4);
   ASSERT_TRUE(net.BeginPass().ok());
   for (int m = 0; m < 2; ++m) {
-    ASSERT_TRUE(net.Forward(m, {.batch = kBatch,
+    ASSERT_TRUE(net.Forward(m, {.batch = kStageBatch,
                                 .seq = options.seq_len,
                                 .hidden = input.data_as<float>(),
                                 .targets = targets.data()})
@@ -545,12 +517,12 @@ struct TwoStages {
     grad = std::move(device.Allocate(bytes, MemoryCategory::kActivations)).value();
     tokens = RandomTokens(rows(), 50, 8);
   }
-  int64_t rows() const { return kBatch * options.seq_len; }
+  int64_t rows() const { return kStageBatch * options.seq_len; }
   StageInput<float> FirstInput() const {
-    return {.batch = kBatch, .seq = options.seq_len, .tokens = tokens.data()};
+    return {.batch = kStageBatch, .seq = options.seq_len, .tokens = tokens.data()};
   }
   StageInput<float> LastInput() const {
-    return {.batch = kBatch,
+    return {.batch = kStageBatch,
             .seq = options.seq_len,
             .hidden = hidden.data_as<float>(),
             .targets = tokens.data()};
@@ -587,16 +559,18 @@ TEST(StagePassTest, EvaluationPassAcrossStagesEqualsForwardLoss) {
     ASSERT_TRUE(last->BeginPass(/*gradients=*/false).ok());
     for (int m = 0; m < 3; ++m) {
       const size_t bytes =
-          static_cast<size_t>(kBatch * options.seq_len * options.d_model) * sizeof(float);
+          static_cast<size_t>(kStageBatch * options.seq_len * options.d_model) * sizeof(float);
       hidden.push_back(std::move(device.Allocate(bytes, MemoryCategory::kActivations)).value());
       float* h = hidden.back().data_as<float>();
       ASSERT_TRUE(
           first
               ->Forward(
-                  m, {.batch = kBatch, .seq = options.seq_len, .tokens = data[m].tokens.data()}, h)
+                  m,
+                  {.batch = kStageBatch, .seq = options.seq_len, .tokens = data[m].tokens.data()},
+                  h)
               .ok());
       ASSERT_TRUE(first->stream().Synchronize().ok());  // orders the last stage's read after it
-      ASSERT_TRUE(last->Forward(m, {.batch = kBatch,
+      ASSERT_TRUE(last->Forward(m, {.batch = kStageBatch,
                                     .seq = options.seq_len,
                                     .hidden = h,
                                     .targets = data[m].targets.data()})
@@ -609,7 +583,7 @@ TEST(StagePassTest, EvaluationPassAcrossStagesEqualsForwardLoss) {
     EXPECT_TRUE(none->empty());
     ASSERT_EQ(losses->size(), 3u);
     for (int m = 0; m < 3; ++m) {
-      auto expected = whole->ForwardLoss(data[m].tokens.data(), data[m].targets.data(), kBatch,
+      auto expected = whole->ForwardLoss(data[m].tokens.data(), data[m].targets.data(), kStageBatch,
                                          options.seq_len);
       ASSERT_TRUE(expected.ok());
       EXPECT_EQ(losses->at(m), *expected) << "pass " << pass << ", micro-batch " << m;
@@ -661,7 +635,8 @@ TEST(StagePassTest, OutOfOrderCallsAreClearErrorsAndEndThePass) {
 
   // The whole-batch calls are for a whole model.
   ExpectError(
-      first.ForwardBackward(t.tokens.data(), t.tokens.data(), kBatch, t.options.seq_len).status(),
+      first.ForwardBackward(t.tokens.data(), t.tokens.data(), kStageBatch, t.options.seq_len)
+          .status(),
       StatusCode::kFailedPrecondition, "BeginPass, Forward, Backward and EndPass");
 
   // After all that, a pass runs and ends cleanly.

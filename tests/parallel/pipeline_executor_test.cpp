@@ -28,6 +28,7 @@
 #include "runtime/trace.h"
 #include "tests/common/test_ops.h"
 #include "tests/common/test_world.h"
+#include "tests/model/model_stage_util.h"
 #include "tests/model/model_test_util.h"
 
 namespace sluice::parallel {
@@ -38,47 +39,16 @@ using model::HostAllocator;
 using model::Model;
 using model::ModelOptions;
 using model::ModelStage;
+using model::testing::kStageBatch;
+using model::testing::MakeMicroBatches;
+using model::testing::MicroBatchData;
 using model::testing::Randomize;
 using model::testing::RandomTokens;
 using model::testing::SmallOptions;
+using model::testing::StageOf;
 using sluice::testing::TestWorld;
 
-constexpr int64_t kBatch = 2;
-
-struct MicroBatchData {
-  std::vector<int32_t> tokens;
-  std::vector<int32_t> targets;
-};
-
-std::vector<MicroBatchData> MakeMicroBatches(const ModelOptions& o, int count, uint64_t seed) {
-  std::vector<MicroBatchData> out;
-  const int64_t n = kBatch * o.seq_len;
-  const auto vocab = static_cast<int32_t>(o.vocab_size);
-  for (int m = 0; m < count; ++m) {
-    out.push_back({RandomTokens(n, vocab, seed + 2 * m), RandomTokens(n, vocab, seed + 2 * m + 1)});
-  }
-  return out;
-}
-
 Device& TestDevice() { return sluice::testing::OpsFor<float>().device(); }
-
-// A stage of `whole` holding its values, copied by parameter name.
-std::unique_ptr<Model<float>> StageOf(const Model<float>& whole, const ModelStage& stage,
-                                      HostAllocator& host) {
-  auto model =
-      Model<float>::CreateStage(whole.options(), stage, host, sluice::testing::OpsFor<float>());
-  SLUICE_CHECK(model.ok()) << model.status().ToString();
-  const auto& params = (*model)->registry().parameters();
-  for (int p = 0; p < static_cast<int>(params.size()); ++p) {
-    if (params[p].is_alias()) continue;
-    const std::optional<int> source = whole.registry().Find(params[p].name);
-    SLUICE_CHECK(source.has_value()) << params[p].name;
-    for (int64_t e = 0; e < params[p].numel; ++e) {
-      (*model)->SetParameterValue(p, e, whole.ParameterValue(*source, e));
-    }
-  }
-  return std::move(model).value();
-}
 
 // The pipeline group of a world that is one pipeline (data = tensor = 1), made once.
 ProcessGroups& Groups() {
@@ -161,7 +131,7 @@ TEST_P(PipelineExecutorTest, LossAndGradientsEqualTheWholeModel) {
   }
   const std::unique_ptr<zero::CommQueue> queue = PipelineQueue();
   auto made = PipelineExecutor<float>::Create(*schedule, chunk_ptrs, *queue,
-                                              {.batch = kBatch, .seq = options.seq_len});
+                                              {.batch = kStageBatch, .seq = options.seq_len});
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   PipelineExecutor<float>& executor = **made;
   const int last_virtual = schedule->virtual_stages() - 1;
@@ -174,7 +144,7 @@ TEST_P(PipelineExecutorTest, LossAndGradientsEqualTheWholeModel) {
     std::vector<double> expected_losses(c.micro_batches);
     whole->ZeroGrads();
     for (int m : order) {
-      auto loss = whole->ForwardBackward(data[m].tokens.data(), data[m].targets.data(), kBatch,
+      auto loss = whole->ForwardBackward(data[m].tokens.data(), data[m].targets.data(), kStageBatch,
                                          options.seq_len, loss_grad);
       ASSERT_TRUE(loss.ok()) << loss.status().ToString();
       expected_losses[m] = *loss;
@@ -299,7 +269,7 @@ TEST(PipelineExecutorStreams, TheHostWaitsOnlyAtTheTail) {
   ASSERT_TRUE(schedule.ok());
   const std::unique_ptr<zero::CommQueue> queue = PipelineQueue();
   auto made = PipelineExecutor<float>::Create(*schedule, {mine.get()}, *queue,
-                                              {.batch = kBatch, .seq = options.seq_len});
+                                              {.batch = kStageBatch, .seq = options.seq_len});
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   const std::vector<MicroBatchData> data = MakeMicroBatches(options, 4, 70);
   PipelineStepHooks hooks;
@@ -365,7 +335,7 @@ TEST(PipelineExecutorRefusals, ZeroBubbleAndChunksOutOfOrder) {
   Result<PipelineSchedule> zb = MakePipelineSchedule(ScheduleKind::kZeroBubbleH1, stages, 4);
   ASSERT_TRUE(zb.ok());
   auto refused = PipelineExecutor<float>::Create(*zb, {mine.get()}, *queue,
-                                                 {.batch = kBatch, .seq = options.seq_len});
+                                                 {.batch = kStageBatch, .seq = options.seq_len});
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kUnimplemented);
   EXPECT_NE(refused.status().message().find("schedule zb-h1 splits each backward into "
@@ -376,7 +346,7 @@ TEST(PipelineExecutorRefusals, ZeroBubbleAndChunksOutOfOrder) {
   Result<PipelineSchedule> one = MakePipelineSchedule(ScheduleKind::kOneFOneB, stages, 4);
   ASSERT_TRUE(one.ok());
   EXPECT_TRUE(PipelineExecutor<float>::Create(*one, {mine.get()}, *queue,
-                                              {.batch = kBatch, .seq = options.seq_len})
+                                              {.batch = kStageBatch, .seq = options.seq_len})
                   .ok());
 
   // Interleaved, the chunks swapped: each is another virtual stage than its place says.
@@ -385,7 +355,7 @@ TEST(PipelineExecutorRefusals, ZeroBubbleAndChunksOutOfOrder) {
   ASSERT_TRUE(interleaved.ok());
   auto swapped =
       PipelineExecutor<float>::Create(*interleaved, {t.chunks[1].get(), t.chunks[0].get()}, *queue,
-                                      {.batch = kBatch, .seq = t.options.seq_len});
+                                      {.batch = kStageBatch, .seq = t.options.seq_len});
   ASSERT_FALSE(swapped.ok());
   EXPECT_EQ(swapped.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(swapped.status().message().find("pass each stage's chunks in chunk order"),
@@ -394,7 +364,7 @@ TEST(PipelineExecutorRefusals, ZeroBubbleAndChunksOutOfOrder) {
   // A sequence longer than the model's.
   auto too_long =
       PipelineExecutor<float>::Create(*interleaved, {t.chunks[0].get(), t.chunks[1].get()}, *queue,
-                                      {.batch = kBatch, .seq = t.options.seq_len + 1});
+                                      {.batch = kStageBatch, .seq = t.options.seq_len + 1});
   ASSERT_FALSE(too_long.ok());
   EXPECT_NE(too_long.status().message().find("model.seq_len"), std::string::npos);
 }
@@ -418,7 +388,7 @@ TEST(PipelineExecutorFailure, AStageThatNeverComesIsNamed) {
   std::unique_ptr<zero::CommQueue> queue;
   std::unique_ptr<PipelineExecutor<float>> executor;
   const std::vector<MicroBatchData> data = MakeMicroBatches(options, 1, 5);
-  const size_t hidden = static_cast<size_t>(kBatch * options.seq_len * options.d_model);
+  const size_t hidden = static_cast<size_t>(kStageBatch * options.seq_len * options.d_model);
   if (pair != nullptr) {
     pair->SetTimeout(1.0);
     auto created = Model<float>::Create(options, host, sluice::testing::OpsFor<float>());
@@ -432,7 +402,7 @@ TEST(PipelineExecutorFailure, AStageThatNeverComesIsNamed) {
     Result<PipelineSchedule> schedule = MakePipelineSchedule(ScheduleKind::kGPipe, 2, 1);
     ASSERT_TRUE(schedule.ok());
     auto made = PipelineExecutor<float>::Create(*schedule, {mine.get()}, *queue,
-                                                {.batch = kBatch, .seq = options.seq_len});
+                                                {.batch = kStageBatch, .seq = options.seq_len});
     ASSERT_TRUE(made.ok()) << made.status().ToString();
     executor = std::move(made).value();
   }
