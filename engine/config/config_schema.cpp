@@ -318,14 +318,15 @@ void AddAio(SettingsRegistry& r) {
 void AddParallel(SettingsRegistry& r) {
   r.AddSection("tensor_parallel", "Tensor parallelism (DeepSpeed AutoTP's section)");
   r.Add("tensor_parallel.autotp_size", T::kInt,
-        "Ranks each layer is split across by tensor (above 1: not supported yet); 0 or 1 is off. "
+        "Ranks each layer is split across by tensor (above 1: the model splits, training does not "
+        "run it yet); 0 or 1 is off. "
         "The data-parallel size is the world size / (this x pipeline.stages)")
       .Default(int64_t{0})
       .Range(0, 65536);
   r.AddSection("pipeline", "Pipeline parallelism");
   r.Add("pipeline.stages", T::kInt,
-        "Pipeline stages the model's layers are divided into, each a group of ranks (above 1: not "
-        "supported yet)")
+        "Pipeline stages the model's layers are divided into, each a group of ranks (above 1: "
+        "sluice estimate plans it, training does not run it yet)")
       .Default(int64_t{1})
       .Range(1, 65536)
       .Auto("1 (DeepSpeed takes the stage count from its PipelineModule, which a config has not)");
