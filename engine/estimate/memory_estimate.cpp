@@ -15,6 +15,7 @@
 #include "engine/train/run_setup.h"
 #include "engine/zero/offload_options.h"
 #include "engine/zero/offload_ratio.h"
+#include "engine/zero/step_guard.h"
 #include "offload/aligned_buffer.h"
 #include "offload/staging_ring.h"
 #include "offload/swap_format.h"
@@ -200,6 +201,12 @@ void AddOptimizer(const Context& c, const Count& elements, bool master, ItemList
   if (c.stage >= 1 && device_grads) {
     items.Add("fp32 gradient shard", MemoryTier::kDevice, MemoryCategory::kGrads,
               kF32 * elements.elements, Times(kF32, elements));
+  }
+  if (c.param_dtype == DType::kF16 && device_grads) {
+    // The step guard rounds the device gradients through it (engine/zero/step_guard.h).
+    const int64_t block = std::min(zero::kF16RoundBlock, elements.elements);
+    items.Add("fp16 gradient rounding block", MemoryTier::kDevice, MemoryCategory::kBuffers,
+              2 * block, fmt::format("2 B x min(2^16, {})", FormatCount(elements.elements)));
   }
   if (off == 0) return;
   // As engine/zero/zero_optimizer.cpp places it: the fp32 gradient shard and (cpu) the state in

@@ -42,6 +42,9 @@ struct ZeroStepResult {
   double clip_coefficient = 1.0;
 };
 
+// Elements of the device block the fp16 rounding goes through (2 bytes each).
+inline constexpr int64_t kF16RoundBlock = int64_t{1} << 16;
+
 struct StepGuardOptions {
   DType param_dtype = DType::kF32;  // f16: the gradients are rounded to fp16 first
   int num_threads = 1;              // the host's rounding and sums
@@ -72,6 +75,7 @@ class StepGuard {
   StepGuard(const StepGuardOptions& options, const ShardLayout& layout, ops::OpsBackend& ops,
             Stream& compute, CommQueue& queue)
       : options_(options), layout_(&layout), ops_(&ops), compute_(&compute), queue_(&queue) {}
+  Status RoundToF16(float* grads);
   Result<double> LocalSquaredSum(float* grads);
   Result<double> SumOverModelParallel(double data_sum);
 
@@ -81,6 +85,7 @@ class StepGuard {
   Stream* compute_;
   CommQueue* queue_;
   std::unique_ptr<ShardNormPlan> norm_plan_;  // device-resident gradients only
+  DeviceBuffer f16_block_;                    // fp16 with device-resident gradients only
 };
 
 }  // namespace sluice::zero

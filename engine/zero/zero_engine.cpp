@@ -73,8 +73,9 @@ ZeroEngine::~ZeroEngine() {
 namespace {
 
 // What the engine runs on a GPU so far: one rank at stages 0-2 without offload, its collectives
-// on NCCL. The rest still has host code on device memory (stage 3's unpacking of the gathered
-// units, the fp16 rounding); each refusal names the setting to change.
+// on NCCL. Stage 3 still has host code on device memory (its unpacking of the gathered units);
+// fp16's rounding runs as ops on the stream but has not been run on a GPU. Each refusal names
+// the setting to change.
 Status CheckGpuSupported(const ZeroOptions& options, const Comm& world) {
   const char* missing = nullptr;
   if (options.stage > 2) {
@@ -91,7 +92,7 @@ Status CheckGpuSupported(const ZeroOptions& options, const Comm& world) {
         "offload_optimizer / offload_param (the offload tiers are CPU-only yet): set their "
         "device to none";
   } else if (options.param_dtype == DType::kF16) {
-    missing = "fp16 (its gradient rounding runs on the host): use bf16 or fp32";
+    missing = "fp16 (not run on a GPU yet): use bf16 or fp32";
   }
   if (missing == nullptr) return OkStatus();
   return UnimplementedError(
