@@ -5,6 +5,9 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "benchmarks/lib/bench_record.h"
 #include "engine/train/run_setup.h"
@@ -87,15 +90,19 @@ void AddStepBenchOptions(CLI::App& app, StepBenchOptions& options) {
   app.add_option("--json", options.json_path, "Write the JSON record here ('-': stdout)");
   app.add_option("--trace", options.trace_path,
                  "Write a Chrome/Perfetto trace of the timed steps here");
+  app.add_flag("!--no-baseline", options.baseline,
+               "With offload: do not also time the config without it");
 }
 
-Result<StepBenchReport> RunStepBench(const StepBenchOptions& options) {
-  if (options.steps < 1) return InvalidArgumentError("--steps must be >= 1, got {}", options.steps);
+namespace {
+
+Result<std::unique_ptr<train::Trainer>> QuietTrainer(const StepBenchOptions& options,
+                                                     const std::vector<std::string>& extra_sets) {
   ConfigSources sources;
   sources.paths = options.configs;
   sources.set_overrides = options.set_overrides;
+  sources.set_overrides.insert(sources.set_overrides.end(), extra_sets.begin(), extra_sets.end());
   SLUICE_ASSIGN_OR_RETURN(Config config, train::LoadTrainConfig(sources));
-
   train::TrainerOptions trainer_options;
   trainer_options.progress = train::ProgressMode::kOff;
   trainer_options.write_files = false;
@@ -106,43 +113,29 @@ Result<StepBenchReport> RunStepBench(const StepBenchOptions& options) {
         "sluice bench step times one rank; it was started on {} ranks: run it without mpirun",
         trainer->world_size());
   }
+  return trainer;
+}
 
-  StepBenchReport report;
-  report.machine = MachineJson();
-  report.config = ConfigRecordJson(trainer->config());
-  const zero::ZeroOptions& zero = trainer->zero().options();
-  report.nvme_optimizer = zero.offload_optimizer.device == OffloadDevice::kNvme;
-  report.settings = {
-      {"configs", options.configs},
-      {"set", options.set_overrides},
-      {"steps", options.steps},
-      {"warmup", options.warmup},
-      {"model", train::DescribeModel(trainer->model().options())},
-      {"parameters", trainer->model().ParameterCount()},
-      {"zero_stage", zero.stage},
-      {"offload_optimizer", OffloadDeviceName(zero.offload_optimizer.device)},
-      {"offload_param", OffloadDeviceName(zero.offload_param.device)},
-      {"optimizer_shard_elements", trainer->zero().optimizer().count()},
-      {"gradient_accumulation_steps", trainer->config().batch.gradient_accumulation_steps},
-      {"micro_batch_per_gpu", trainer->config().batch.micro_batch_per_gpu}};
-
+// --warmup untimed steps, then --steps timed ones with the trace on (its comm lane is recorded
+// only while tracing).
+Result<std::vector<StepSample>> TimeSteps(train::Trainer& trainer, const StepBenchOptions& options,
+                                          bool keep_trace) {
   for (int i = 0; i < options.warmup; ++i) {
-    SLUICE_ASSIGN_OR_RETURN(train::StepMetrics m, trainer->TrainStep());
+    SLUICE_ASSIGN_OR_RETURN(train::StepMetrics m, trainer.TrainStep());
     (void)m;
   }
-
-  // The comm lane is only recorded while tracing; the timed steps always trace.
   TraceRecorder& trace = TraceRecorder::Global();
   trace.Clear();
   trace.Enable();
-  const offload::NvmeParamStore* param_store = trainer->zero().param_store();
+  const offload::NvmeParamStore* param_store = trainer.zero().param_store();
   auto param_read_ns = [param_store]() {
     return param_store == nullptr ? int64_t{0} : param_store->stats().read_ns;
   };
+  std::vector<StepSample> samples;
   for (int i = 0; i < options.steps; ++i) {
     const int64_t begin_ns = TraceClockNs();
     const int64_t param_read_begin_ns = param_read_ns();
-    Result<train::StepMetrics> m = trainer->TrainStep();
+    Result<train::StepMetrics> m = trainer.TrainStep();
     const int64_t end_ns = TraceClockNs();
     if (!m.ok()) {
       trace.Disable();
@@ -155,7 +148,7 @@ Result<StepBenchReport> RunStepBench(const StepBenchOptions& options) {
     sample.loss = m->loss;
     sample.optimizer_wall_s = m->optimizer_s;
     sample.engine_step_s = m->optimizer_s;
-    if (const offload::OffloadStepTimings* t = trainer->optimizer().last_step_timings()) {
+    if (const offload::OffloadStepTimings* t = trainer.optimizer().last_step_timings()) {
       sample.phase_s[kD2H] = t->d2h_wait_s;
       sample.phase_s[kH2D] = t->h2d_wait_s;
       sample.phase_s[kNvmeRead] = t->nvme_read_s();
@@ -171,15 +164,14 @@ Result<StepBenchReport> RunStepBench(const StepBenchOptions& options) {
         AddCommTime(event, sample);
       }
     }
-    report.samples.push_back(sample);
+    samples.push_back(sample);
   }
   trace.Disable();
-  if (!options.trace_path.empty()) {
+  if (keep_trace && !options.trace_path.empty()) {
     SLUICE_RETURN_IF_ERROR(trace.WriteChromeTrace(options.trace_path, /*rank=*/0));
   }
   trace.Clear();
-
-  for (const StepSample& s : report.samples) {
+  for (const StepSample& s : samples) {
     if (!std::isfinite(s.loss)) {
       return DataLossError("a timed step's loss is {}: the run diverged, its timings are void",
                            s.loss);
@@ -191,21 +183,75 @@ Result<StepBenchReport> RunStepBench(const StepBenchOptions& options) {
       }
     }
   }
-  auto median_of = [&report](auto field) {
+  return samples;
+}
+
+StepSample MedianSample(const std::vector<StepSample>& samples) {
+  auto median_of = [&samples](auto field) {
     std::vector<double> values;
-    for (const StepSample& s : report.samples) values.push_back(field(s));
+    for (const StepSample& s : samples) values.push_back(field(s));
     return Median(std::move(values));
   };
+  StepSample median;
   for (size_t p = 0; p < kNumPhases; ++p) {
-    report.median.phase_s[p] = median_of([p](const StepSample& s) { return s.phase_s[p]; });
+    median.phase_s[p] = median_of([p](const StepSample& s) { return s.phase_s[p]; });
   }
-  report.median.wall_s = median_of([](const StepSample& s) { return s.wall_s; });
-  report.median.optimizer_wall_s =
-      median_of([](const StepSample& s) { return s.optimizer_wall_s; });
-  report.median.engine_step_s = median_of([](const StepSample& s) { return s.engine_step_s; });
-  report.median.loss = median_of([](const StepSample& s) { return s.loss; });
-  report.median.param_nvme_read_s =
-      median_of([](const StepSample& s) { return s.param_nvme_read_s; });
+  median.wall_s = median_of([](const StepSample& s) { return s.wall_s; });
+  median.optimizer_wall_s = median_of([](const StepSample& s) { return s.optimizer_wall_s; });
+  median.engine_step_s = median_of([](const StepSample& s) { return s.engine_step_s; });
+  median.loss = median_of([](const StepSample& s) { return s.loss; });
+  median.param_nvme_read_s = median_of([](const StepSample& s) { return s.param_nvme_read_s; });
+  return median;
+}
+
+}  // namespace
+
+Result<StepBenchReport> RunStepBench(const StepBenchOptions& options) {
+  if (options.steps < 1) return InvalidArgumentError("--steps must be >= 1, got {}", options.steps);
+  StepBenchReport report;
+  {
+    SLUICE_ASSIGN_OR_RETURN(auto trainer, QuietTrainer(options, {}));
+    report.machine = MachineJson();
+    report.config = ConfigRecordJson(trainer->config());
+    const zero::ZeroOptions& zero = trainer->zero().options();
+    report.nvme_optimizer = zero.offload_optimizer.device == OffloadDevice::kNvme;
+    report.offloaded = zero.offload_optimizer.device != OffloadDevice::kNone ||
+                       zero.offload_param.device != OffloadDevice::kNone;
+    report.settings = {
+        {"configs", options.configs},
+        {"set", options.set_overrides},
+        {"steps", options.steps},
+        {"warmup", options.warmup},
+        {"model", train::DescribeModel(trainer->model().options())},
+        {"parameters", trainer->model().ParameterCount()},
+        {"zero_stage", zero.stage},
+        {"offload_optimizer", OffloadDeviceName(zero.offload_optimizer.device)},
+        {"offload_param", OffloadDeviceName(zero.offload_param.device)},
+        {"optimizer_shard_elements", trainer->zero().optimizer().count()},
+        {"gradient_accumulation_steps", trainer->config().batch.gradient_accumulation_steps},
+        {"micro_batch_per_gpu", trainer->config().batch.micro_batch_per_gpu}};
+    SLUICE_ASSIGN_OR_RETURN(report.samples, TimeSteps(*trainer, options, /*keep_trace=*/true));
+  }
+  report.median = MedianSample(report.samples);
+
+  if (report.offloaded && !options.baseline) {
+    report.baseline_not_measured = "--no-baseline";
+  } else if (report.offloaded) {
+    // The same run's baseline, after the offloaded trainer is gone: its memory back.
+    Result<std::unique_ptr<train::Trainer>> baseline =
+        QuietTrainer(options, {"zero_optimization.offload_optimizer.device=none",
+                               "zero_optimization.offload_optimizer.ratio=1",
+                               "zero_optimization.offload_param.device=none"});
+    Result<std::vector<StepSample>> samples =
+        baseline.ok() ? TimeSteps(**baseline, options, /*keep_trace=*/false)
+                      : Result<std::vector<StepSample>>(baseline.status());
+    if (samples.ok()) {
+      report.baseline_measured = true;
+      report.baseline_wall_s = MedianSample(*samples).wall_s;
+    } else {
+      report.baseline_not_measured = samples.status().ToString();
+    }
+  }
   report.machine["load_average_1m_at_end"] = LoadAverage();
   return report;
 }
@@ -235,6 +281,15 @@ std::string FormatStepBenchTable(const StepBenchReport& report) {
       m.optimizer_ratio(), report.nvme_optimizer ? " (target <= 1.2)" : "");
   out += fmt::format("engine step (norm, clip, optimizer, publish): {:.3f} ms\n",
                      1e3 * m.engine_step_s);
+  if (report.baseline_measured) {
+    out +=
+        fmt::format("whole step against no offload (same run): {:.3f} ms / {:.3f} ms = {:.3f}{}\n",
+                    1e3 * m.wall_s, 1e3 * report.baseline_wall_s, report.whole_step_ratio(),
+                    report.nvme_optimizer ? " (target <= 1.2)" : "");
+  } else if (report.offloaded) {
+    out += fmt::format("whole step against no offload: not measured ({})\n",
+                       report.baseline_not_measured);
+  }
   return out;
 }
 
@@ -244,6 +299,14 @@ nlohmann::json StepBenchJson(const StepBenchReport& report) {
   nlohmann::json results = SampleJson(report.median);
   results["samples"] = samples;
   results["optimizer_ratio_target"] = report.nvme_optimizer ? nlohmann::json(1.2) : nullptr;
+  if (report.baseline_measured) {
+    results["whole_step"] = {{"wall_s", report.median.wall_s},
+                             {"no_offload_wall_s", report.baseline_wall_s},
+                             {"ratio", report.whole_step_ratio()},
+                             {"target", report.nvme_optimizer ? nlohmann::json(1.2) : nullptr}};
+  } else if (report.offloaded) {
+    results["whole_step"] = {{"not_measured", report.baseline_not_measured}};
+  }
   return {{"benchmark", "step"},
           {"machine", report.machine},
           {"config", report.config},

@@ -90,6 +90,15 @@ TEST_F(StepBenchTest, CommandReportsEveryPhaseAndWritesTraceWithLanes) {
     EXPECT_LE(opt["wall_s"].get<double>(), wall);
   }
 
+  // The headline: the whole step against the same config without offload, in the same run.
+  const nlohmann::json& whole = results["whole_step"];
+  ASSERT_TRUE(whole.contains("ratio")) << whole.dump();
+  EXPECT_EQ(whole["wall_s"].get<double>(), results["wall_s"].get<double>());
+  EXPECT_GT(whole["no_offload_wall_s"].get<double>(), 0);
+  EXPECT_NEAR(whole["ratio"].get<double>(),
+              whole["wall_s"].get<double>() / whole["no_offload_wall_s"].get<double>(), 1e-12);
+  EXPECT_EQ(whole["target"].get<double>(), 1.2);
+
   // The medians' efficiency is computed from the median phases and wall, as reported.
   double median_sum = 0;
   for (const char* phase : kStepPhases) median_sum += results["phases_s"][phase].get<double>();
@@ -145,6 +154,18 @@ TEST_F(StepBenchTest, JsonToStdoutKeepsStdoutParseable) {
   ASSERT_FALSE(record.is_discarded()) << out;
   EXPECT_EQ(record["benchmark"], "step");
   EXPECT_NE(err.find("engine step"), std::string::npos) << err;
+}
+
+TEST_F(StepBenchTest, WithoutTheBaselineTheHeadlineSaysWhy) {
+  options_.baseline = false;
+  const Result<StepBenchReport> report = RunStepBench(options_);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->offloaded);
+  EXPECT_FALSE(report->baseline_measured);
+  EXPECT_EQ(report->whole_step_ratio(), 0);
+  EXPECT_NE(FormatStepBenchTable(*report).find("not measured (--no-baseline)"), std::string::npos)
+      << FormatStepBenchTable(*report);
+  EXPECT_EQ(StepBenchJson(*report)["results"]["whole_step"]["not_measured"], "--no-baseline");
 }
 
 TEST_F(StepBenchTest, RefusesZeroSteps) {
