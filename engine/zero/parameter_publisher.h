@@ -22,10 +22,11 @@
 
 namespace sluice::zero {
 
+// The engine's options for it (ZeroOptions), no defaults of their own.
 struct ParameterPublisherOptions {
-  int stage = 0;  // 0, 1 or 2
-  DType param_dtype = DType::kF32;
-  int64_t allgather_bucket_size = 500000000;
+  int stage{};  // 0, 1 or 2
+  DType param_dtype{};
+  int64_t allgather_bucket_size{};  // zero_optimization.allgather_bucket_size
 };
 
 class ParameterPublisher {
