@@ -45,6 +45,8 @@ inline constexpr std::string_view kTraceLaneHostWait = "host_wait";
 // Steady clock (CLOCK_MONOTONIC) in nanoseconds. All processes of a node share it, so the traces
 // of several ranks line up when opened together.
 int64_t TraceClockNs();
+// The same clock in seconds, for wall times the host measures (step and phase times).
+inline double TraceClockSeconds() { return 1e-9 * static_cast<double>(TraceClockNs()); }
 
 struct TraceEvent {
   std::string lane;

@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
-
 #include "engine/estimate/budget_guard.h"
 #include "engine/estimate/memory_estimate.h"
 #include "engine/train/flops.h"
@@ -17,15 +15,6 @@
 #include "runtime/trace.h"
 
 namespace sluice::train {
-namespace {
-
-double NowSeconds() {
-  using Clock = std::chrono::steady_clock;
-  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
-
 Result<parallel::ProcessGrid> PlanEngine(Config* config, int world_size) {
   SLUICE_RETURN_IF_ERROR(FitBatchToWorld(*config, world_size));
   SLUICE_ASSIGN_OR_RETURN(parallel::ProcessGrid grid,
@@ -128,7 +117,7 @@ Result<EngineStep> Engine::TrainStep(const StepRequest& request, const NextTrain
   out.forward_s = clock.forward_s();
   out.backward_s = clock.backward_s();
 
-  const double optimizer_start = NowSeconds();
+  const double optimizer_start = TraceClockSeconds();
   {
     ScopedTraceEvent event(kTraceLaneCompute, fmt::format("optimizer step {}", request.step));
     Result<zero::ZeroStepResult> stepped = zero_->Step(
@@ -139,7 +128,7 @@ Result<EngineStep> Engine::TrainStep(const StepRequest& request, const NextTrain
     out.grad_norm = stepped->grad_norm;
     out.overflow = stepped->overflow;
   }
-  out.optimizer_s = NowSeconds() - optimizer_start;
+  out.optimizer_s = TraceClockSeconds() - optimizer_start;
   // Every rank ran the same micro-batch shapes; each data-parallel replica's tokens count once.
   SLUICE_ASSIGN_OR_RETURN(out.loss,
                           zero_->MeanAcrossRanks(loss_sum / static_cast<double>(accumulation_)));

@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <string>
@@ -33,11 +32,6 @@
 
 namespace sluice::train {
 namespace {
-
-double NowSeconds() {
-  using Clock = std::chrono::steady_clock;
-  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
-}
 
 // Where this rank's training state lives, e.g. "per rank: cpu:0 12.5 MiB (parameters 4.0 MiB,
 // gradients 8.5 MiB, optimizer 0 B), host 2.1 GiB, NVMe 1.2 GiB, pinned staging 17.2 MiB".
@@ -284,7 +278,7 @@ void Trainer::TakePeaks(std::array<uint64_t, kNumMemoryTiers>* step_peaks) {
 }
 
 Result<StepMetrics> Trainer::TrainStep() {
-  const double start = NowSeconds();
+  const double start = TraceClockSeconds();
   MemoryLedger::Global().ResetPeaks();
   StepMetrics m;
   m.step = steps_done_ + 1;
@@ -310,7 +304,7 @@ Result<StepMetrics> Trainer::TrainStep() {
     schedule_.Step();
   }
   SLUICE_RETURN_IF_ERROR(scaler_.Update(/*overflow=*/step.overflow));
-  m.step_time_s = NowSeconds() - start;
+  m.step_time_s = TraceClockSeconds() - start;
   SetStepThroughput(peak_.total_flops_per_s, &m);
   total_tokens_ += m.tokens;
   m.total_tokens = total_tokens_;
@@ -383,7 +377,7 @@ Status Trainer::WriteTrace() {
 }
 
 Result<TrainSummary> Trainer::Run() {
-  const double start = NowSeconds();
+  const double start = TraceClockSeconds();
   std::optional<MetricsWriter> metrics;
   MonitorFanOut monitors;  // tensorboard, csv_monitor: rank 0's, beside metrics.jsonl
   auto prepare = [&]() -> Status {
@@ -404,9 +398,9 @@ Result<TrainSummary> Trainer::Run() {
   std::optional<double> initial_val_loss;
   double initial_eval_s = 0.0;
   if (evaluate) {
-    const double eval_start = NowSeconds();
+    const double eval_start = TraceClockSeconds();
     SLUICE_ASSIGN_OR_RETURN(initial_val_loss, Evaluate());
-    initial_eval_s = NowSeconds() - eval_start;
+    initial_eval_s = TraceClockSeconds() - eval_start;
     // The curve's start (a resumed run's previous run logged its own at this step).
     if (steps_done_ == 0) {
       const MonitorEvent event{"Train/Samples/val_loss", *initial_val_loss, 0};
@@ -428,9 +422,9 @@ Result<TrainSummary> Trainer::Run() {
   while (steps_done_ < total_steps) {
     SLUICE_ASSIGN_OR_RETURN(StepMetrics m, TrainStep());
     if (evaluate && (m.step % intervals.eval_interval == 0 || m.step == total_steps)) {
-      const double eval_start = NowSeconds();
+      const double eval_start = TraceClockSeconds();
       SLUICE_ASSIGN_OR_RETURN(m.val_loss, Evaluate());
-      m.eval_s = NowSeconds() - eval_start;
+      m.eval_s = TraceClockSeconds() - eval_start;
       TakePeaks(&m.peak_bytes);
     }
     if (metrics.has_value()) SLUICE_RETURN_IF_ERROR(metrics->Write(StepMetricsToJson(m)));
@@ -458,7 +452,7 @@ Result<TrainSummary> Trainer::Run() {
   summary.initial_val_loss = initial_val_loss;
   summary.phases.eval_s += initial_eval_s;
   SLUICE_ASSIGN_OR_RETURN(summary.memory, BuildMemoryReport(config_, *world_, run_peaks_));
-  summary.wall_s = NowSeconds() - start;
+  summary.wall_s = TraceClockSeconds() - start;
   const PhaseTimes& p = summary.phases;
   summary.phases.other_s =
       std::max(0.0, summary.wall_s - p.forward_s - p.backward_s - p.optimizer_s - p.eval_s);
