@@ -16,7 +16,8 @@ install_cudnn_frontend() {
     return 0
   fi
   local installed
-  installed=$(python3 -m pip show nvidia-cudnn-frontend 2>/dev/null | sed -n 's/^Version: //p')
+  # `pip show` fails when the package is absent: that is an empty version, not an error.
+  installed=$(python3 -m pip show nvidia-cudnn-frontend 2>/dev/null | sed -n 's/^Version: //p' || true)
   if [[ "$installed" == "$cudnn_frontend_version" ]]; then
     echo "install-deps: nvidia-cudnn-frontend $installed present"
     return 0
