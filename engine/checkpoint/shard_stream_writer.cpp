@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <set>
+#include <map>
 #include <utility>
 
 #include "offload/aligned_buffer.h"
@@ -40,16 +40,24 @@ Result<std::unique_ptr<ShardStreamWriter>> ShardStreamWriter::Create(
   SLUICE_CHECK_GT(block_bytes, 0u);
   std::unique_ptr<ShardStreamWriter> w(new ShardStreamWriter());
   w->path_ = path;
-  std::set<std::pair<StateKind, std::string>> seen;
+  // A rank may hold several slices of one tensor (a tensor-parallel piece of a row-parallel
+  // weight is one per row), never one element twice.
+  std::map<std::pair<StateKind, std::string>, std::map<int64_t, int64_t>> slices;
   w->tensors_.reserve(tensors.size());
   for (ShardTensorInfo& t : tensors) {
     SLUICE_RETURN_IF_ERROR(ValidateShardTensorInfo(t));
     SLUICE_CHECK(GroupOf(t.kind) == group)
         << StateKindName(t.kind) << " handed to a " << ShardGroupName(group) << " file";
-    if (!seen.emplace(t.kind, t.name).second) {
-      return InvalidArgumentError("checkpoint tensor '{}' is given twice by rank {}", t.Label(),
-                                  rank);
+    std::map<int64_t, int64_t>& held = slices[{t.kind, t.name}];
+    auto next = held.lower_bound(t.begin);
+    const bool overlaps_next = next != held.end() && next->first < t.end;
+    const bool overlaps_previous = next != held.begin() && std::prev(next)->second > t.begin;
+    if (overlaps_next || overlaps_previous || held.contains(t.begin)) {
+      return InvalidArgumentError(
+          "checkpoint tensor '{}' is given twice by rank {}: its slice [{}, {}) overlaps another",
+          t.Label(), rank, t.begin, t.end);
     }
+    held.emplace(t.begin, t.end);
     ShardEntry e;
     static_cast<ShardTensorInfo&>(e) = std::move(t);
     e.data_bytes = static_cast<uint64_t>(e.elements()) * DTypeSize(e.dtype);

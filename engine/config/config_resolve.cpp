@@ -363,13 +363,7 @@ class Resolver {
     if (v_.IsAuto("pipeline.stages")) Fill("pipeline.stages", int64_t{1}, "one stage");
     const int64_t tensor = std::max<int64_t>(1, v_.GetInt("tensor_parallel.autotp_size"));
     const int64_t pipeline = v_.GetInt("pipeline.stages");
-    if (tensor > 1) {
-      return Unimplemented(
-          "tensor_parallel.autotp_size = {}{}: Sluice's layers are not split across "
-          "tensor-parallel ranks yet; set it to 0 or 1 (every rank then trains as a data-parallel "
-          "replica)",
-          tensor, At("tensor_parallel.autotp_size"));
-    }
+    if (tensor > 1) SLUICE_RETURN_IF_ERROR(TensorSplit(tensor));
     if (pipeline > 1) {
       return Unimplemented(
           "pipeline.stages = {}{}: Sluice does not divide a model into pipeline stages yet; set "
@@ -380,6 +374,25 @@ class Resolver {
         context_.world_size, static_cast<int>(tensor), static_cast<int>(pipeline));
     if (!grid.ok()) return Error("{}", grid.status().message());
     data_parallel_size_ = grid->shape().data;
+    return OkStatus();
+  }
+
+  // The layers split over `tensor` ranks (engine/parallel/tensor_plan.h).
+  Status TensorSplit(int64_t tensor) {
+    if (std::string error =
+            model::TensorSplitError(v_.GetInt("model.n_head"), v_.GetInt("model.n_kv_head"),
+                                    v_.GetInt("model.d_ff"), tensor);
+        !error.empty()) {
+      return Error("{}{}", error, At("tensor_parallel.autotp_size"));
+    }
+    if (v_.GetString("optimizer.type") == "Lamb") {
+      // Its trust ratio is each parameter's norm: a split one's would need its tensor peers'.
+      return Unimplemented(
+          "optimizer.type Lamb{} with tensor_parallel.autotp_size = {}{}: LAMB's per-parameter "
+          "trust ratio is not computed over tensor-parallel pieces yet; use Adam, AdamW or Lion, "
+          "or autotp_size 1",
+          At("optimizer.type"), tensor, At("tensor_parallel.autotp_size"));
+    }
     return OkStatus();
   }
 

@@ -318,8 +318,8 @@ void AddAio(SettingsRegistry& r) {
 void AddParallel(SettingsRegistry& r) {
   r.AddSection("tensor_parallel", "Tensor parallelism (DeepSpeed AutoTP's section)");
   r.Add("tensor_parallel.autotp_size", T::kInt,
-        "Ranks each layer is split across by tensor (above 1: the model splits, training does not "
-        "run it yet); 0 or 1 is off. "
+        "Ranks each layer is split across by tensor (Megatron: attention heads, MLP columns and "
+        "the vocabulary); 0 or 1 is off. "
         "The data-parallel size is the world size / (this x pipeline.stages)")
       .Default(int64_t{0})
       .Range(0, 65536);

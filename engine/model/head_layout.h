@@ -1,6 +1,7 @@
-// The rules a decoder's attention heads follow, written once: ValidateModelOptions applies them to
-// a ModelOptions, the config (config_resolve.cpp) to the model section as it loads, naming where
-// each value was set. Header-only, as the config library links no model code.
+// The rules a decoder's attention heads and their split over tensor-parallel ranks follow,
+// written once: ValidateModelOptions applies them to a ModelOptions, the config
+// (config_resolve.cpp) to the model section as it loads, naming where each value was set.
+// Header-only, as the config library links no model code.
 #pragma once
 
 #include <fmt/format.h>
@@ -36,6 +37,35 @@ inline std::string HeadLayoutError(bool llama, int64_t d_model, int64_t n_head, 
         "model.d_model / model.n_head = {} is odd; rotary embeddings pair dimensions, so llama "
         "needs an even head dimension",
         d_model / n_head);
+  }
+  return "";
+}
+
+// Empty when the heads and the MLP split over `tensor` tensor-parallel ranks (tensor_plan.h);
+// else the first rule broken, naming the keys.
+inline std::string TensorSplitError(int64_t n_head, int64_t n_kv_head, int64_t d_ff,
+                                    int64_t tensor) {
+  if (tensor <= 1) return "";
+  if (n_head % tensor != 0) {
+    return fmt::format(
+        "model.n_head = {} does not split over tensor_parallel.autotp_size = {}; each tensor "
+        "rank takes n_head / size whole heads",
+        n_head, tensor);
+  }
+  if (n_kv_head % tensor != 0) {
+    // Megatron replicates the key/value heads when there are fewer than ranks, all-gathering
+    // q/k/v and reduce-scattering their gradients; not built here.
+    return fmt::format(
+        "model.n_kv_head = {} does not split over tensor_parallel.autotp_size = {}: key/value "
+        "heads are split over the tensor ranks, and replicating them where there are fewer "
+        "than ranks is not supported; use a size that divides n_kv_head",
+        n_kv_head, tensor);
+  }
+  if (d_ff % tensor != 0) {
+    return fmt::format(
+        "model.d_ff = {} does not split over tensor_parallel.autotp_size = {}; each tensor rank "
+        "takes d_ff / size columns of the MLP",
+        d_ff, tensor);
   }
   return "";
 }

@@ -56,28 +56,9 @@ Status ValidateModelOptions(const ModelOptions& o) {
         "in [0, size)",
         o.tensor_parallel_rank, o.tensor_parallel_size);
   }
-  if (const int64_t tp = o.tensor_parallel_size; tp > 1) {
-    if (o.n_head % tp != 0) {
-      return InvalidArgumentError(
-          "model.n_head = {} does not split over tensor_parallel.autotp_size = {}; each tensor "
-          "rank takes n_head / size whole heads",
-          o.n_head, tp);
-    }
-    if (o.n_kv_head % tp != 0) {
-      // Megatron replicates the key/value heads when there are fewer than ranks, all-gathering
-      // q/k/v and reduce-scattering their gradients; not built here.
-      return InvalidArgumentError(
-          "model.n_kv_head = {} does not split over tensor_parallel.autotp_size = {}: key/value "
-          "heads are split over the tensor ranks, and replicating them where there are fewer "
-          "than ranks is not supported; use a size that divides n_kv_head",
-          o.n_kv_head, tp);
-    }
-    if (o.d_ff % tp != 0) {
-      return InvalidArgumentError(
-          "model.d_ff = {} does not split over tensor_parallel.autotp_size = {}; each tensor "
-          "rank takes d_ff / size columns of the MLP",
-          o.d_ff, tp);
-    }
+  if (std::string error = TensorSplitError(o.n_head, o.n_kv_head, o.d_ff, o.tensor_parallel_size);
+      !error.empty()) {
+    return InvalidArgumentError("{}", error);
   }
   if (o.num_threads < 0) {
     return InvalidArgumentError("model num_threads = {} must be 0 (automatic) or positive",

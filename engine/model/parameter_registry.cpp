@@ -58,6 +58,21 @@ const ParameterInfo& ParameterRegistry::parameter(int index) const {
   return parameters_[index];
 }
 
+ParameterRegistry ParameterRegistry::GlobalRegistry() const {
+  ParameterRegistry global(dtype_);
+  for (const UnitInfo& unit : units_) {
+    global.BeginUnit(unit.name);
+    for (const int p : unit.params) {
+      const ParameterInfo& info = parameters_[static_cast<size_t>(p)];
+      const int index = info.is_alias()
+                            ? global.AddAlias(info.name, info.tied_to)
+                            : global.Add(info.name, info.sharding.global_shape, info.init);
+      SLUICE_CHECK_EQ(index, p) << info.name << ": registered out of unit order";
+    }
+  }
+  return global;
+}
+
 std::optional<int> ParameterRegistry::Find(std::string_view name) const {
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (parameters_[i].name == name) return static_cast<int>(i);

@@ -92,6 +92,10 @@ class ParameterRegistry {
   std::optional<int> Find(std::string_view name) const;
   // Elements of the flat buffers (aliases excluded) = the model's parameter count.
   int64_t total_elements() const { return total_elements_; }
+  // The whole model's registry: the same units and parameters at the same indices, each with its
+  // global shape (the one a model without tensor parallelism has). What checkpoints and Hugging
+  // Face files are checked against (engine/train/checkpointing.cpp).
+  ParameterRegistry GlobalRegistry() const;
   DType dtype() const { return dtype_; }
 
  private:

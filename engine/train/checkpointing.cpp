@@ -28,6 +28,7 @@
 #include "engine/checkpoint/shard_stream_writer.h"
 #include "engine/checkpoint/training_state_checks.h"
 #include "engine/checkpoint/trajectory_config.h"
+#include "engine/parallel/global_runs.h"
 #include "runtime/json_text.h"
 #include "runtime/logging.h"
 
@@ -106,6 +107,32 @@ Status CheckTensorsMatch(const checkpoint::CheckpointReader& reader,
   return OkStatus();
 }
 
+// A reader of this tensor rank's elements of its parameters (`registry`: the model's) over
+// `global`, a reader of the whole tensors' (global_runs.h). Without tensor parallelism the two
+// are the same. Runs spread over a tensor (a row-parallel weight's: one per row) are read as
+// the one span covering them, so a source that verifies or transposes whole blocks does so once.
+zero::ZeroRangeReader ThroughGlobalRuns(const model::ParameterRegistry& registry,
+                                        zero::ZeroRangeReader global) {
+  return [&registry, global = std::move(global)](int param, int64_t begin, int64_t end,
+                                                 float* dst) -> Status {
+    const std::vector<parallel::GlobalRun> runs =
+        parallel::GlobalRunsOf(registry.parameter(param).sharding, begin, end);
+    if (runs.size() == 1)
+      return global(param, runs[0].global_begin, runs[0].global_begin + runs[0].count, dst);
+    if (runs.empty()) return OkStatus();
+    const int64_t first = runs.front().global_begin;
+    const int64_t last = runs.back().global_begin + runs.back().count;
+    std::vector<float> span(static_cast<size_t>(last - first));
+    SLUICE_RETURN_IF_ERROR(global(param, first, last, span.data()));
+    for (const parallel::GlobalRun& run : runs) {
+      std::copy_n(span.data() + (run.global_begin - first), run.count,
+                  dst + (run.local_begin - begin));
+    }
+    return OkStatus();
+  };
+}
+
+// The whole tensors' elements (wrap it in ThroughGlobalRuns).
 zero::ZeroRangeReader CheckpointRangeReader(const checkpoint::CheckpointReader& reader,
                                             const model::ParameterRegistry& registry,
                                             StateKind kind) {
@@ -231,17 +258,37 @@ Result<nlohmann::json> GetObject(const nlohmann::ordered_json& states, const cha
   return nlohmann::json::parse(it->dump());
 }
 
+// The ranges a rank saves, as slices of the whole tensors: each cut into runs consecutive in the
+// global tensor, `begin` and `end` elements of it (`shard_offset` stays this rank's). A
+// checkpoint holds global slices, so it resumes at any tensor-parallel size.
+std::vector<zero::ZeroStateRange> GlobalStateRanges(std::span<const zero::ZeroStateRange> ranges,
+                                                    const model::ParameterRegistry& registry) {
+  std::vector<zero::ZeroStateRange> global;
+  global.reserve(ranges.size());
+  for (const zero::ZeroStateRange& r : ranges) {
+    for (const parallel::GlobalRun& run :
+         parallel::GlobalRunsOf(registry.parameter(r.param).sharding, r.begin, r.end)) {
+      global.push_back({.param = r.param,
+                        .begin = run.global_begin,
+                        .end = run.global_begin + run.count,
+                        .shard_offset = r.shard_offset + (run.local_begin - r.begin)});
+    }
+  }
+  return global;
+}
+
 // This rank's tensors in file order: the master weights of every saved range, then exp_avg of
 // each, then (Adam) exp_avg_sq (the order the manifest lists them in). Tensor k x ranges.size() +
-// r of the list is kind k of range r.
+// r of the list is kind k of range r. `ranges` are global slices, `global` the whole model's
+// registry.
 std::vector<checkpoint::ShardTensorInfo> StateTensors(std::span<const zero::ZeroStateRange> ranges,
-                                                      const model::ParameterRegistry& registry,
+                                                      const model::ParameterRegistry& global,
                                                       std::span<const StateKind> kinds) {
   std::vector<checkpoint::ShardTensorInfo> tensors;
   tensors.reserve(kinds.size() * ranges.size());
   for (StateKind kind : kinds) {
     for (const zero::ZeroStateRange& r : ranges) {
-      const model::ParameterInfo& p = registry.parameter(r.param);
+      const model::ParameterInfo& p = global.parameter(r.param);
       tensors.push_back({.kind = kind,
                          .name = p.name,
                          .dtype = DType::kF32,
@@ -346,10 +393,11 @@ fs::path CheckpointsDirOf(const Config& config) {
 Result<fs::path> SaveTrainingCheckpoint(const Config& config, const zero::ZeroEngine& engine,
                                         const model::ParameterRegistry& registry, Comm& world,
                                         const TrainingProgress& progress) {
-  const std::vector<zero::ZeroStateRange> ranges = engine.SavedStateRanges();
+  const std::vector<zero::ZeroStateRange> ranges =
+      GlobalStateRanges(engine.SavedStateRanges(), registry);
   const OptimizerType optimizer_type = engine.options().optimizer.type;
   const std::vector<checkpoint::ShardTensorInfo> tensors =
-      StateTensors(ranges, registry, StateKindsOf(optimizer_type));
+      StateTensors(ranges, registry.GlobalRegistry(), StateKindsOf(optimizer_type));
   const int64_t optimizer_step = engine.optimizer().step();
 
   checkpoint::SaveRequest request;
@@ -430,7 +478,7 @@ Status SaveConsolidated16BitModel(const Config& config, const model::ParameterRe
   if (world.size() > 1) {
     int64_t elements = 0;
     for (const model::ParameterInfo& p : registry.parameters()) {
-      if (!p.is_alias()) elements += p.numel;
+      if (!p.is_alias()) elements += p.sharding.global_shape.numel();
     }
     const double bytes = static_cast<double>(elements) * (4 + DTypeSize(dtype));
     ScopedLongerTimeout longer(world, bytes / kSlowestSaveBytesPerSecond);
@@ -481,7 +529,8 @@ Result<TrainingProgress> LoadTrainingCheckpoint(const fs::path& step_dir, zero::
   SLUICE_ASSIGN_OR_RETURN(nlohmann::json optimizer, GetObject(states, "optimizer", step_dir));
   SLUICE_RETURN_IF_ERROR(
       CheckSameOptimizerState(SavedOptimizerType(optimizer), optimizer_type, step_dir));
-  SLUICE_RETURN_IF_ERROR(CheckTensorsMatch(*reader, registry, StateKindsOf(optimizer_type)));
+  SLUICE_RETURN_IF_ERROR(
+      CheckTensorsMatch(*reader, registry.GlobalRegistry(), StateKindsOf(optimizer_type)));
   TrainingProgress progress;
   SLUICE_ASSIGN_OR_RETURN(progress.step, GetInt(states, "step", step_dir));
   SLUICE_ASSIGN_OR_RETURN(progress.total_tokens, GetInt(states, "total_tokens", step_dir));
@@ -505,10 +554,13 @@ Result<TrainingProgress> LoadTrainingCheckpoint(const fs::path& step_dir, zero::
   }
 
   zero::ZeroStateReaders readers;
-  readers.master = CheckpointRangeReader(*reader, registry, StateKind::kMasterWeights);
-  readers.exp_avg = CheckpointRangeReader(*reader, registry, StateKind::kExpAvg);
+  readers.master = ThroughGlobalRuns(
+      registry, CheckpointRangeReader(*reader, registry, StateKind::kMasterWeights));
+  readers.exp_avg =
+      ThroughGlobalRuns(registry, CheckpointRangeReader(*reader, registry, StateKind::kExpAvg));
   if (OptimizerMoments(optimizer_type) == 2) {
-    readers.exp_avg_sq = CheckpointRangeReader(*reader, registry, StateKind::kExpAvgSq);
+    readers.exp_avg_sq =
+        ThroughGlobalRuns(registry, CheckpointRangeReader(*reader, registry, StateKind::kExpAvgSq));
   }
   readers.optimizer_step = optimizer_step;
   SLUICE_RETURN_IF_ERROR(engine.ImportState(readers));
@@ -520,13 +572,17 @@ Status LoadInitialWeights(const fs::path& path, zero::ZeroEngine& engine,
   zero::ZeroStateReaders readers;
   std::unique_ptr<checkpoint::CheckpointReader> reader;
   std::unique_ptr<checkpoint::SafetensorsSource> source;
+  // The files hold whole tensors: what they are checked against.
+  const auto global = std::make_unique<model::ParameterRegistry>(registry.GlobalRegistry());
   if (LooksLikeSluiceCheckpoint(path)) {
     SLUICE_ASSIGN_OR_RETURN(fs::path step_dir, checkpoint::ResolveCheckpointDir(path));
     SLUICE_ASSIGN_OR_RETURN(reader, checkpoint::CheckpointReader::Open(step_dir));
-    SLUICE_RETURN_IF_ERROR(CheckTensorsMatch(
-        *reader, registry, StateKindsOf(engine.options().optimizer.type).first(1)));
-    readers.master = FiniteOnly(CheckpointRangeReader(*reader, registry, StateKind::kMasterWeights),
-                                registry, step_dir);
+    SLUICE_RETURN_IF_ERROR(
+        CheckTensorsMatch(*reader, registry.GlobalRegistry(),
+                          StateKindsOf(engine.options().optimizer.type).first(1)));
+    readers.master = ThroughGlobalRuns(
+        registry, FiniteOnly(CheckpointRangeReader(*reader, registry, StateKind::kMasterWeights),
+                             registry, step_dir));
     if (loaded != nullptr) {
       *loaded = fmt::format("the master weights of step {} of the Sluice checkpoint {}",
                             reader->manifest().step, step_dir.string());
@@ -537,7 +593,7 @@ Status LoadInitialWeights(const fs::path& path, zero::ZeroEngine& engine,
     // Every parameter present with its shape, and no tensor the model would leave out, before a
     // rank reads its range.
     SLUICE_ASSIGN_OR_RETURN(checkpoint::LoadWeightsReport report,
-                            checkpoint::CheckSafetensorsMatchModel(*src, registry));
+                            checkpoint::CheckSafetensorsMatchModel(*src, *global));
     if (loaded != nullptr) {
       std::string skipped;
       if (!report.ignored.empty()) {
@@ -547,11 +603,14 @@ Status LoadInitialWeights(const fs::path& path, zero::ZeroEngine& engine,
       *loaded =
           fmt::format("{} parameters from {}{}", report.loaded, src->path().string(), skipped);
     }
-    readers.master = FiniteOnly(
-        [src, &registry](int param, int64_t begin, int64_t end, float* dst) {
-          return checkpoint::ReadParameterRange(*src, registry.parameter(param), begin, end, dst);
-        },
-        registry, path);
+    readers.master = ThroughGlobalRuns(
+        registry,
+        FiniteOnly(
+            [src, global = global.get()](int param, int64_t begin, int64_t end, float* dst) {
+              return checkpoint::ReadParameterRange(*src, global->parameter(param), begin, end,
+                                                    dst);
+            },
+            registry, path));
   }
   return engine.ImportState(readers);
 }

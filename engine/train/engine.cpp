@@ -51,6 +51,13 @@ Status Engine::BuildModel(const Config& config) {
     return InvalidArgumentError(
         "device.memory_limit is not set: the cpu device needs a capacity (e.g. 512MiB)");
   }
+  if (cuda && groups_->grid().shape().tensor > 1) {
+    // The tensor group's all-reduces run on the host (MPI), not on NCCL, so far.
+    return UnimplementedError(
+        "tensor_parallel.autotp_size = {} on a cuda device: tensor-parallel collectives do not run "
+        "on NCCL yet; set it to 1 (or device.type cpu)",
+        groups_->grid().shape().tensor);
+  }
   DeviceOptions device_options;
   device_options.kind = cuda ? DeviceKind::kCuda : DeviceKind::kCpu;
   device_options.index = config.device.index;
@@ -67,8 +74,11 @@ Status Engine::BuildModel(const Config& config) {
                           ModelOptionsFromConfig(config, PrecisionOf(config.model.dtype)));
   // The model computes on the fp32 copy the engine binds; the engine keeps the parameter dtype.
   model_options.param_dtype = DType::kF32;
+  // This rank's piece of the layers split over its tensor group (tensor_plan.h).
+  model_options.tensor_parallel_rank = groups_->coords().tensor;
+  Comm* tensor = groups_->grid().shape().tensor > 1 ? &groups_->tensor() : nullptr;
   Result<std::unique_ptr<model::Model<float>>> model = model::Model<float>::Create(
-      model_options, *allocator_, *ops_, model::ModelStorage::kExternal);
+      model_options, *allocator_, *ops_, model::ModelStorage::kExternal, tensor);
   if (!model.ok()) return Status(model.status()).WithContext("building the model");
   model_ = std::move(model).value();
   return OkStatus();

@@ -154,8 +154,13 @@ Status Trainer::Build() {
   SLUICE_RETURN_IF_ERROR(LoadStartingState());
   TakePeaks(nullptr);
   if (world_->rank() == 0) {
-    SLUICE_LOG(kInfo, "train", "model {}: {} parameters, {}; ZeRO stage {} on {} rank(s) ({}); {}",
-               DescribeModel(model().options()), model().ParameterCount(),
+    const int64_t whole = model::CountParameters(model().options());
+    SLUICE_LOG(kInfo, "train",
+               "model {}: {} parameters{}, {}; ZeRO stage {} on {} rank(s) ({}); {}",
+               DescribeModel(model().options()), whole,
+               whole == model().ParameterCount()
+                   ? ""
+                   : fmt::format(" (this rank holds {})", model().ParameterCount()),
                PrecisionName(precision_), config_.zero.stage, world_->size(),
                engine_->groups().grid().shape().ToString(),
                DescribeStatePlacement(zero().memory(), optimizer().offload_ratio(),
@@ -496,7 +501,7 @@ TrainSummary Trainer::Summarize(const std::vector<StepMetrics>& steps) const {
   s.stop_signal = stop_signal_;
   s.run_dir = config_.run.dir;
   s.model = DescribeModel(model().options());
-  s.parameters = model().ParameterCount();
+  s.parameters = model::CountParameters(model().options());
   s.precision = std::string(PrecisionName(precision_));
   s.world_size = world_->size();
   s.kernels = DescribeComputeKernels(config_.device.cpu_gemm);

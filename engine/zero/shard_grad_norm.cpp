@@ -6,10 +6,13 @@
 
 namespace sluice::zero {
 
-std::vector<const PartitionInfo*> PartitionsInFlatOrder(const ShardLayout& layout) {
+std::vector<const PartitionInfo*> PartitionsInFlatOrder(const ShardLayout& layout,
+                                                        const NormCounted& counted) {
   std::vector<const PartitionInfo*> in_flat_order;
   in_flat_order.reserve(layout.partitions().size());
-  for (const PartitionInfo& p : layout.partitions()) in_flat_order.push_back(&p);
+  for (const PartitionInfo& p : layout.partitions()) {
+    if (counted.empty() || counted[static_cast<size_t>(p.param)]) in_flat_order.push_back(&p);
+  }
   std::sort(in_flat_order.begin(), in_flat_order.end(),
             [](const PartitionInfo* a, const PartitionInfo* b) {
               return a->full_offset < b->full_offset;
@@ -17,11 +20,12 @@ std::vector<const PartitionInfo*> PartitionsInFlatOrder(const ShardLayout& layou
   return in_flat_order;
 }
 
-double LocalSquaredSum(const ShardLayout& layout, const float* grad_shard) {
+double LocalSquaredSum(const ShardLayout& layout, const float* grad_shard,
+                       const NormCounted& counted) {
   double total = 0.0;
   double block_sum = 0.0;
   int64_t block = -1;
-  for (const PartitionInfo* p : PartitionsInFlatOrder(layout)) {
+  for (const PartitionInfo* p : PartitionsInFlatOrder(layout, counted)) {
     const ShardSpan owned = layout.Owned(*p);
     const float* g = grad_shard + p->shard_offset;
     int64_t flat = p->full_offset + static_cast<int64_t>(owned.offset);

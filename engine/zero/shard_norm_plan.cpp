@@ -7,10 +7,10 @@
 
 namespace sluice::zero {
 
-NormBlocks BuildNormBlocks(const ShardLayout& layout) {
+NormBlocks BuildNormBlocks(const ShardLayout& layout, const NormCounted& counted) {
   NormBlocks out;
   int64_t block = -1;
-  for (const PartitionInfo* p : PartitionsInFlatOrder(layout)) {
+  for (const PartitionInfo* p : PartitionsInFlatOrder(layout, counted)) {
     const ShardSpan owned = layout.Owned(*p);
     int64_t at = p->shard_offset;
     int64_t flat = p->full_offset + static_cast<int64_t>(owned.offset);
@@ -32,8 +32,9 @@ NormBlocks BuildNormBlocks(const ShardLayout& layout) {
 }
 
 Result<std::unique_ptr<ShardNormPlan>> ShardNormPlan::Create(Stream& stream,
-                                                             const ShardLayout& layout) {
-  const NormBlocks blocks = BuildNormBlocks(layout);
+                                                             const ShardLayout& layout,
+                                                             const NormCounted& counted) {
+  const NormBlocks blocks = BuildNormBlocks(layout, counted);
   std::unique_ptr<ShardNormPlan> plan(new ShardNormPlan());
   plan->shard_elements_ = layout.shard_elements();
   plan->blocks_ = blocks.blocks();

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/zero/shard_grad_norm.h"
 #include "engine/zero/shard_layout.h"
 #include "runtime/device.h"
 #include "runtime/ops/ops_backend.h"
@@ -23,14 +24,16 @@ struct NormBlocks {
   std::vector<int64_t> first = {0};
   int64_t blocks() const { return static_cast<int64_t>(first.size()) - 1; }
 };
-NormBlocks BuildNormBlocks(const ShardLayout& layout);
+NormBlocks BuildNormBlocks(const ShardLayout& layout, const NormCounted& counted = {});
 
 class ShardNormPlan {
  public:
-  // Uploads the layout's blocks to `stream`'s device (complete on return).
-  static Result<std::unique_ptr<ShardNormPlan>> Create(Stream& stream, const ShardLayout& layout);
+  // Uploads the layout's blocks of the counted parameters to `stream`'s device (complete on
+  // return).
+  static Result<std::unique_ptr<ShardNormPlan>> Create(Stream& stream, const ShardLayout& layout,
+                                                       const NormCounted& counted = {});
 
-  // The sum of squares of the owned elements of `grad_shard` (device memory, the layout's
+  // The sum of squares of the counted owned elements of `grad_shard` (device memory, the layout's
   // shard_elements() floats), after the work enqueued on `stream` so far. Waits for the stream.
   Result<double> LocalSquaredSum(ops::OpsBackend& ops, Stream& stream, const float* grad_shard);
 

@@ -17,7 +17,8 @@ Result<std::unique_ptr<StepGuard>> StepGuard::Create(const StepGuardOptions& opt
                                                      CommQueue& queue) {
   std::unique_ptr<StepGuard> guard(new StepGuard(options, layout, ops, compute, queue));
   if (!grads_on_host) {
-    SLUICE_ASSIGN_OR_RETURN(guard->norm_plan_, ShardNormPlan::Create(compute, layout));
+    SLUICE_ASSIGN_OR_RETURN(guard->norm_plan_,
+                            ShardNormPlan::Create(compute, layout, options.counted));
     if (options.param_dtype == DType::kF16) {
       const int64_t block = std::min(kF16RoundBlock, layout.shard_elements());
       SLUICE_ASSIGN_OR_RETURN(
@@ -60,15 +61,13 @@ Result<double> StepGuard::LocalSquaredSum(float* grads) {
   if (norm_plan_ != nullptr) return norm_plan_->LocalSquaredSum(*ops_, *compute_, grads);
   // The offloaded optimizer's host shard: the host sums it once the passes wrote it.
   SLUICE_RETURN_IF_ERROR(compute_->Synchronize());
-  return zero::LocalSquaredSum(*layout_, grads);
+  return zero::LocalSquaredSum(*layout_, grads, options_.counted);
 }
 
 Result<double> StepGuard::SumOverModelParallel(double data_sum) {
-  // Every parameter is replicated across the tensor ranks today: tensor rank 0 counts it, the
-  // others add nothing but a non-finite value, so that an overflow anywhere skips everywhere.
-  const double mine = options_.counts_replicated || !std::isfinite(data_sum) ? data_sum : 0.0;
+  // Each rank's sum already leaves out what its peers count (options_.counted).
   // The queue is idle between its Run calls: this control collective cannot interleave with it.
-  Result<double> sum = SumInRankOrder(*options_.model_parallel, mine);
+  Result<double> sum = SumInRankOrder(*options_.model_parallel, data_sum);
   if (!sum.ok()) {
     return Status(sum.status())
         .WithContext("completing the gradient norm over the tensor and pipeline ranks");

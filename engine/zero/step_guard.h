@@ -6,13 +6,15 @@
 // shard is device memory, or by the host once the stream is done when the offloaded optimizer
 // holds it in host memory; the ranks' sums are added in rank order over the data-parallel group
 // (ZeRO's comm queue) and then over the model-parallel group, where a parameter replicated across
-// the tensor ranks is counted by tensor rank 0 only. The host reads the result back here, at the
-// step boundary: the one place a step waits for the device.
+// the tensor ranks is counted by tensor rank 0 only and each piece of a split one by its holder.
+// The host reads the result back here, at the step boundary: the one place a step waits for the
+// device.
 #pragma once
 
 #include <memory>
 
 #include "engine/zero/comm_queue.h"
+#include "engine/zero/shard_grad_norm.h"
 #include "engine/zero/shard_layout.h"
 #include "engine/zero/shard_norm_plan.h"
 #include "runtime/comm.h"
@@ -50,10 +52,10 @@ struct StepGuardOptions {
   int num_threads = 1;              // the host's rounding and sums
   // The shard is only this rank's part (stages 1-3): its sum is completed over the data group.
   bool sharded = true;
-  // The tensor x pipeline peers of this data rank (null: none), and whether this rank counts the
-  // parameters replicated across its tensor peers.
+  // The tensor x pipeline peers of this data rank (null: none), and the parameters this rank
+  // counts among those its tensor peers hold too (shard_grad_norm.h; empty: every one).
   Comm* model_parallel = nullptr;
-  bool counts_replicated = true;
+  NormCounted counted;
 };
 
 class StepGuard {

@@ -138,7 +138,12 @@ Result<std::unique_ptr<ZeroEngine>> ZeroEngine::CreateOver(const ZeroOptions& op
   engine->world_rank_ = groups != nullptr ? groups->world().rank() : data.rank();
   if (groups != nullptr && groups->model_parallel().size() > 1) {
     engine->model_parallel_ = &groups->model_parallel();
-    engine->counts_replicated_ = groups->coords().tensor == 0;
+    // Tensor rank 0 counts every parameter it holds; its peers only their pieces of split ones.
+    if (groups->coords().tensor != 0) {
+      for (const model::ParameterInfo& info : model.registry().parameters()) {
+        engine->counted_.push_back(info.sharding.split());
+      }
+    }
   }
   SLUICE_RETURN_IF_ERROR(engine->Build(data));
   return engine;
@@ -279,7 +284,7 @@ Status ZeroEngine::Build(Comm& world) {
                                  .num_threads = options_.num_threads,
                                  .sharded = stage > 0,
                                  .model_parallel = model_parallel_,
-                                 .counts_replicated = counts_replicated_},
+                                 .counted = counted_},
                                 layout_, grads_on_host, model_->ops(), compute(), *queue_));
   if (!grads_on_host && stage == 1) {
     SLUICE_ASSIGN_OR_RETURN(extract_owned_,
@@ -655,7 +660,13 @@ ZeroMemory ZeroEngine::memory() const {
 std::vector<ZeroStateRange> ZeroEngine::SavedStateRanges() const {
   // In stage 0 every rank holds everything, and rank 0 alone saves it.
   if (options_.stage == 0 && queue_->comm().rank() != 0) return {};
-  return OwnedStateRanges(layout_);
+  std::vector<ZeroStateRange> ranges = OwnedStateRanges(layout_);
+  if (!counted_.empty()) {
+    std::erase_if(ranges, [this](const ZeroStateRange& r) {
+      return !counted_[static_cast<size_t>(r.param)];
+    });
+  }
+  return ranges;
 }
 
 Status ZeroEngine::ImportState(const ZeroStateReaders& readers) {

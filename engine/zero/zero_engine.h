@@ -158,7 +158,8 @@ class ZeroEngine {
   //
   // The ranges this rank saves: every element of its partitions (stages 1-3), so the ranks
   // together cover each parameter exactly once. In stage 0 every rank holds everything, and
-  // rank 0 alone saves it (the other ranks return no range).
+  // rank 0 alone saves it (the other ranks return no range). Under tensor parallelism a
+  // parameter replicated across the tensor ranks is saved by tensor rank 0 alone.
   std::vector<ZeroStateRange> SavedStateRanges() const;
   // Replaces this rank's state with what `readers` return for the elements it holds in its
   // current layout (each rank reads its own ranges, so the source may come from another world
@@ -232,10 +233,11 @@ class ZeroEngine {
   std::unique_ptr<ParameterPublisher> publisher_;  // stages 0-2
   model::UnitHooks* user_hooks_ = nullptr;
   // The tensor × pipeline peers of this data rank (null when created over a plain world), and
-  // whether this rank counts the parameters replicated across them.
+  // the parameters this rank accounts for in the gradient norm (step_guard.h) and checkpoints:
+  // on tensor rank 0 all (empty), elsewhere only its pieces of split ones.
   Comm* model_parallel_ = nullptr;
-  int world_rank_ = 0;  // names this rank's swap files
-  bool counts_replicated_ = true;
+  NormCounted counted_;
+  int world_rank_ = 0;                     // names this rank's swap files
   int64_t micro_batches_ = 0;              // of the current step
   PassKind pass_kind_ = PassKind::kTrain;  // of the pass running
   // Start of the unit the compute stream runs, in the trace: written and read by the stream.
