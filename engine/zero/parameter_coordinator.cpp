@@ -4,12 +4,12 @@
 
 #include <algorithm>
 #include <array>
-#include <cstring>
+#include <bit>
 #include <string>
 
 #include "engine/zero/offload_options.h"
-#include "engine/zero/partition_copy.h"
 #include "engine/zero/rank_agreement.h"
+#include "engine/zero/zero_placement.h"
 #include "engine/zero/zeroed_buffer.h"
 #include "runtime/check.h"
 #include "runtime/logging.h"
@@ -17,26 +17,23 @@
 namespace sluice::zero {
 namespace {
 
-// A tag travels as the raw bits of one element (collectives copy bits, never interpret them).
-void WriteTag(void* at, DType dtype, uint32_t tag) {
-  if (DTypeSize(dtype) == 4) {
-    std::memcpy(at, &tag, 4);
-  } else {
-    const uint16_t half = static_cast<uint16_t>(tag);
-    std::memcpy(at, &half, 2);
-  }
-}
+// A tag travels as the raw bits of one element (collectives copy bits, never interpret them):
+// the low DTypeSize bytes of its word.
+static_assert(std::endian::native == std::endian::little, "tag words are little-endian");
 
-uint32_t ReadTag(const void* at, DType dtype) {
-  if (DTypeSize(dtype) == 4) {
-    uint32_t tag = 0;
-    std::memcpy(&tag, at, 4);
-    return tag;
-  }
-  uint16_t half = 0;
-  std::memcpy(&half, at, 2);
-  return half;
-}
+// An NVMe read for one gather: issued with the gather, awaited on the comm stream. The slot is
+// freed once the piece is copied out, or when the last holder lets go (a gather dropped unrun).
+struct PendingRead {
+  PendingRead(offload::NvmeParamStore* nvme, int group)
+      : store(nvme), read(nvme->BeginRead(group)) {}
+  ~PendingRead() { store->EndRead(read); }
+  PendingRead(const PendingRead&) = delete;
+  PendingRead& operator=(const PendingRead&) = delete;
+
+  offload::NvmeParamStore* store;
+  offload::NvmeParamRead read;
+  Status status;  // of the read, set on the comm stream before the tags are sent
+};
 
 }  // namespace
 
@@ -44,29 +41,31 @@ CoordinatorOptions CoordinatorOptionsOf(const ZeroOptions& options) {
   return {.budgets = {.prefetch_bucket_size = options.stage3_prefetch_bucket_size,
                       .max_live_parameters = options.stage3_max_live_parameters,
                       .max_reuse_distance = options.stage3_max_reuse_distance},
-          .param_dtype = options.param_dtype};
+          .param_dtype = options.param_dtype,
+          .host_shard = PlaceZeroState(options).param_shard == StateTier::kHost};
 }
 
 ParameterCoordinator::ParameterCoordinator(const CoordinatorOptions& options,
                                            const model::ParameterRegistry& registry,
                                            const ShardLayout& layout, CommQueue& queue,
-                                           Stream& compute, ZeroBinding& binding,
-                                           const void* param_shard)
+                                           Stream& compute, ops::OpsBackend& ops,
+                                           ZeroBinding& binding, const void* param_shard)
     : options_(options),
       registry_(&registry),
       layout_(&layout),
       queue_(&queue),
       compute_(&compute),
+      ops_(&ops),
       binding_(&binding),
       param_shard_(param_shard),
       dense_offset_(registry.parameters().size(), 0) {}
 
 Result<std::unique_ptr<ParameterCoordinator>> ParameterCoordinator::Create(
     const CoordinatorOptions& options, const model::ParameterRegistry& registry,
-    const ShardLayout& layout, CommQueue& queue, Stream& compute, ZeroBinding& binding,
-    const void* param_shard, offload::NvmeParamStore* nvme) {
-  std::unique_ptr<ParameterCoordinator> c(
-      new ParameterCoordinator(options, registry, layout, queue, compute, binding, param_shard));
+    const ShardLayout& layout, CommQueue& queue, Stream& compute, ops::OpsBackend& ops,
+    ZeroBinding& binding, const void* param_shard, offload::NvmeParamStore* nvme) {
+  std::unique_ptr<ParameterCoordinator> c(new ParameterCoordinator(
+      options, registry, layout, queue, compute, ops, binding, param_shard));
   c->nvme_ = nvme;
   const size_t num_units = registry.units().size();
   SLUICE_CHECK_LT(num_units, static_cast<size_t>(kFailedReadTag)) << "too many units to tag";
@@ -146,16 +145,28 @@ Result<std::unique_ptr<ParameterCoordinator>> ParameterCoordinator::Create(
       offset += p.numel;
     }
   }
+  // Run g < groups_.size() is group g, the last the persistent parameters; each sends its tag,
+  // and the NVMe path's word (whose tag is known once its read completes) comes after them.
+  std::vector<std::vector<ops::CopySegment>> unpack;
+  for (const Group& g : c->groups_) {
+    unpack.push_back(UnpackRunSegments(layout, layout.units()[static_cast<size_t>(g.unit)].gathered,
+                                       c->dense_offset_, /*header=*/1));
+  }
+  unpack.push_back(UnpackRunSegments(layout, layout.persistent(), c->dense_offset_, 1));
+  const int runs = static_cast<int>(unpack.size());
+  SLUICE_ASSIGN_OR_RETURN(c->plan_,
+                          GatherPlan::Create(queue.stream(), unpack, runs + 1, layout.world()));
+  for (int run = 0; run + 1 < runs; ++run) {
+    *c->plan_->send_word(run) =
+        static_cast<uint32_t>(c->groups_[static_cast<size_t>(run)].unit) + 1;
+  }
+  *c->plan_->send_word(runs - 1) = kPersistentTag;
   c->stats_.live = persistent;
   c->stats_.peak_live = persistent;
   return c;
 }
 
-ParameterCoordinator::~ParameterCoordinator() {
-  for (Group& g : groups_) {
-    if (g.state == State::kInflight) (void)queue_->Wait(g.ticket);
-  }
-}
+ParameterCoordinator::~ParameterCoordinator() { (void)queue_->Synchronize(); }
 
 const ModuleTrace* ParameterCoordinator::trace(PassKind kind) const {
   const auto& trace = traces_[static_cast<int>(kind)];
@@ -177,10 +188,9 @@ Status ParameterCoordinator::GatherPersistent() {
   // After the optimizer's update of the shard and the last pass's reads of the buffer.
   SLUICE_RETURN_IF_ERROR(queue_->OrderAfter(*compute_));
   SLUICE_ASSIGN_OR_RETURN(
-      CommTicket ticket,
-      EnqueueGather(kPersistentTag, layout_->persistent(), layout_->persistent_offset(),
-                    layout_->persistent_elements(), persistent_.data_as<float>(),
-                    static_cast<int>(groups_.size())));
+      CommTicket ticket, EnqueueGather(kPersistentTag, static_cast<int>(groups_.size()),
+                                       layout_->persistent_offset(), layout_->persistent_elements(),
+                                       persistent_.data_as<float>(), layout_->persistent_numel()));
   return queue_->Join(*compute_, ticket);
 }
 
@@ -191,76 +201,100 @@ std::string ParameterCoordinator::TagName(uint32_t tag) const {
   return fmt::format("unknown parameters (tag {})", tag);
 }
 
-Result<CommTicket> ParameterCoordinator::EnqueueGather(uint32_t tag, const std::vector<int>& run,
-                                                       int64_t shard_offset, int64_t elements,
-                                                       float* dense, int nvme_group) {
+Result<CommTicket> ParameterCoordinator::EnqueueGather(uint32_t tag, int run, int64_t shard_offset,
+                                                       int64_t elements, float* dense,
+                                                       int64_t dense_numel) {
   const DType dtype = options_.param_dtype;
   const size_t size = DTypeSize(dtype);
   const int world = layout_->world();
   const int rank = layout_->rank();
   const size_t piece = static_cast<size_t>(elements) + 1;  // a tag, then the partitions
   const size_t total = piece * static_cast<size_t>(world);
-  const ShardLayout* layout = layout_;
-  const void* shard =
-      static_cast<const uint8_t*>(param_shard_) + static_cast<size_t>(shard_offset) * size;
-  const int64_t* offsets = dense_offset_.data();
-  const std::vector<int>* partitions = &run;
-  // NVMe: the read starts now (when the gather is issued or prefetched) and the operation waits
-  // for it; the slot is freed when the operation is done with it, or dropped unrun.
-  std::shared_ptr<offload::NvmeParamRead> read;
-  if (nvme_ != nullptr) {
-    offload::NvmeParamStore* nvme = nvme_;
-    read = std::shared_ptr<offload::NvmeParamRead>(
-        new offload::NvmeParamRead(nvme->BeginRead(nvme_group)), [nvme](offload::NvmeParamRead* r) {
-          nvme->EndRead(*r);
-          delete r;
-        });
-  }
+  Device& device = queue_->device();
+  Stream& stream = queue_->stream();
+  const std::string name =
+      fmt::format("all_gather {}", tag == kPersistentTag ? "persistent parameters" : TagName(tag));
   SLUICE_ASSIGN_OR_RETURN(
       void* staging,
       queue_->Staging(total * size, fmt::format("the all-gather buffer of {}", TagName(tag))));
   auto* gathered = static_cast<uint8_t*>(staging);
-  auto op = [this, layout, partitions, dtype, size, rank, world, piece, total, tag, shard, dense,
-             offsets, read, gathered](Comm& comm) -> Status {
-    const void* source = shard;
-    Status read_status;
-    if (read != nullptr) {
-      Result<const void*> values = nvme_->AwaitRead(*read);
-      if (values.ok()) {
-        source = *values;
-      } else {
-        read_status = values.status();
-      }
-    }
-    uint8_t* mine = gathered + static_cast<size_t>(rank) * piece * size;
-    // A failed read still takes part in the collective, tagged as failed, so that the other
-    // ranks fail at once (naming this rank) instead of waiting for run.comm_timeout.
-    WriteTag(mine, dtype, read_status.ok() ? tag : kFailedReadTag);
-    if (read_status.ok()) std::memcpy(mine + size, source, (piece - 1) * size);
-    if (read != nullptr) nvme_->EndRead(*read);  // copied out: the slot may take the next read
-    Status status = comm.AllGather(mine, gathered, total, dtype);
-    if (!read_status.ok()) return read_status;
-    SLUICE_RETURN_IF_ERROR(status);
-    for (int r = 0; r < world && status.ok(); ++r) {
-      const uint32_t theirs = ReadTag(gathered + static_cast<size_t>(r) * piece * size, dtype);
-      if (theirs != tag) {
-        status = FailedPreconditionError(
-            "the ranks gathered different parameters at the same point: rank {} gathered {}, "
-            "rank {} gathered {}; every rank must run the same modules in the same order",
-            rank, TagName(tag), r, TagName(theirs));
-      }
-    }
-    if (status.ok()) {
-      UnpackGathered(
-          *layout, *partitions, gathered, dtype,
-          [dense, offsets](const PartitionInfo& p) { return dense + offsets[p.param]; },
-          /*header=*/1);
-    }
-    return status;
+  uint8_t* mine = gathered + static_cast<size_t>(rank) * piece * size;
+
+  // This rank's piece: its tag word, then its partitions (a contiguous range of the shard).
+  const uint32_t* tag_word = plan_->send_word(run);
+  const void* values =
+      static_cast<const uint8_t*>(param_shard_) + static_cast<size_t>(shard_offset) * size;
+  CopyKind kind = options_.host_shard ? CopyKind::kH2D : CopyKind::kD2D;
+  std::shared_ptr<PendingRead> pending;
+  if (nvme_ != nullptr) {
+    // The read starts now (when the gather is issued or prefetched); the comm stream waits for
+    // it before the copy. A failed read still takes part in the collective, tagged as failed, so
+    // that the other ranks fail at once (naming this rank) instead of waiting for
+    // run.comm_timeout.
+    pending = std::make_shared<PendingRead>(nvme_, run);
+    uint32_t* word = plan_->send_word(static_cast<int>(groups_.size()) + 1);
+    SLUICE_RETURN_IF_ERROR(device.LaunchHostFunc(
+        stream,
+        [pending, word, tag]() -> Status {
+          Result<const void*> read = pending->store->AwaitRead(pending->read);
+          SLUICE_CHECK(!read.ok() || *read == pending->read.data) << "the read moved";
+          pending->status = read.status();
+          *word = read.ok() ? tag : kFailedReadTag;
+          return OkStatus();
+        },
+        fmt::format("await the NVMe read of {}", name)));
+    tag_word = word;
+    values = pending->read.data;  // the slot or the cache; null when the read failed at issue
+    kind = CopyKind::kH2D;
+  }
+  SLUICE_RETURN_IF_ERROR(device.CopyAsync(mine, tag_word, size, CopyKind::kH2D, stream));
+  if (values != nullptr && elements > 0) {
+    SLUICE_RETURN_IF_ERROR(
+        device.CopyAsync(mine + size, values, static_cast<size_t>(elements) * size, kind, stream));
+  }
+  if (pending != nullptr) {
+    // Copied out: the slot may take the next read while the all-gather runs.
+    SLUICE_RETURN_IF_ERROR(device.LaunchHostFunc(
+        stream,
+        [pending]() {
+          pending->store->EndRead(pending->read);
+          return OkStatus();
+        },
+        fmt::format("free the NVMe read slot of {}", name)));
+  }
+
+  // After the all-gather, in the same ticket: the tag check, then the unpacking.
+  const auto then = [&](Stream& s) -> Status {
+    uint32_t* received = plan_->received();
+    SLUICE_RETURN_IF_ERROR(device.Copy2DAsync(received, sizeof(uint32_t), gathered, piece * size,
+                                              size, static_cast<size_t>(world), CopyKind::kD2H, s));
+    SLUICE_RETURN_IF_ERROR(device.LaunchHostFunc(
+        s,
+        [this, received, pending, tag, rank, world]() -> Status {
+          if (pending != nullptr) SLUICE_RETURN_IF_ERROR(pending->status);
+          for (int r = 0; r < world; ++r) {
+            if (received[r] != tag) {
+              return FailedPreconditionError(
+                  "the ranks gathered different parameters at the same point: rank {} gathered "
+                  "{}, rank {} gathered {}; every rank must run the same modules in the same "
+                  "order",
+                  rank, TagName(tag), r, TagName(received[r]));
+            }
+          }
+          return OkStatus();
+        },
+        fmt::format("check the tags of {}", name)));
+    const int index = device.index();
+    return ops_->CopySegments(
+        s, Tensor(gathered, dtype, {static_cast<int64_t>(total)}, MemoryTier::kDevice, index),
+        Tensor(dense, DType::kF32, {dense_numel}, MemoryTier::kDevice, index), plan_->unpack(run));
   };
   return queue_->Enqueue(
-      fmt::format("all_gather {}", tag == kPersistentTag ? "persistent parameters" : TagName(tag)),
-      total * size, std::move(op));
+      name, total * size,
+      [mine, gathered, total, dtype](Comm& comm) {
+        return comm.AllGather(mine, gathered, total, dtype);
+      },
+      then);
 }
 
 Status ParameterCoordinator::Issue(int group) {
@@ -281,8 +315,8 @@ Status ParameterCoordinator::Issue(int group) {
   SLUICE_RETURN_IF_ERROR(queue_->OrderAfter(*compute_));
   float* dense = g.buffer.data_as<float>();
   SLUICE_ASSIGN_OR_RETURN(
-      g.ticket, EnqueueGather(static_cast<uint32_t>(g.unit) + 1, shards.gathered,
-                              shards.gather_offset, shards.gather_elements, dense, group));
+      g.ticket, EnqueueGather(static_cast<uint32_t>(g.unit) + 1, group, shards.gather_offset,
+                              shards.gather_elements, dense, g.numel));
   for (int index : shards.gathered) {
     const PartitionInfo& p = layout_->partitions()[static_cast<size_t>(index)];
     binding_->SetValue(p.param, dense + dense_offset_[static_cast<size_t>(p.param)]);

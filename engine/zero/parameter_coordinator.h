@@ -31,10 +31,19 @@
 // gathered but the persistent parameters (the optimizer step that may follow changes the
 // shards).
 //
+// A gather is stream work on the comm stream; the host never touches the device memory it moves
+// (gather_plan.h holds what it needs, made once): this rank's piece, a tag word and its
+// partitions, is copied into the staging buffer (device to device from a device shard, host to
+// device from an offloaded one or from NVMe), the Comm's all-gather runs on it (a host function
+// of the comm stream for MPI, enqueued on the stream for NCCL), every rank's tag word comes back
+// to pinned host memory by a device-to-host copy for a host function to check, and one ops
+// CopySegments unpacks the partitions into the dense fp32 buffer, widening the parameter dtype.
+//
 // NVMe (a NvmeParamStore given to Create): this rank's piece of every gather is read from the
 // store instead of the shard. The read is issued when the gather is issued (on demand or by the
-// prefetch), into one of the store's pinned slots, and the comm-stream operation waits for it
-// (verifying its checksum) before the all-gather: prefetching by the trace reads ahead.
+// prefetch), into one of the store's pinned slots, and a host function on the comm stream waits
+// for it (verifying its checksum; host memory only) before the piece's copy, which a second one
+// follows to free the slot: prefetching by the trace reads ahead.
 //
 // Unlike DeepSpeed, where max_live_parameters only throttles prefetching (a soft limit), the
 // budget here is hard: the live count never exceeds it.
@@ -49,6 +58,7 @@
 
 #include "engine/model/parameter_registry.h"
 #include "engine/zero/comm_queue.h"
+#include "engine/zero/gather_plan.h"
 #include "engine/zero/module_trace.h"
 #include "engine/zero/shard_layout.h"
 #include "engine/zero/stage3_planner.h"
@@ -57,6 +67,7 @@
 #include "offload/nvme_param_store.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
+#include "runtime/ops/ops_backend.h"
 #include "runtime/status.h"
 
 namespace sluice::zero {
@@ -64,6 +75,8 @@ namespace sluice::zero {
 struct CoordinatorOptions {
   Stage3Budgets budgets;  // zero_optimization.stage3_* (stage3_planner.h)
   DType param_dtype{};    // of the shard and the all-gathers
+  // The shard is host memory (offload_param.device cpu), not device memory.
+  bool host_shard = false;
 };
 // The coordinator's part of the engine's options.
 CoordinatorOptions CoordinatorOptionsOf(const ZeroOptions& options);
@@ -86,16 +99,17 @@ using ActionObserver = std::function<void(const Stage3Action&)>;
 
 class ParameterCoordinator {
  public:
-  // `param_shard` holds this rank's layout.shard_elements() values of options.param_dtype; it,
-  // and everything else passed, must outlive the coordinator. InvalidArgument (naming
-  // zero_optimization.stage3_max_live_parameters) when an access cannot fit the budget.
-  // With `nvme` (holding NvmeParamGroupsOf(layout, registry); it too must outlive the
-  // coordinator) the pieces are read from it and `param_shard` is not read (may be null).
+  // `param_shard` holds this rank's layout.shard_elements() values of options.param_dtype (device
+  // memory of the queue's device, or host memory with options.host_shard); it, and everything
+  // else passed, must outlive the coordinator. `ops` (of the queue's device) unpacks the gathers.
+  // InvalidArgument (naming zero_optimization.stage3_max_live_parameters) when an access cannot
+  // fit the budget. With `nvme` (holding NvmeParamGroupsOf(layout, registry); it too must outlive
+  // the coordinator) the pieces are read from it and `param_shard` is not read (may be null).
   static Result<std::unique_ptr<ParameterCoordinator>> Create(
       const CoordinatorOptions& options, const model::ParameterRegistry& registry,
-      const ShardLayout& layout, CommQueue& queue, Stream& compute, ZeroBinding& binding,
-      const void* param_shard, offload::NvmeParamStore* nvme = nullptr);
-  // Waits for gathers still in flight.
+      const ShardLayout& layout, CommQueue& queue, Stream& compute, ops::OpsBackend& ops,
+      ZeroBinding& binding, const void* param_shard, offload::NvmeParamStore* nvme = nullptr);
+  // Waits for the comm stream's work (gathers still in flight read the coordinator's plan).
   ~ParameterCoordinator();
 
   // (Re)gathers the persistent parameters from the shard, after the work enqueued on the compute
@@ -138,18 +152,19 @@ class ParameterCoordinator {
 
   ParameterCoordinator(const CoordinatorOptions& options, const model::ParameterRegistry& registry,
                        const ShardLayout& layout, CommQueue& queue, Stream& compute,
-                       ZeroBinding& binding, const void* param_shard);
+                       ops::OpsBackend& ops, ZeroBinding& binding, const void* param_shard);
   // Each rank's piece of a gather starts with a tag naming what it gathered (unit + 1, or
   // kPersistentTag), so ranks that run different modules fail at the first mismatched gather
   // instead of exchanging the wrong parameters.
   static constexpr uint32_t kPersistentTag = 0xffff;
   static constexpr uint32_t kFailedReadTag = 0xfffe;
   std::string TagName(uint32_t tag) const;
-  // Enqueues the tagged all-gather of the partitions `run` (this rank's `elements` at
-  // `shard_offset` of the shard, or NVMe group `nvme_group` of the store) and their unpacking,
-  // widened, into `dense`.
-  Result<CommTicket> EnqueueGather(uint32_t tag, const std::vector<int>& run, int64_t shard_offset,
-                                   int64_t elements, float* dense, int nvme_group);
+  // Enqueues the tagged all-gather of gather run `run` (group `run`, or the persistent
+  // parameters when run == groups_.size(): the plan's run and the NVMe store's group alike):
+  // this rank's `elements` at `shard_offset` of the shard, unpacked, widened, into `dense`
+  // (`dense_numel` floats).
+  Result<CommTicket> EnqueueGather(uint32_t tag, int run, int64_t shard_offset, int64_t elements,
+                                   float* dense, int64_t dense_numel);
   Status Issue(int group);
   Status WaitFor(int group);
   Status ReleaseGroup(int group);
@@ -163,6 +178,7 @@ class ParameterCoordinator {
   const ShardLayout* layout_;
   CommQueue* queue_;
   Stream* compute_;
+  ops::OpsBackend* ops_;
   ZeroBinding* binding_;
   const void* param_shard_;
   offload::NvmeParamStore* nvme_ = nullptr;
@@ -170,6 +186,7 @@ class ParameterCoordinator {
   std::unique_ptr<Stage3Planner> planner_;
   std::vector<int64_t> dense_offset_;  // per registry parameter: offset in its gathered buffer
   DeviceBuffer persistent_;
+  std::unique_ptr<GatherPlan> plan_;
 
   std::optional<ModuleTrace> traces_[kNumPassKinds];
   ModuleTrace recording_;

@@ -249,7 +249,8 @@ Status ZeroEngine::Build(Comm& world) {
     SLUICE_ASSIGN_OR_RETURN(
         coordinator_,
         ParameterCoordinator::Create(CoordinatorOptionsOf(options_), registry, layout_, *queue_,
-                                     compute(), binding_, param_shard_data_, param_store_.get()));
+                                     compute(), model_->ops(), binding_, param_shard_data_,
+                                     param_store_.get()));
   }
   if (stage <= 1) {
     reducer_ = std::make_unique<AllReduceReducer>(

@@ -47,6 +47,7 @@ class NvmeParamRig {
     auto device = CreateDevice({.memory_limit_bytes = uint64_t{16} << 20});
     SLUICE_CHECK(device.ok());
     device_ = std::move(device).value();
+    ops_ = sluice::testing::CpuOpsOn(*device_);
     auto model = model::Model<float>::Create(TinyGpt(), host_, sluice::testing::OpsFor<float>(),
                                              model::ModelStorage::kExternal);
     SLUICE_CHECK(model.ok());
@@ -126,11 +127,12 @@ class NvmeParamRig {
     SLUICE_ASSIGN_OR_RETURN(compute_, device_->CreateStream());
     CoordinatorOptions options = CoordinatorOptionsOf(DefaultZeroOptions());
     options.param_dtype = dtype_;
+    options.host_shard = true;  // shard_ (offload_param device cpu), when not reading NVMe
     options.budgets.prefetch_bucket_size = prefetch_bucket_size;
     SLUICE_ASSIGN_OR_RETURN(
         coordinator_,
-        ParameterCoordinator::Create(options, registry(), layout_, *queue_, *compute_, *binding_,
-                                     shard_.data(), nvme ? store_.get() : nullptr));
+        ParameterCoordinator::Create(options, registry(), layout_, *queue_, *compute_, *ops_,
+                                     *binding_, shard_.data(), nvme ? store_.get() : nullptr));
     return coordinator_->GatherPersistent();
   }
   ParameterCoordinator& coordinator() { return *coordinator_; }
@@ -166,6 +168,7 @@ class NvmeParamRig {
   ScratchDir dir_;
   model::HostAllocator host_;
   std::unique_ptr<Device> device_;
+  std::unique_ptr<ops::OpsBackend> ops_;
   std::unique_ptr<model::Model<float>> model_;
   ShardLayout layout_;
   std::vector<uint8_t> shard_;

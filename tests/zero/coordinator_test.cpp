@@ -27,9 +27,13 @@ class CoordinatorRig {
  public:
   explicit CoordinatorRig(const CoordinatorOptions& options, int64_t persistence = 64) {
     Comm& world = TestWorld();
-    auto device = CreateDevice({.memory_limit_bytes = uint64_t{16} << 20});
+    // Under protection where the CPU has it: the gathers are stream work, the host touches no
+    // device memory (the checks below read the gathered values back by copies).
+    auto device = CreateDevice({.memory_limit_bytes = uint64_t{16} << 20,
+                                .memory_protection = DeviceMemoryProtection::kAuto});
     SLUICE_CHECK(device.ok());
     device_ = std::move(device).value();
+    ops_ = sluice::testing::CpuOpsOn(*device_);
     auto model = model::Model<float>::Create(TinyGpt(), host_, sluice::testing::OpsFor<float>(),
                                              model::ModelStorage::kExternal);
     SLUICE_CHECK(model.ok());
@@ -52,11 +56,24 @@ class CoordinatorRig {
     auto compute = device_->CreateStream();
     SLUICE_CHECK(compute.ok());
     compute_ = std::move(compute).value();
-    auto coordinator = ParameterCoordinator::Create(options, registry(), layout_, *queue_,
-                                                    *compute_, *binding_, shard_.data());
+    // The shard in device memory, as the engine keeps it without offload_param.
+    auto device_shard = device_->Allocate(shard_.size() * sizeof(float), MemoryCategory::kParams);
+    SLUICE_CHECK(device_shard.ok());
+    device_shard_ = std::move(device_shard).value();
+    SLUICE_CHECK(device_
+                     ->CopyAsync(device_shard_.data(), shard_.data(), shard_.size() * sizeof(float),
+                                 CopyKind::kH2D, *compute_)
+                     .ok());
+    SLUICE_CHECK(compute_->Synchronize().ok());
+    auto coordinator = ParameterCoordinator::Create(
+        options, registry(), layout_, *queue_, *compute_, *ops_, *binding_, device_shard_.data());
     SLUICE_CHECK(coordinator.ok()) << coordinator.status().ToString();
     coordinator_ = std::move(coordinator).value();
     SLUICE_CHECK(coordinator_->GatherPersistent().ok());
+    // Complete before the test goes on: its next rig's MPI_Comm_split (which, unlike the
+    // collectives, does not hold the device-memory key: runtime/comm/mpi) would otherwise
+    // progress this gather into device memory from the main thread.
+    SLUICE_CHECK(queue_->Synchronize().ok());
     coordinator_->SetFetchObserver([this](const ModuleAccess&, const CoordinatorStats& stats) {
       EXPECT_LE(stats.live, coordinator_->options().budgets.max_live_parameters);
       max_live_seen_ = std::max(max_live_seen_, stats.live);
@@ -87,13 +104,16 @@ class CoordinatorRig {
     SLUICE_RETURN_IF_ERROR(coordinator_->BeginPass(kind));
     for (const ModuleAccess& access : order) {
       SLUICE_RETURN_IF_ERROR(coordinator_->Fetch(access));
-      // Fetch only enqueues: the values are there once the compute stream reaches this point.
-      SLUICE_RETURN_IF_ERROR(compute_->Synchronize());
       for (int p : registry().units()[static_cast<size_t>(access.unit)].params) {
         const model::ParameterInfo& info = registry().parameter(p);
         const int64_t offset =
             info.is_alias() ? registry().parameter(info.tied_to).offset : info.offset;
-        const float* values = binding_->Value(p);
+        // Fetch only enqueues: the values are there once the compute stream reaches this point.
+        std::vector<float> values(static_cast<size_t>(info.numel));
+        SLUICE_RETURN_IF_ERROR(device_->CopyAsync(values.data(), binding_->Value(p),
+                                                  values.size() * sizeof(float), CopyKind::kD2H,
+                                                  *compute_));
+        SLUICE_RETURN_IF_ERROR(compute_->Synchronize());
         for (int64_t e = 0; e < info.numel; ++e) {
           if (values[e] != Expected(offset + e)) {
             return InternalError("{} element {}: {} instead of {}", info.name, e, values[e],
@@ -110,10 +130,12 @@ class CoordinatorRig {
  private:
   model::HostAllocator host_;
   std::unique_ptr<Device> device_;
+  std::unique_ptr<ops::OpsBackend> ops_;
   std::unique_ptr<model::Model<float>> model_;
   ShardLayout layout_;
   std::unique_ptr<ZeroBinding> binding_;
   std::vector<float> shard_;
+  DeviceBuffer device_shard_;
   std::unique_ptr<CommQueue> queue_;
   std::unique_ptr<Stream> compute_;
   std::unique_ptr<ParameterCoordinator> coordinator_;
@@ -186,10 +208,12 @@ TEST(Coordinator, BudgetBelowOneUnitIsAConfigError) {
   auto queue = CommQueue::Create(**device, std::move(comm).value(), true);
   ASSERT_TRUE(queue.ok());
   std::vector<float> shard(static_cast<size_t>(sizing.layout().shard_elements()));
+  options.host_shard = true;
   auto compute = (*device)->CreateStream();
   ASSERT_TRUE(compute.ok());
+  std::unique_ptr<ops::OpsBackend> ops = sluice::testing::CpuOpsOn(**device);
   auto coordinator = ParameterCoordinator::Create(options, sizing.registry(), sizing.layout(),
-                                                  **queue, **compute, binding, shard.data());
+                                                  **queue, **compute, *ops, binding, shard.data());
   EXPECT_EQ(coordinator.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(coordinator.status().message().find("stage3_max_live_parameters"), std::string::npos)
       << coordinator.status().ToString();

@@ -138,6 +138,7 @@ MpiComm::~MpiComm() {
     return;
   }
   board_.reset();
+  ScopedDeviceAccess access;  // as in Split
   MPI_Comm_free(&comm_);
 }
 
@@ -315,7 +316,11 @@ Result<std::unique_ptr<Comm>> MpiComm::Split(int color, int key) {
   // MPI_Comm_split cannot time out, so the ranks first meet in a barrier that can.
   SLUICE_RETURN_IF_ERROR(BarrierOf(CommOpKind::kSplit).Wait());
   MPI_Comm sub = MPI_COMM_NULL;
-  SLUICE_TRY_MPI(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub));
+  {
+    // A blocking collective progresses every pending request, some into device memory.
+    ScopedDeviceAccess access;
+    SLUICE_TRY_MPI(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub));
+  }
   if (sub == MPI_COMM_NULL) return std::unique_ptr<Comm>();
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<MpiComm> child,
                           Adopt(sub, fmt::format("{}/split({})", name_, color), timeout_seconds()));
