@@ -7,9 +7,15 @@
 //
 // Pipelines: with pipeline.stages above 1 in the config, or --pipeline-stages N, the model is
 // partitioned into N stages (--partition-method), the schedule (--schedule, --micro-batches,
-// --chunks) is simulated and drawn, and every stage is estimated (pipeline_estimate.h); --ranks
-// is then the whole world, N x the data-parallel size. The tables after the per-stage one are the
-// largest stage's.
+// --chunks) is simulated and drawn, and every stage is estimated (pipeline_estimate.h). The tables
+// after the per-stage one are the largest stage's.
+//
+// Tensor parallelism: with tensor_parallel.autotp_size above 1 in the config, or
+// --tensor-parallel T, each rank holds tensor rank 0's pieces of the model (the largest) and its
+// share of the activations (memory_estimate.h). --ranks is the whole world, data x tensor x
+// pipeline; the headline shows the grid.
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -39,6 +45,7 @@ struct EstimateCommandOptions {
   bool json = false;
   bool activation_checkpointing = false;
   int pipeline_stages = 0;  // 0: the config's pipeline.stages
+  int tensor_parallel = 0;  // 0: the config's tensor_parallel.autotp_size
   std::string schedule = "1f1b";
   int micro_batches = 0;  // 0: gradient_accumulation_steps
   int chunks = 0;         // 0: 2 for interleaved-1f1b
@@ -55,6 +62,16 @@ std::vector<std::pair<std::string, std::string>> ProcessEnvironment() {
     env.emplace_back(std::string(item.substr(0, eq)), std::string(item.substr(eq + 1)));
   }
   return env;
+}
+
+// "--tensor-parallel 2 x --pipeline-stages 2" or "4 pipeline stages ...": how the model-parallel
+// sizes were given, for the --ranks message.
+std::string ModelParallelText(int tensor, const std::string& tensor_key, int stages,
+                              const std::string& stages_key) {
+  if (tensor == 1) return fmt::format("the {} pipeline stages ({})", stages, stages_key);
+  if (stages == 1) return fmt::format("the {} tensor-parallel ranks ({})", tensor, tensor_key);
+  return fmt::format("{} tensor-parallel ranks ({}) x {} pipeline stages ({})", tensor, tensor_key,
+                     stages, stages_key);
 }
 
 Status PrintReport(const estimate::EstimateReport& report,
@@ -90,22 +107,37 @@ Status RunEstimate(const EstimateCommandOptions& options) {
         "--schedule, --micro-batches, --chunks and --partition-method describe a pipeline: give "
         "--pipeline-stages N (N > 1) or pipeline.stages in the config");
   }
-  const int ranks = options.ranks > 0 ? options.ranks : stages;
-  if (ranks % stages != 0) {
+  // The loader judges tensor_parallel.autotp_size against the world it is given; the estimate
+  // takes it out too and applies the size to the loaded config.
+  SLUICE_ASSIGN_OR_RETURN(PipelineStagesSetting tensor_setting,
+                          TakeTensorParallelSize(&layers, &*sources.env, &sources.set_overrides));
+  const bool tensor_from_flag = options.tensor_parallel > 0;
+  const int tensor = tensor_from_flag ? options.tensor_parallel : tensor_setting.stages;
+  const std::string tensor_key =
+      tensor_from_flag ? std::string("--tensor-parallel")
+                       : fmt::format("tensor_parallel.autotp_size ({})", tensor_setting.origin);
+  const int model_parallel = stages * tensor;
+  const int ranks = options.ranks > 0 ? options.ranks : model_parallel;
+  if (ranks % model_parallel != 0) {
     return InvalidArgumentError(
-        "--ranks {} is not a multiple of the {} pipeline stages ({}): the world is stages x "
-        "data-parallel ranks; use --ranks {}",
-        ranks, stages, stages_key, (ranks / stages + 1) * stages);
+        "--ranks {} is not a multiple of {}: the world is data-parallel x tensor-parallel x "
+        "pipeline ranks; use --ranks {}",
+        ranks, ModelParallelText(tensor, tensor_key, stages, stages_key),
+        (ranks / model_parallel + 1) * model_parallel);
   }
-  const int data_parallel = ranks / stages;
+  const int data_parallel = ranks / model_parallel;
   // DeepSpeed's batch-size inference counts the data-parallel ranks.
   sources.world_size = data_parallel;
   SLUICE_ASSIGN_OR_RETURN(Config config, LoadConfigFromLayers(layers, sources));
+  config.parallel.tensor = tensor;
+  config.world_size = ranks;
+  config.dp_world_size = data_parallel;
 
   estimate::EstimateOptions estimate_options;
   estimate_options.activation_checkpointing = options.activation_checkpointing;
   estimate::EstimateReport report;
   report.config = &config;
+  report.pipeline_stages = stages;
   std::unique_ptr<estimate::PipelineEstimate> pipeline;
   if (stages == 1) {
     SLUICE_ASSIGN_OR_RETURN(report.estimate,
@@ -156,8 +188,8 @@ void AddEstimateCommand(CLI::App& parent) {
                   "File with the model section (a bare model map, or a `model:` map with any "
                   "other sections beside it), layered over the config files");
   cmd->add_option("--ranks,-n", options->ranks,
-                  "Ranks to estimate for (the world: pipeline stages x data-parallel ranks; "
-                  "default one per stage)")
+                  "Ranks to estimate for (the world: data-parallel x tensor-parallel x pipeline "
+                  "ranks; default one data-parallel rank)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--set", options->set_overrides,
                   "Override a setting: key=value (e.g. zero_optimization.stage=3); repeatable")
@@ -168,6 +200,10 @@ void AddEstimateCommand(CLI::App& parent) {
   cmd->add_option("--pipeline-stages", options->pipeline_stages,
                   "Pipeline stages to partition the model's layers into (overrides "
                   "pipeline.stages); above 1 the estimate is per stage and shows the schedule")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--tensor-parallel", options->tensor_parallel,
+                  "Tensor-parallel ranks each layer is split across (overrides "
+                  "tensor_parallel.autotp_size); the figures are then one tensor rank's")
       ->check(CLI::PositiveNumber);
   auto pipeline_flag = [options](CLI::Option* option) {
     option->each([options](const std::string&) { options->pipeline_flags_given = true; });

@@ -172,8 +172,11 @@ struct MonitorConfig {
 
 // The model-parallel sizes of the process grid (engine/parallel/process_grid.h).
 struct ParallelConfig {
-  int tensor{};    // tensor_parallel.autotp_size (0 given reads 1)
-  int pipeline{};  // pipeline.stages
+  int tensor{};                    // tensor_parallel.autotp_size (0 given reads 1)
+  int pipeline{};                  // pipeline.stages
+  bool sequence_parallel{};        // tensor_parallel.sequence_parallel
+  std::string schedule{};          // pipeline.schedule: 1f1b, gpipe
+  std::string partition_method{};  // pipeline.partition_method: parameters, uniform
 };
 
 // A section's fields hold no defaults of their own: every setting's default is declared once, in

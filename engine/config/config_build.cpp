@@ -165,6 +165,9 @@ void BuildAio(const SettingValues& v, Config* c, Status* status) {
 void BuildParallel(const SettingValues& v, Config* c, Status* status) {
   c->parallel.tensor = std::max(1, ToInt(v, "tensor_parallel.autotp_size", status));
   c->parallel.pipeline = ToInt(v, "pipeline.stages", status);
+  c->parallel.sequence_parallel = v.GetBool("tensor_parallel.sequence_parallel");
+  c->parallel.schedule = v.GetString("pipeline.schedule");
+  c->parallel.partition_method = v.GetString("pipeline.partition_method");
 }
 
 void Note(Config* c, std::string text) {

@@ -364,12 +364,6 @@ class Resolver {
     const int64_t tensor = std::max<int64_t>(1, v_.GetInt("tensor_parallel.autotp_size"));
     const int64_t pipeline = v_.GetInt("pipeline.stages");
     if (tensor > 1) SLUICE_RETURN_IF_ERROR(TensorSplit(tensor));
-    if (pipeline > 1) {
-      return Unimplemented(
-          "pipeline.stages = {}{}: Sluice does not divide a model into pipeline stages yet; set "
-          "it to 1 (every rank then trains as a data-parallel replica)",
-          pipeline, At("pipeline.stages"));
-    }
     Result<parallel::ProcessGrid> grid = parallel::ProcessGrid::Create(
         context_.world_size, static_cast<int>(tensor), static_cast<int>(pipeline));
     if (!grid.ok()) return Error("{}", grid.status().message());

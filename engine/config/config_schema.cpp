@@ -323,13 +323,31 @@ void AddParallel(SettingsRegistry& r) {
         "The data-parallel size is the world size / (this x pipeline.stages)")
       .Default(int64_t{0})
       .Range(0, 65536);
+  // Sluice's own key: DeepSpeed's AutoTP has no sequence parallelism.
+  r.Add("tensor_parallel.sequence_parallel", T::kBool,
+        "Megatron sequence parallelism (Sluice's own key): between the tensor-parallel regions "
+        "each tensor rank keeps only its slice of the tokens (norms, residual adds), and an "
+        "all-gather and a reduce-scatter replace each all-reduce; needs autotp_size above 1 and "
+        "a micro-batch token count (batch x seq) that divides by it")
+      .Default(false);
   r.AddSection("pipeline", "Pipeline parallelism");
   r.Add("pipeline.stages", T::kInt,
-        "Pipeline stages the model's layers are divided into, each a group of ranks (above 1: "
-        "sluice estimate plans it, training does not run it yet)")
+        "Pipeline stages the model's layers are divided into, each a group of ranks; the "
+        "micro-batches of a step (gradient_accumulation_steps) flow through them")
       .Default(int64_t{1})
       .Range(1, 65536)
       .Auto("1 (DeepSpeed takes the stage count from its PipelineModule, which a config has not)");
+  // DeepSpeed gives these to PipelineModule and PipelineEngine in code, not in its config.
+  r.Add("pipeline.schedule", T::kEnum,
+        "Order of the micro-batches' forwards and backwards on each stage: 1f1b (DeepSpeed's "
+        "TrainSchedule) or gpipe (all forwards, then all backwards)")
+      .Default(std::string("1f1b"))
+      .Allowed({"1f1b", "gpipe"});
+  r.Add("pipeline.partition_method", T::kEnum,
+        "How the decoder layers are divided among the stages (DeepSpeed's PipelineModule "
+        "partition_method): parameters (balanced parameter counts) or uniform (layer counts)")
+      .Default(std::string("parameters"))
+      .Allowed({"parameters", "uniform"});
 }
 
 // How checkpointed blocks are run; model.activation_checkpointing turns checkpointing on.

@@ -25,6 +25,10 @@ struct ActivationEstimate {
   int64_t block_kept_bytes = 0;        // what a block keeps to its backward (= block_saved_bytes,
                                        // or its input alone with checkpointing: R*d)
   int64_t head_saved_bytes = 0;        // final norm + logits
+  int64_t row_bytes = 0;               // one [R, d_model] hidden state (a gradient, an input)
+  int64_t kept_row_bytes = 0;          // a checkpointed block's input: R x d, or R/t x d with
+                                       // sequence parallelism
+  int64_t mlp_grad_bytes = 0;          // an MLP output gradient: R x d_ff (this rank's d_ff/t)
   int64_t peak_bytes = 0;              // device, category activations
   // cpu_checkpointing: the checkpointed blocks' inputs in pinned host memory (category
   // activations), held from the first pass on; 0 otherwise.
@@ -36,8 +40,11 @@ struct ActivationEstimate {
 };
 
 // `options.activation_checkpointing` with `options.checkpointing` (which blocks, host or device,
-// contiguous) and `options.param_dtype` are honoured; `seq` <= seq_len.
+// contiguous) and `options.param_dtype` are honoured; `seq` <= seq_len. With
+// options.tensor_parallel_size t > 1, tensor rank 0's (tensor_plan.h): the attention heads' and
+// the MLP's activations are 1/t, the logits 1/t of the vocabulary (`vocab_parallel`, as the ops
+// backend allows); with options.sequence_parallel the norms and the residual stream hold R/t rows.
 ActivationEstimate EstimateActivations(const model::ModelOptions& options, int64_t micro_batch,
-                                       int64_t seq);
+                                       int64_t seq, bool vocab_parallel = true);
 
 }  // namespace sluice::estimate

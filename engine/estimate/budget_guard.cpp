@@ -49,8 +49,15 @@ Status CheckBudgetsBeforeAllocating(const Config& config, int world_size) {
   for (const Variant& variant : FindAlternatives(config, world_size, options, fit)) {
     if (variant.fit.fits()) fixes.push_back(variant.change);
   }
-  std::string message = fmt::format("the configuration cannot fit ({} rank(s)): {}", world_size,
-                                    fmt::join(over, "; "));
+  const std::string ranks =
+      estimate->tensor_parallel > 1
+          ? fmt::format(
+                "{} data-parallel x {} tensor-parallel rank(s), each holding its tensor "
+                "rank's pieces",
+                world_size, estimate->tensor_parallel)
+          : fmt::format("{} rank(s)", world_size);
+  std::string message =
+      fmt::format("the configuration cannot fit ({}): {}", ranks, fmt::join(over, "; "));
   if (!fixes.empty()) {
     message += fmt::format("; or change one of the settings that make it fit: {}",
                            fmt::join(fixes, " | "));

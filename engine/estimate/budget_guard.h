@@ -9,7 +9,9 @@
 
 namespace sluice::estimate {
 
-// OK when every checked budget holds for `world_size` ranks; ResourceExhausted otherwise, e.g.
+// OK when every checked budget holds for `world_size` data-parallel ranks (config.dp_world_size),
+// each of them config.parallel.tensor tensor ranks holding their pieces of the model
+// (memory_estimate.h); ResourceExhausted otherwise, e.g.
 //   "the device budget is exceeded: 812.0 MiB (851443712 bytes) needed per rank, 64.0 MiB
 //    (67108864 bytes) available (device.memory_limit); change device.memory_limit, or one of:
 //    zero_optimization.stage: 3 (fits: ...)".

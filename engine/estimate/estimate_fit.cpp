@@ -32,10 +32,10 @@ BudgetCheck DeviceCheck(const Config& config, const MemoryEstimate& e) {
 BudgetCheck HostCheck(const Config& config, const MemoryEstimate& e) {
   BudgetCheck check;
   check.name = "host";
-  check.need = e.world_size * e.host_bytes();
+  check.need = e.ranks() * e.host_bytes();
   check.limit = config.device.host_memory_limit;
   check.limit_source =
-      fmt::format("device.host_memory_limit, for all {} rank(s) of the node", e.world_size);
+      fmt::format("device.host_memory_limit, for all {} rank(s) of the node", e.ranks());
   return check;
 }
 
@@ -86,7 +86,7 @@ std::vector<BudgetCheck> NvmeChecks(const Config& config, const MemoryEstimate& 
   std::vector<std::optional<dev_t>> devices;  // per check; nullopt when unknown
   std::vector<std::string> paths;             // per check
   for (const Use& use : uses) {
-    const int64_t need = e.world_size * use.bytes;
+    const int64_t need = e.ranks() * use.bytes;
     if (use.path.empty()) {
       checks.push_back({"nvme", need, std::nullopt, "not checked: no nvme_path is set"});
       devices.push_back(std::nullopt);
@@ -108,12 +108,12 @@ std::vector<BudgetCheck> NvmeChecks(const Config& config, const MemoryEstimate& 
       if (paths[i] != use.path) {
         checks[i].limit_source =
             fmt::format("free space of {} and {} (one file system), for all {} rank(s)", paths[i],
-                        use.path, e.world_size);
+                        use.path, e.ranks());
       }
       continue;
     }
     checks.push_back({"nvme", need, space->free_bytes,
-                      fmt::format("free space of {}, for all {} rank(s)", use.path, e.world_size)});
+                      fmt::format("free space of {}, for all {} rank(s)", use.path, e.ranks())});
     devices.push_back(space->device);
     paths.push_back(use.path);
   }
@@ -125,7 +125,8 @@ int64_t LargestGatheredUnit(const Config& config) {
   Result<model::ModelOptions> options =
       train::ModelOptionsFromConfig(config, train::PrecisionOf(config.model.dtype));
   if (!options.ok()) return 0;
-  return SummarizeLayout(DescribeUnits(*options), config.zero.stage3_param_persistence_threshold)
+  return SummarizeLayout(DescribeUnits(*options, SplitsVocabulary(config)),
+                         config.zero.stage3_param_persistence_threshold)
       .largest_unit_gathered;
 }
 

@@ -1,10 +1,10 @@
 // Whether an estimate fits the configured budgets, and what to change when it does not.
 //
 // Budgets: device.memory_limit against one rank's device bytes; device.host_memory_limit
-// against the node's host bytes, world_size x (host pinned + host), since `sluice launch` runs
-// every rank on one node; the free space of each NVMe swap directory against the node's NVMe
-// bytes. A budget that is not known (no device.memory_limit for cuda, a swap directory that does
-// not exist yet) is reported as not checked.
+// against the node's host bytes, (data x tensor ranks) x (host pinned + host), since `sluice
+// launch` runs every rank on one node; the free space of each NVMe swap directory against the
+// node's NVMe bytes. A budget that is not known (no device.memory_limit for cuda, a swap directory
+// that does not exist yet) is reported as not checked.
 //
 // When the device or the host budget is exceeded, FindAlternatives re-estimates the config with
 // one change at a time (a higher ZeRO stage, optimizer or parameter offload, a smaller

@@ -14,7 +14,22 @@ std::string FamilyText(ModelFamily family) {
   return family == ModelFamily::kLlama ? "llama" : "gpt2";
 }
 
-std::string Headline(const Config& config, const MemoryEstimate& e) {
+// "Grid: data 2 x tensor 2 x pipeline 1 = 4 rank(s)", and whose figures follow.
+std::string GridLine(const MemoryEstimate& e, int pipeline_stages) {
+  std::string line =
+      fmt::format("Grid: data {} x tensor {} x pipeline {} = {} rank(s)", e.world_size,
+                  e.tensor_parallel, pipeline_stages, e.ranks() * pipeline_stages);
+  if (e.tensor_parallel > 1) {
+    line += fmt::format(
+        "; tensor parallelism{}: each rank holds its tensor rank's pieces, {} of the model's {} "
+        "parameters on tensor rank 0 (the largest, shown)",
+        e.sequence_parallel ? " with sequence parallelism" : "", FormatCount(e.parameters),
+        FormatCount(e.model_parameters));
+  }
+  return line + "\n";
+}
+
+std::string Headline(const Config& config, const MemoryEstimate& e, int pipeline_stages) {
   const ModelConfig& m = config.model;
   std::string offload;
   if (e.offload_optimizer != OffloadDevice::kNone) {
@@ -23,14 +38,19 @@ std::string Headline(const Config& config, const MemoryEstimate& e) {
   if (e.offload_param != OffloadDevice::kNone) {
     offload += fmt::format(", parameters on {}", OffloadDeviceName(e.offload_param));
   }
-  return fmt::format(
-      "Model: {}, {} layers, {} heads ({} kv), d_model {}, d_ff {}, vocab {}, seq_len {}: "
-      "{} parameters (Ψ)\n"
-      "ZeRO stage {} on {} rank(s), {}{}, micro-batch {}; bytes per rank (shard of {} "
-      "elements)\n",
-      FamilyText(m.family), m.n_layer, m.n_head, m.n_kv_head, m.d_model, m.d_ff, m.vocab_size,
-      m.seq_len, FormatCount(e.parameters), e.stage, e.world_size, e.precision, offload,
-      e.micro_batch, FormatCount(e.shard_elements));
+  return GridLine(e, pipeline_stages) +
+         fmt::format(
+             "Model: {}, {} layers, {} heads ({} kv), d_model {}, d_ff {}, vocab {}, seq_len {}: "
+             "{} parameters{}\n"
+             "ZeRO stage {} on {} {}rank(s), {}{}, micro-batch {}; bytes per rank (shard of {} "
+             "elements)\n",
+             FamilyText(m.family), m.n_layer, m.n_head, m.n_kv_head, m.d_model, m.d_ff,
+             m.vocab_size, m.seq_len, FormatCount(e.model_parameters),
+             e.tensor_parallel > 1
+                 ? fmt::format(", {} on this tensor rank (Ψ)", FormatCount(e.parameters))
+                 : std::string(" (Ψ)"),
+             e.stage, e.world_size, e.tensor_parallel > 1 ? "data-parallel " : "", e.precision,
+             offload, e.micro_batch, FormatCount(e.shard_elements));
 }
 
 std::string BudgetText(const BudgetCheck& check) {
@@ -123,7 +143,7 @@ std::string FormatTierTable(const MemoryEstimate& e) {
 
 std::string FormatEstimateText(const EstimateReport& report) {
   const MemoryEstimate& e = report.estimate;
-  std::string out = Headline(*report.config, e);
+  std::string out = Headline(*report.config, e, report.pipeline_stages);
   out += '\n';
   out += FormatTierTable(e);
 
@@ -171,7 +191,7 @@ nlohmann::ordered_json EstimateJson(const EstimateReport& report) {
                 {"vocab_size", m.vocab_size},
                 {"seq_len", m.seq_len},
                 {"tie_embeddings", m.tie_embeddings},
-                {"parameters", e.parameters}};
+                {"parameters", e.model_parameters}};
   j["settings"] = {{"world_size", e.world_size},
                    {"stage", e.stage},
                    {"precision", e.precision},
@@ -184,6 +204,13 @@ nlohmann::ordered_json EstimateJson(const EstimateReport& report) {
                    {"offload_param", std::string(OffloadDeviceName(e.offload_param))},
                    {"shard_elements", e.shard_elements},
                    {"last_shard_elements", e.last_shard_elements}};
+  j["grid"] = {{"data", e.world_size},
+               {"tensor", e.tensor_parallel},
+               {"pipeline", report.pipeline_stages},
+               {"world", e.ranks() * report.pipeline_stages},
+               {"sequence_parallel", e.sequence_parallel},
+               {"vocab_parallel", e.vocab_parallel},
+               {"tensor_rank_parameters", e.parameters}};
   j["per_rank"] = TierJson(e);
   nlohmann::ordered_json items = nlohmann::ordered_json::array();
   for (const LineItem& item : e.items) {

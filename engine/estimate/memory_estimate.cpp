@@ -98,6 +98,28 @@ Status CheckSupported(const Config& config, int world_size) {
   return zero::ZeroOptionsFromConfig(config).status();
 }
 
+// What the model build refuses at this tensor-parallel size (ModelOptionsFromConfig validated the
+// heads and d_ff), and what the sequence-parallel pass refuses for the configured micro-batch.
+Status CheckTensorSplit(const Config& config, const model::ModelOptions& o, bool vocab_parallel) {
+  const int64_t t = o.tensor_parallel_size;
+  if (t <= 1) return OkStatus();
+  if (vocab_parallel && o.vocab_size < t) {
+    return InvalidArgumentError(
+        "model.vocab_size = {} cannot split over tensor_parallel.autotp_size = {}: each tensor "
+        "rank needs at least one id of the vocabulary",
+        o.vocab_size, t);
+  }
+  const int64_t tokens = config.batch.micro_batch_per_gpu * config.model.seq_len;
+  if (o.sequence_parallel && tokens % t != 0) {
+    return InvalidArgumentError(
+        "tensor_parallel.sequence_parallel splits each micro-batch's {} x {} = {} tokens into {} "
+        "equal slices, and {} does not divide by {}; change train_micro_batch_size_per_gpu or "
+        "model.seq_len, or turn sequence_parallel off",
+        config.batch.micro_batch_per_gpu, config.model.seq_len, tokens, t, tokens, t);
+  }
+  return OkStatus();
+}
+
 class ItemList {
  public:
   void Add(std::string name, MemoryTier tier, MemoryCategory category, int64_t bytes,
@@ -119,6 +141,7 @@ struct Context {
   int n = 1;
   train::Precision precision = train::Precision::kF32;
   model::ModelOptions model;
+  bool vocab_parallel = false;  // SplitsVocabulary
   std::vector<ZeroUnit> units;
   int64_t psi = 0;
   int64_t shard = 0;       // every rank's shard, padding included (Ψ when not sharded)
@@ -477,10 +500,14 @@ Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
   // The config's model.activation_checkpointing (ModelOptionsFromConfig), or the option's.
   c.model.activation_checkpointing =
       c.model.activation_checkpointing || options.activation_checkpointing;
+  const int64_t tensor = c.model.tensor_parallel_size;
+  c.vocab_parallel = tensor > 1 && SplitsVocabulary(config);
+  SLUICE_RETURN_IF_ERROR(CheckTensorSplit(config, c.model, c.vocab_parallel));
   const int64_t threshold = c.stage == 3 ? c.z->stage3_param_persistence_threshold : -1;
-  const std::vector<UnitLayout> layout = options.pipeline_stage
-                                             ? DescribeStageUnits(c.model, *options.pipeline_stage)
-                                             : DescribeUnits(c.model);
+  const std::vector<UnitLayout> layout =
+      options.pipeline_stage
+          ? DescribeStageUnits(c.model, *options.pipeline_stage, c.vocab_parallel)
+          : DescribeUnits(c.model, c.vocab_parallel);
   c.units = ExpandUnits(layout, threshold);
   c.psi = SummarizeLayout(layout).parameters;
   c.persistent = SummarizeLayout(layout, threshold).persistent_elements;
@@ -507,10 +534,23 @@ Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
 
   MemoryEstimate e;
   e.world_size = c.n;
+  e.tensor_parallel = static_cast<int>(tensor);
+  e.sequence_parallel = c.model.sequence_parallel;
+  e.vocab_parallel = c.vocab_parallel;
   e.stage = c.stage;
   e.precision = std::string(train::PrecisionName(c.precision));
   e.param_dtype = stored;
   e.parameters = c.psi;
+  e.model_parameters = c.psi;
+  if (tensor > 1) {
+    model::ModelOptions whole = c.model;
+    whole.tensor_parallel_size = 1;
+    whole.sequence_parallel = false;
+    e.model_parameters =
+        SummarizeLayout(options.pipeline_stage ? DescribeStageUnits(whole, *options.pipeline_stage)
+                                               : DescribeUnits(whole))
+            .parameters;
+  }
   e.shard_elements = c.shard;
   e.last_shard_elements = 0;
   for (const ZeroUnit& unit : c.units) {
@@ -533,8 +573,9 @@ Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
   pass.param_dtype = DType::kF32;
   const ActivationEstimate act =
       options.pipeline_stage
-          ? EstimateStageActivations(pass, *options.pipeline_stage, e.micro_batch, e.seq_len)
-          : EstimateActivations(pass, e.micro_batch, e.seq_len);
+          ? EstimateStageActivations(pass, *options.pipeline_stage, e.micro_batch, e.seq_len,
+                                     c.vocab_parallel)
+          : EstimateActivations(pass, e.micro_batch, e.seq_len, c.vocab_parallel);
   int64_t blocks = c.model.n_layer;  // the decoder blocks estimated
   if (options.pipeline_stage) {
     e.checkpointed_blocks = act.checkpointed_blocks;
@@ -610,6 +651,27 @@ Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
     (optimizer ? e.optimizer_swap_bytes : e.param_swap_bytes) += item.bytes;
   }
 
+  if (tensor > 1) {
+    e.notes.push_back(fmt::format(
+        "tensor parallelism over {} ranks{}: this is tensor rank 0, holding {} of the {} "
+        "parameters (its heads, d_ff columns{}; the norms{} whole on every tensor rank); "
+        "ZeRO shards them over the {} data-parallel rank(s); attention and MLP activations are "
+        "1/{}{}",
+        tensor, c.model.sequence_parallel ? " with sequence parallelism" : "", FormatCount(c.psi),
+        FormatCount(e.model_parameters),
+        c.vocab_parallel ? " and the longest piece of the vocabulary" : "",
+        std::string(c.vocab_parallel ? "" : ", token table, LM head") +
+            (c.model.family == model::Family::kGpt2 ? ", positions and row-parallel biases" : ""),
+        c.n, tensor,
+        c.model.sequence_parallel
+            ? ", the norms' and the residual stream's rows 1/" + std::to_string(tensor) + " too"
+            : ""));
+    if (!c.vocab_parallel) {
+      e.notes.push_back(
+          "the cuda ops backend has no kernels for a piece of the vocabulary yet: the token "
+          "table, LM head and logits stay whole on every tensor rank");
+    }
+  }
   if (e.last_shard_elements != e.shard_elements) {
     e.notes.push_back(fmt::format(
         "shards: every rank holds {} elements (each parameter cut into ceil(numel/{}) per rank); "
@@ -623,6 +685,8 @@ Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
   }
   return e;
 }
+
+bool SplitsVocabulary(const Config& config) { return config.device.type != DeviceType::kCuda; }
 
 Status ResolveAutoRatioBudget(Config* config, int world_size) {
   OffloadOptimizerConfig& oo = config->zero.offload_optimizer;

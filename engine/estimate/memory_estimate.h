@@ -1,7 +1,12 @@
 // `sluice estimate`: the bytes one rank holds, per tier (device, host pinned, host, NVMe) and per
 // category (params, grads, optimizer, activations, buffers), for the configured model, ZeRO stage
-// and offload, on `world_size` data-parallel ranks. The estimate is a list of line items, each
-// with the formula that produced it, so a table can explain itself:
+// and offload, on `world_size` data-parallel ranks. With tensor_parallel.autotp_size t > 1 the
+// rank is tensor rank 0 of t (the largest: its piece of the vocabulary is the longest): it holds
+// its pieces of the parameters (engine/parallel/tensor_layout.h, the plan's own rules), which ZeRO
+// shards over the data-parallel group like a whole model's, and its share of the activations
+// (activation_estimate.h; tensor_parallel.sequence_parallel splits the norms' and the residual
+// stream's rows too). The estimate is a list of line items, each with the formula that produced
+// it, so a table can explain itself:
 //
 //   SLUICE_ASSIGN_OR_RETURN(MemoryEstimate e, EstimateMemory(config, /*world_size=*/4));
 //   e.tier_bytes(MemoryTier::kDevice);
@@ -61,11 +66,17 @@ struct EstimateOptions {
 };
 
 struct MemoryEstimate {
-  int world_size = 1;
+  int world_size = 1;       // data-parallel ranks: ZeRO's world
+  int tensor_parallel = 1;  // tensor ranks per data-parallel rank (tensor_parallel.autotp_size)
+  bool sequence_parallel = false;
+  // The token table and LM head split along the vocabulary over the tensor ranks (every ops
+  // backend but cuda's so far: OpsBackend::SupportsVocabShards).
+  bool vocab_parallel = false;
   int stage = 0;
   std::string precision;            // "f32", "bf16", "f16"
   DType param_dtype = DType::kF32;  // storage dtype of the parameters
-  int64_t parameters = 0;           // Ψ
+  int64_t parameters = 0;           // Ψ: this tensor rank's pieces (the model's at t = 1)
+  int64_t model_parameters = 0;     // the whole model's (a pipeline stage's) Ψ, every tensor rank
   int64_t shard_elements = 0;       // rank 0's shard, ceil(Ψ/N)
   int64_t last_shard_elements = 0;  // the last rank's (fewer when N does not divide Ψ)
   int64_t micro_batch = 0;
@@ -98,12 +109,20 @@ struct MemoryEstimate {
   // host_pinned + host.
   int64_t host_bytes() const;
   int64_t total_bytes() const;
+  // The ranks that hold this estimate's figures: data-parallel x tensor-parallel.
+  int ranks() const { return world_size * tensor_parallel; }
 };
 
+// Whether the ops backend the config runs on splits the vocabulary over tensor ranks (the cpu
+// ones do; the cuda backend keeps the token table, head and logits whole on every tensor rank).
+bool SplitsVocabulary(const Config& config);
+
 // InvalidArgument when the config has no model section (naming the two ways to give one), for a
-// world size below 1, and for offload combinations the engine cannot run (offload with stage 0,
+// world size below 1, for offload combinations the engine cannot run (offload with stage 0,
 // parameter offload below stage 3, a partial offload ratio below stage 3 or with offload_param
-// nvme).
+// nvme), and for a model that does not split over config.parallel.tensor ranks (heads, d_ff,
+// fewer vocabulary ids than ranks; with sequence parallelism a micro-batch whose tokens do not
+// divide by the size).
 Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
                                       const EstimateOptions& options = {});
 

@@ -1,7 +1,8 @@
 // The parameter layout of a model, computed from its options without building it: the units the
 // engine fetches, releases and reduces (embeddings, each decoder block, the final norm, the LM
 // head) with the element count of every parameter they own and the elements they read (a tied
-// LM head reads the token table it does not own). It mirrors what Model::Create registers
+// LM head reads the token table it does not own); under tensor parallelism one tensor rank's
+// pieces (engine/parallel/tensor_layout.h). It mirrors what Model::Create registers
 // (parameter_registry.h) and is checked against a real registry in tests/estimate; the memory
 // estimator needs it for the largest unit (ZeRO-3 gathers whole units, bf16 storage widens one
 // unit at a time) and for the parameters below stage3_param_persistence_threshold.
@@ -24,8 +25,13 @@ struct UnitLayout {
   int64_t owned_elements() const;
 };
 
-// In trace order; the decoder blocks are one entry with count = n_layer.
-std::vector<UnitLayout> DescribeUnits(const model::ModelOptions& options);
+// In trace order; the decoder blocks are one entry with count = n_layer. With
+// options.tensor_parallel_size > 1 the element counts are tensor rank
+// options.tensor_parallel_rank's pieces (parallel::TensorShardingOf, the plan's rules; the
+// vocabulary tables split only with `vocab_parallel`, as the ops backend allows). `options` must
+// pass model::ValidateModelOptions, with at least one vocabulary id per tensor rank.
+std::vector<UnitLayout> DescribeUnits(const model::ModelOptions& options,
+                                      bool vocab_parallel = true);
 
 struct LayoutSummary {
   int64_t parameters = 0;          // equals model::CountParameters(options)

@@ -62,6 +62,7 @@ Result<PipelineEstimate> EstimatePipeline(const Config& config, int data_paralle
   PipelineEstimate p;
   p.options = pipeline;
   p.data_parallel = data_parallel;
+  p.tensor_parallel = whole.tensor_parallel;
   p.parameters = whole.parameters;
   PipelineEstimateOptions& o = p.options;
   if (o.stages < 1) {
@@ -159,7 +160,7 @@ FitReport CheckPipelineFit(const Config& config, const PipelineEstimate& pipelin
   FitReport fit = CheckFit(config, node);
   for (BudgetCheck& check : fit.checks) {
     if (check.name != "device") {
-      NameAllRanks(check, pipeline.data_parallel, pipeline.world_size());
+      NameAllRanks(check, pipeline.data_parallel * pipeline.tensor_parallel, pipeline.world_size());
     } else {
       check.limit_source += fmt::format(" (stage {}, the largest)", pipeline.worst_stage);
     }
@@ -170,13 +171,15 @@ FitReport CheckPipelineFit(const Config& config, const PipelineEstimate& pipelin
 std::string FormatPipelineText(const Config& config, const PipelineEstimate& p) {
   const PipelineEstimateOptions& o = p.options;
   std::string out = fmt::format(
-      "Pipeline: {} stage(s) x {} data-parallel rank(s) = {} ranks; {} schedule{}, {} "
-      "micro-batch(es) of {} per step; layers partitioned by \"{}\"; ZeRO shards each stage over "
-      "its {} data-parallel rank(s)\n",
-      o.stages, p.data_parallel, p.world_size(), parallel::ScheduleKindName(o.schedule),
+      "Pipeline: {} stage(s) x {} data-parallel rank(s){} = {} ranks; {} schedule{}, {} "
+      "micro-batch(es) of {} per step; layers partitioned by \"{}\"; ZeRO shards each stage{} "
+      "over its {} data-parallel rank(s)\n",
+      o.stages, p.data_parallel,
+      p.tensor_parallel > 1 ? fmt::format(" x {} tensor-parallel rank(s)", p.tensor_parallel) : "",
+      p.world_size(), parallel::ScheduleKindName(o.schedule),
       o.chunks > 1 ? fmt::format(" with {} chunks per stage", o.chunks) : "", o.micro_batches,
       config.batch.micro_batch_per_gpu, parallel::PartitionMethodName(o.partition),
-      p.data_parallel);
+      p.tensor_parallel > 1 ? " (each tensor rank's pieces)" : "", p.data_parallel);
   size_t width = 6;
   for (const StageEstimate& s : p.stages) width = std::max(width, LayersText(s.shape).size());
   out += fmt::format("  {:<5}  {:<{}}  {:>15}  {:>9}  {:>11}  {:>11}  {:>11}  {:>11}  {}\n",
@@ -198,9 +201,11 @@ std::string FormatPipelineText(const Config& config, const PipelineEstimate& p) 
     sum += s.parameters;
   }
   out += fmt::format(
-      "  parameters over the stages: {} (the model's Ψ {}{}); in flight: (micro-batch, chunk) "
+      "  parameters over the stages: {} ({}Ψ {}{}); in flight: (micro-batch, chunk) "
       "pairs forwarded and not yet backwarded, at most, in the simulated step\n",
-      FormatCount(sum), FormatCount(p.parameters),
+      FormatCount(sum),
+      p.tensor_parallel > 1 ? "tensor rank 0's pieces of the model, " : "the model's ",
+      FormatCount(p.parameters),
       sum != p.parameters ? ", plus the tied head's copy of the token table" : "");
   out +=
       fmt::format("\nSchedule ({}: forward {:g}, backward {:g}{}), bubble {:.1f}% of the step:\n",
@@ -220,6 +225,7 @@ nlohmann::ordered_json PipelineJson(const PipelineEstimate& p) {
   nlohmann::ordered_json j;
   j["stages"] = o.stages;
   j["data_parallel"] = p.data_parallel;
+  j["tensor_parallel"] = p.tensor_parallel;
   j["schedule"] = std::string(parallel::ScheduleKindName(o.schedule));
   j["micro_batches"] = o.micro_batches;
   j["chunks"] = o.chunks;

@@ -52,7 +52,8 @@ struct StageEstimate {
 
 struct PipelineEstimate {
   PipelineEstimateOptions options;  // with micro_batches and chunks resolved
-  int data_parallel = 1;            // ranks per stage: ZeRO's world
+  int data_parallel = 1;            // data-parallel ranks per stage: ZeRO's world
+  int tensor_parallel = 1;          // tensor ranks per data-parallel rank (config.parallel.tensor)
   int64_t parameters = 0;           // the whole model's Ψ
   std::vector<int64_t> bounds;      // virtual stage k holds layers [bounds[k], bounds[k + 1])
   parallel::PipelineSchedule schedule;
@@ -60,7 +61,7 @@ struct PipelineEstimate {
   std::vector<StageEstimate> stages;
   int worst_stage = 0;  // the largest device peak (the first of equals)
 
-  int world_size() const { return data_parallel * options.stages; }
+  int world_size() const { return data_parallel * tensor_parallel * options.stages; }
 };
 
 // "gpipe", "1f1b", "interleaved-1f1b" (or "interleaved"), "zb-h1"; InvalidArgument naming `key`.
@@ -74,14 +75,16 @@ Result<PipelineEstimate> EstimatePipeline(const Config& config, int data_paralle
                                           const EstimateOptions& options = {});
 
 // The budgets of the whole pipeline: the worst stage's device bytes against device.memory_limit;
-// the host and NVMe bytes of every stage's data_parallel ranks together against the node's.
+// the host and NVMe bytes of every stage's data_parallel x tensor_parallel ranks together against
+// the node's.
 FitReport CheckPipelineFit(const Config& config, const PipelineEstimate& pipeline);
 
 // The per-stage table (layers, parameters, in flight, bytes per tier, device fit) and the
 // schedule's timeline (parallel::RenderTimeline) with its bubble fraction.
 std::string FormatPipelineText(const Config& config, const PipelineEstimate& pipeline);
 
-// {"stages": P, "data_parallel": dp, "schedule": "1f1b", "micro_batches": M, "chunks": v,
+// {"stages": P, "data_parallel": dp, "tensor_parallel": tp, "schedule": "1f1b", "micro_batches": M,
+// "chunks": v,
 //  "partition_method": "parameters", "bubble_fraction": f, "makespan": t, "worst_stage": r,
 //  "per_stage": [{"stage": r, "layers": [[a, b], ...], "parameters": n, "in_flight": k,
 //  "sends": s, "device": b, "host_pinned": b, "host": b, "nvme": b}, ...]}

@@ -38,8 +38,9 @@ struct ChunkActivations {
 
 ChunkActivations ChunkBytes(const model::ModelOptions& o, const ActivationEstimate& whole,
                             const model::ModelStage& chunk) {
-  const int64_t rd = kF32 * whole.tokens * o.d_model;
-  const int64_t rf = kF32 * whole.tokens * o.d_ff;
+  const int64_t rd = whole.row_bytes;       // a received input, the head's input gradient
+  const int64_t kd = whole.kept_row_bytes;  // a checkpointed block's input
+  const int64_t rf = whole.mlp_grad_bytes;
   const int64_t blocks = chunk.end_layer - chunk.begin_layer;
   const int64_t ckpt = std::clamp<int64_t>(
       std::min(model::CheckpointedBlocks(o), chunk.end_layer) - chunk.begin_layer, 0, blocks);
@@ -48,8 +49,8 @@ ChunkActivations ChunkBytes(const model::ModelOptions& o, const ActivationEstima
   const bool contiguous = ckpt > 0 && o.checkpointing.contiguous;
   const bool first = model::IsFirstStage(chunk);
   const bool last = model::IsLastStage(o, chunk);
-  const int64_t kept = ckpt == 0 ? 0 : host ? rd : contiguous ? (ckpt + 1) * rd : ckpt * rd;
-  const int64_t restored = host ? rd : 0;
+  const int64_t kept = ckpt == 0 ? 0 : host ? kd : contiguous ? (ckpt + 1) * kd : ckpt * kd;
+  const int64_t restored = host ? kd : 0;
   const int64_t input = first ? whole.embeddings_saved_bytes : rd;
   const int64_t head = last ? whole.head_saved_bytes : 0;
   const int64_t block = whole.block_saved_bytes;
@@ -59,7 +60,7 @@ ChunkActivations ChunkBytes(const model::ModelOptions& o, const ActivationEstima
   const int64_t at_head = kept + full * block + std::max(head, full > 0 ? rf : 0);
   const int64_t at_recompute = ckpt > 0 ? kept + restored + block + rf : 0;
   a.backward = input + rd + std::max(at_head, at_recompute);
-  a.host_kept = host ? ckpt * rd : 0;
+  a.host_kept = host ? ckpt * kd : 0;
   a.checkpointed = ckpt;
   a.text = fmt::format("{} {} + {} block(s){}{}", first ? "embeddings" : "received input R*d",
                        FormatCount(input / kF32), blocks,
@@ -71,8 +72,8 @@ ChunkActivations ChunkBytes(const model::ModelOptions& o, const ActivationEstima
 }  // namespace
 
 std::vector<UnitLayout> DescribeStageUnits(const model::ModelOptions& options,
-                                           const StageShape& shape) {
-  const std::vector<UnitLayout> whole = DescribeUnits(options);
+                                           const StageShape& shape, bool vocab_parallel) {
+  const std::vector<UnitLayout> whole = DescribeUnits(options, vocab_parallel);
   const bool has_embeddings = HoldsFirst(shape);
   std::vector<UnitLayout> units;
   for (const model::ModelStage& chunk : shape.chunks) {
@@ -84,7 +85,7 @@ std::vector<UnitLayout> DescribeStageUnits(const model::ModelOptions& options,
       units.push_back(UnitNamed(whole, "final_norm"));
       UnitLayout head = UnitNamed(whole, "lm_head");
       if (options.tie_embeddings && !has_embeddings) {
-        head.param_numels = {options.vocab_size * options.d_model};  // its copy of the table
+        head.param_numels = {head.read_elements};  // its copy of (its piece of) the table
       }
       units.push_back(std::move(head));
     }
@@ -93,7 +94,13 @@ std::vector<UnitLayout> DescribeStageUnits(const model::ModelOptions& options,
 }
 
 std::vector<int64_t> LayerParameterWeights(const model::ModelOptions& options) {
-  const std::vector<UnitLayout> whole = DescribeUnits(options);
+  // The whole model's counts whatever the tensor-parallel size: every tensor rank of a stage must
+  // partition the layers alike, and rank 0's vocabulary piece may be one id longer.
+  model::ModelOptions whole_model = options;
+  whole_model.tensor_parallel_size = 1;
+  whole_model.tensor_parallel_rank = 0;
+  whole_model.sequence_parallel = false;
+  const std::vector<UnitLayout> whole = DescribeUnits(whole_model);
   std::vector<int64_t> weights(static_cast<size_t>(options.n_layer),
                                UnitNamed(whole, "block").owned_elements());
   if (weights.empty()) return weights;
@@ -105,10 +112,10 @@ std::vector<int64_t> LayerParameterWeights(const model::ModelOptions& options) {
 
 ActivationEstimate EstimateStageActivations(const model::ModelOptions& options,
                                             const StageShape& shape, int64_t micro_batch,
-                                            int64_t seq) {
+                                            int64_t seq, bool vocab_parallel) {
   SLUICE_CHECK(!shape.chunks.empty());
   SLUICE_CHECK_GE(shape.in_flight, 1);
-  ActivationEstimate e = EstimateActivations(options, micro_batch, seq);
+  ActivationEstimate e = EstimateActivations(options, micro_batch, seq, vocab_parallel);
   int64_t held = 0;
   int64_t backward = 0;
   int64_t host_kept = 0;

@@ -35,23 +35,24 @@ struct StageShape {
 };
 
 // The stage's units in trace order (chunk by chunk). Parameters sum to the whole model's over the
-// stages, plus one token table per copy of a tied head (see above).
+// stages, plus one token table per copy of a tied head (see above). Under tensor parallelism
+// a tensor rank's pieces (DescribeUnits).
 std::vector<UnitLayout> DescribeStageUnits(const model::ModelOptions& options,
-                                           const StageShape& shape);
+                                           const StageShape& shape, bool vocab_parallel = true);
 
 // Per decoder layer, the parameters a stage holding it would own: a block's, with the embeddings
 // on layer 0 and the final norm and an untied head on layer n_layer - 1 (the weights of
-// parallel::PartitionMethod::kParameters).
+// parallel::PartitionMethod::kParameters). The whole model's, at any tensor-parallel size.
 std::vector<int64_t> LayerParameterWeights(const model::ModelOptions& options);
 
 // The stage's activations at its peak: every in-flight micro-batch's saved tensors, one of them
 // in its backward (the whole-model formula of activation_estimate.h applied to the stage's
-// chunk), plus the send buffers (category buffers, see EstimateMemory). `options` as for
-// EstimateActivations; a stage of the whole model with one micro-batch in flight gives
-// EstimateActivations' figures.
+// chunk), plus the send buffers (category buffers, see EstimateMemory). `options` and
+// `vocab_parallel` as for EstimateActivations; a stage of the whole model with one micro-batch
+// in flight gives EstimateActivations' figures.
 ActivationEstimate EstimateStageActivations(const model::ModelOptions& options,
                                             const StageShape& shape, int64_t micro_batch,
-                                            int64_t seq);
+                                            int64_t seq, bool vocab_parallel = true);
 
 // The send buffers' bytes: sends x micro_batch x seq x d_model x 4 B (fp32 hidden states).
 int64_t StageSendBytes(const model::ModelOptions& options, const StageShape& shape,

@@ -1,7 +1,9 @@
 #include "engine/model/forward_context.h"
 
+#include <cstdint>
 #include <utility>
 
+#include "engine/model/deferred_weight_grads.h"
 #include "runtime/check.h"
 
 namespace sluice::model {
@@ -30,6 +32,7 @@ ForwardContext<T>::~ForwardContext() {
 template <typename T>
 ForwardContext<T> ForwardContext<T>::Child() const {
   ForwardContext child(*ops_, *stream_, *params_, batch_, seq_, tokens_, micro_batch_, meter_);
+  child.deferred_ = deferred_;
   return child;
 }
 
@@ -67,8 +70,59 @@ Result<DeviceBuffer> ForwardContext<T>::Allocate(int64_t count, MemoryCategory c
 
 template <typename T>
 void ForwardContext<T>::Drop(std::vector<DeviceBuffer>& buffers) {
-  for (DeviceBuffer& buffer : buffers) meter_->Remove(static_cast<int64_t>(buffer.size()));
+  for (DeviceBuffer& buffer : buffers) {
+    if (deferred_ != nullptr && deferred_->Pinned(buffer)) {
+      deferred_->Keep(std::move(buffer));  // still on the meter, until the weight gradients ran
+      continue;
+    }
+    meter_->Remove(static_cast<int64_t>(buffer.size()));
+  }
   buffers.clear();  // each is freed on the stream, after the ops queued so far
+}
+
+template <typename T>
+bool ForwardContext<T>::OwnsSaved(const T* p) const {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  for (const auto& [id, slot] : saved_) {
+    for (const DeviceBuffer& buffer : slot.owned) {
+      const auto begin = reinterpret_cast<uintptr_t>(buffer.data());
+      if (at >= begin && at < begin + buffer.size()) return true;
+    }
+  }
+  return false;
+}
+
+template <typename T>
+void ForwardContext<T>::DeferWeightGradsTo(std::shared_ptr<DeferredWeightGrads<T>> store) {
+  deferred_ = std::move(store);
+}
+
+template <typename T>
+Status ForwardContext<T>::DeferWeightGrad(
+    const T* x, int64_t in, Act<T> dy,
+    std::function<Status(ForwardContext&, const T* x, const T* dy)> task) {
+  SLUICE_CHECK(deferred_ != nullptr) << "DeferWeightGrad outside a split backward";
+  DeviceBuffer x_copy;
+  if (OwnsSaved(x)) {
+    deferred_->Pin(x);
+  } else {
+    // Memory this context does not own may be freed or rewritten before the weight gradient.
+    SLUICE_ASSIGN_OR_RETURN(x_copy, Allocate(dy.rows * in, MemoryCategory::kActivations));
+    SLUICE_RETURN_IF_ERROR(Copy(Act<T>{const_cast<T*>(x), dy.rows, in}, x_copy.data_as<T>()));
+  }
+  SLUICE_ASSIGN_OR_RETURN(DeviceBuffer dy_copy, Allocate(dy.numel(), MemoryCategory::kActivations));
+  SLUICE_RETURN_IF_ERROR(Copy(dy, dy_copy.data_as<T>()));
+  const T* kept = x_copy.empty() ? x : x_copy.data_as<T>();
+  deferred_->Add(kept, std::move(x_copy), std::move(dy_copy), std::move(task));
+  return OkStatus();
+}
+
+template <typename T>
+void ForwardContext<T>::ReleaseAll() {
+  for (auto& [id, slot] : saved_) Drop(slot.owned);
+  saved_.clear();
+  for (auto& [id, buffers] : grads_) Drop(buffers);
+  grads_.clear();
 }
 
 template <typename T>
@@ -99,6 +153,21 @@ void ForwardContext<T>::ReleaseSaved(int module_id) {
   if (it == saved_.end()) return;
   Drop(it->second.owned);
   saved_.erase(it);
+}
+
+template <typename T>
+void ForwardContext<T>::RebaseSaved(std::span<const int> ids, const T* from, int64_t count, T* to) {
+  // As integers: `from` no longer points at an object.
+  const auto begin = reinterpret_cast<uintptr_t>(from);
+  const auto end = begin + static_cast<uintptr_t>(count) * sizeof(T);
+  for (const int id : ids) {
+    const auto it = saved_.find(id);
+    if (it == saved_.end()) continue;
+    for (T*& view : it->second.views) {
+      const auto at = reinterpret_cast<uintptr_t>(view);
+      if (at >= begin && at < end) view = to + (at - begin) / sizeof(T);
+    }
+  }
 }
 
 template <typename T>

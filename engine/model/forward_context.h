@@ -19,9 +19,16 @@
 // - scratch: RAII buffers for the duration of one call (the gradients of q, k and v).
 // Activation checkpointing runs a block's inner forward in a Child() context that is destroyed
 // after the forward and rebuilt in the backward (decoder_block.h).
+//
+// Split backward (zero-bubble B/W, deferred_weight_grads.h). A context given a store with
+// DeferWeightGradsTo runs a backward-input: a Linear leaves its weight gradient there
+// (DeferWeightGrad) instead of computing it, and a saved buffer holding a deferred Linear's input
+// moves into the store when released, instead of being freed. Without a store (the fused
+// backward) none of this runs.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <type_traits>
@@ -35,6 +42,9 @@
 #include "runtime/tensor.h"
 
 namespace sluice::model {
+
+template <typename T>
+class DeferredWeightGrads;
 
 // An activation or its gradient: a dense row-major [rows, cols] array of T in device memory, not
 // owned. rows = batch * seq (token-major); cols the feature width.
@@ -160,6 +170,10 @@ class ForwardContext {
   // The module's saved pointers, in the order they were allocated or kept.
   std::span<T* const> Saved(int module_id) const;
   void ReleaseSaved(int module_id);
+  // The saved views of modules `ids` that pointed into [from, from + count) point at the same
+  // offsets of `to` instead: a buffer freed after the forward and built again, elsewhere, before
+  // the backward (sequence parallelism's gathered region input, engine/parallel/sequence_region.h).
+  void RebaseSaved(std::span<const int> ids, const T* from, int64_t count, T* to);
 
   // A new gradient buffer of `count` elements (category activations), held until
   // ReleaseGrads(module_id).
@@ -168,6 +182,19 @@ class ForwardContext {
 
   // A buffer for the duration of the caller's scope (category buffers).
   Result<Scratch<T>> AllocateScratch(int64_t count);
+
+  // Split backward: from now on this context and its Child()ren defer the Linears' weight
+  // gradients to `store` (deferred_weight_grads.h), which must be the micro-batch's own.
+  void DeferWeightGradsTo(std::shared_ptr<DeferredWeightGrads<T>> store);
+  bool defers_weight_grads() const { return deferred_ != nullptr; }
+  // Queues `task` (dW += dyᵀ·x) for the micro-batch's backward-weight: keeps x ([rows, in], by
+  // pinning the saved buffer of this context that holds it, else as a copy) and a copy of dy.
+  // Only while defers_weight_grads().
+  Status DeferWeightGrad(const T* x, int64_t in, Act<T> dy,
+                         std::function<Status(ForwardContext&, const T* x, const T* dy)> task);
+  // Releases every saved and gradient buffer still held (a split backward's end: the context
+  // lives on until the weight gradients ran, holding only what the store kept).
+  void ReleaseAll();
 
   // Bytes held now, and at the peak, by this context and every context derived from it with
   // Child() (saved, grads and scratch).
@@ -181,7 +208,10 @@ class ForwardContext {
   };
 
   Result<DeviceBuffer> Allocate(int64_t count, MemoryCategory category);
+  // Frees the buffers, but hands a deferred Linear's pinned input over to the store.
   void Drop(std::vector<DeviceBuffer>& buffers);
+  // Whether `p` lies in a buffer of this context's saved state.
+  bool OwnsSaved(const T* p) const;
 
   ops::OpsBackend* ops_;
   Stream* stream_;
@@ -193,6 +223,7 @@ class ForwardContext {
   std::unordered_map<int, Slot> saved_;
   std::unordered_map<int, std::vector<DeviceBuffer>> grads_;
   std::shared_ptr<ActivationMeter> meter_;
+  std::shared_ptr<DeferredWeightGrads<T>> deferred_;  // null: a fused backward
 };
 
 extern template class ForwardContext<float>;

@@ -21,7 +21,7 @@ Linear<T>::Linear(ModuleBuilder& builder, std::string name, int64_t in, int64_t 
 template <typename T>
 Linear<T>::Linear(ModuleBuilder& builder, std::string name, int64_t in, int64_t out,
                   int tied_weight)
-    : Module<T>(builder, std::move(name)), in_(in), out_(out) {
+    : Module<T>(builder, std::move(name)), in_(in), out_(out), tied_(true) {
   weight_ = builder.registry().AddAlias(this->name() + ".weight", tied_weight);
   this->UseParameter(weight_);
 }
@@ -56,15 +56,42 @@ Result<Act<T>> Linear<T>::Backward(ForwardContext<T>& ctx, Act<T> dy) {
   const T* x = ctx.Saved(this->id())[1];
   SLUICE_ASSIGN_OR_RETURN(T * dx, ctx.AllocateGrad(this->id(), dy.rows * in_));
   const ParameterBinding<T>& params = ctx.params();
+  T* dw = params.Grad(weight_);
+  // A split backward leaves dW to the backward-weight, except a tied weight's: it accumulates
+  // the embedding's gradient too, and deferring this one would reorder the two sums.
+  const bool defer = dw != nullptr && ctx.defers_weight_grads() && !tied_;
   SLUICE_RETURN_IF_ERROR(ctx.ops().LinearBackward(
       ctx.stream(), {.x = ctx.View(x, {dy.rows, in_}),
                      .w = ctx.View(params.Value(weight_), {out_, in_}),
                      .dy = ctx.View(dy),
                      .dx = ctx.View(dx, {dy.rows, in_}),
-                     .dw = ctx.View(params.Grad(weight_), {out_, in_}),
+                     .dw = defer ? Tensor() : ctx.View(dw, {out_, in_}),
                      .db = bias_ >= 0 ? ctx.View(params.Grad(bias_), {out_}) : Tensor()}));
+  if (defer) {
+    const int64_t rows = dy.rows;
+    SLUICE_RETURN_IF_ERROR(ctx.DeferWeightGrad(
+        x, in_, dy, [this, rows](ForwardContext<T>& w_ctx, const T* w_x, const T* w_dy) {
+          return BackwardWeight(w_ctx, w_x, w_dy, rows);
+        }));
+  }
   ctx.ReleaseSaved(this->id());
   return Act<T>{dx, dy.rows, in_};
+}
+
+template <typename T>
+Status Linear<T>::BackwardWeight(ForwardContext<T>& ctx, const T* x, const T* dy,
+                                 int64_t rows) const {
+  T* dw = ctx.params().Grad(weight_);
+  if (dw == nullptr) return OkStatus();
+  const Tensor dw_view = ctx.View(dw, {out_, in_});
+  // Without dx the op reads no weight (the values may not even be materialized now, bf16
+  // storage widens them only while a unit runs): dW's view only gives w its checked shape.
+  return ctx.ops().LinearBackward(ctx.stream(), {.x = ctx.View(x, {rows, in_}),
+                                                 .w = dw_view,
+                                                 .dy = ctx.View(dy, {rows, out_}),
+                                                 .dx = Tensor(),
+                                                 .dw = dw_view,
+                                                 .db = Tensor()});
 }
 
 template class Linear<float>;

@@ -3,6 +3,12 @@
 // registered elsewhere (the LM head tied to the token embedding). Its widths are those of the
 // weight the registry gives it: a tensor-parallel plan's sharding rule may hand it a piece of
 // the [out, in] it asked for (parameter_registry.h), and it computes with that piece.
+//
+// In a split backward (ForwardContext::defers_weight_grads, deferred_weight_grads.h) Backward
+// computes dx = dy·W and the bias gradient only, and queues dW += dyᵀ·x for the micro-batch's
+// backward-weight, which runs the same GEMM the fused backward would: the weight gradient is
+// the same, bit for bit. A tied weight (the LM head read from the token embedding) is not
+// deferred. A bias left out of the forward (OmitBiasInForward) still gets its gradient in B.
 #pragma once
 
 #include <memory>
@@ -30,6 +36,10 @@ class Linear final : public Module<T> {
   // one rank adds the bias and the others must not. Build time.
   void OmitBiasInForward() { bias_in_forward_ = false; }
 
+  // The deferred half of a split backward: dW += dyᵀ·x over `rows` rows, with x and dy as the
+  // backward-input kept them.
+  Status BackwardWeight(ForwardContext<T>& ctx, const T* x, const T* dy, int64_t rows) const;
+
   int weight_param() const { return weight_; }
   int bias_param() const { return bias_; }  // -1 without bias
   // This rank's widths (the weight's shape in the registry).
@@ -44,6 +54,7 @@ class Linear final : public Module<T> {
   int weight_ = -1;
   int bias_ = -1;
   bool bias_in_forward_ = true;
+  bool tied_ = false;  // reads a weight registered elsewhere
 };
 
 extern template class Linear<float>;

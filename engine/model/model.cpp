@@ -82,6 +82,11 @@ class Model<T>::Impl final : public ParameterBinding<T>, public UnitScope {
         loss_ = std::make_unique<CrossEntropyLoss<T>>(builder_, o.vocab_size);
       }
     }
+    if (model_.tensor_plan_ != nullptr && model_.tensor_plan_->sequence_parallel()) {
+      sequence_units_ = model_.tensor_plan_->ParallelizeSequence(
+          units_, static_cast<const Module<T>*>(embeddings_.get()), lm_head_.get(),
+          IsFirstStage(stage), IsLastStage(o, stage), builder_);
+    }
     StageModules<T> modules;
     modules.options = &model_.options_;
     modules.stage = stage;
@@ -185,6 +190,8 @@ class Model<T>::Impl final : public ParameterBinding<T>, public UnitScope {
   std::unique_ptr<Module<T>> final_norm_;      // the last stage's
   std::unique_ptr<Module<T>> lm_head_;         // the last stage's
   std::unique_ptr<CrossEntropyLoss<T>> loss_;  // the last stage's
+  // Sequence parallelism's wrappers of the units whose input or output is whole rows.
+  std::vector<std::unique_ptr<Module<T>>> sequence_units_;
   std::vector<Module<T>*> units_;
   std::vector<const T*> values_;
   std::vector<T*> grads_;
@@ -435,6 +442,16 @@ Status Model<T>::Backward(int micro, const StageOutputGrad<T>& grad, T* input_gr
 }
 
 template <typename T>
+Status Model<T>::BackwardInput(int micro, const StageOutputGrad<T>& grad, T* input_grad) {
+  return impl_->pass().BackwardInput(micro, grad, input_grad);
+}
+
+template <typename T>
+Status Model<T>::BackwardWeight(int micro) {
+  return impl_->pass().BackwardWeight(micro);
+}
+
+template <typename T>
 Result<std::map<int, double>> Model<T>::EndPass() {
   return impl_->pass().End();
 }
@@ -442,6 +459,11 @@ Result<std::map<int, double>> Model<T>::EndPass() {
 template <typename T>
 int Model<T>::micro_batches_in_flight() const {
   return impl_->pass().in_flight();
+}
+
+template <typename T>
+int Model<T>::micro_batches_awaiting_weight() const {
+  return impl_->pass().awaiting_weight();
 }
 
 template <typename T>

@@ -90,6 +90,15 @@ class UnitHooks {
   // Everything of the pass is enqueued; the model synchronizes the stream next (the read-back of
   // the loss), so work the hooks enqueue here is finished when the pass returns.
   virtual Status BeforePassEnd() { return OkStatus(); }
+
+  // Split backward (Model::BackwardInput / BackwardWeight). A unit's gradients are final only
+  // after the Before/AfterBackwardWeight that enclose its deferred weight gradients (units whose
+  // backward deferred none get neither); Before/AfterBackward still enclose its backward-input.
+  // Hooks that take a unit's gradients as final after AfterBackward (ZeRO's reductions) must
+  // not accept it: BackwardInput refuses a pass whose hooks return false here.
+  virtual bool SupportsSplitBackward() const { return false; }
+  virtual Status BeforeBackwardWeight(int unit) { return OkStatus(); }
+  virtual Status AfterBackwardWeight(int unit) { return OkStatus(); }
 };
 
 enum class ModelStorage : uint8_t {
@@ -191,11 +200,26 @@ class Model {
   // (device memory); the first stage takes none. FailedPrecondition for a micro-batch not in
   // flight (never forwarded, or already back-propagated).
   Status Backward(int micro, const StageOutputGrad<T>& grad, T* input_grad = nullptr);
+  // Backward split in two, for zero-bubble schedules (deferred_weight_grads.h). BackwardInput is
+  // Backward but for the Linears' weight gradients (dW += dyᵀ·x, all but a tied head's): it
+  // writes `input_grad` and accumulates every other parameter gradient, and keeps each such
+  // Linear's input and output gradient for BackwardWeight(micro), which accumulates their dW,
+  // unit by unit in the order BackwardInput ran, and frees them. BackwardInput then
+  // BackwardWeight of one micro-batch give the same gradients as Backward, bit for bit: the same
+  // ops on the same values, each parameter's += in the same order over micro-batches run in the
+  // same order. Between the two the micro-batch is neither in flight nor done: EndPass refuses
+  // (FailedPrecondition, the pass dropped) while any awaits its BackwardWeight. FailedPrecondition
+  // also for a BackwardWeight without its BackwardInput, and for BackwardInput while the hooks
+  // do not take a split backward (UnitHooks::SupportsSplitBackward).
+  Status BackwardInput(int micro, const StageOutputGrad<T>& grad, T* input_grad = nullptr);
+  Status BackwardWeight(int micro);
   // Ends the pass: the mean loss of each micro-batch the last stage forwarded (none elsewhere),
   // by micro-batch. FailedPrecondition (the pass is dropped) while micro-batches are in flight.
   Result<std::map<int, double>> EndPass();
   // Micro-batches forwarded and not yet back-propagated in the open pass.
   int micro_batches_in_flight() const;
+  // Micro-batches between their BackwardInput and BackwardWeight in the open pass.
+  int micro_batches_awaiting_weight() const;
 
   // The stream every pass runs on: what other streams order against (events) once the hooks
   // stop synchronizing.

@@ -56,6 +56,13 @@ Status ValidateModelOptions(const ModelOptions& o) {
         "in [0, size)",
         o.tensor_parallel_rank, o.tensor_parallel_size);
   }
+  if (o.sequence_parallel && o.tensor_parallel_size < 2) {
+    return InvalidArgumentError(
+        "tensor_parallel.sequence_parallel needs tensor_parallel.autotp_size above 1 (it splits "
+        "the tokens over the tensor-parallel ranks), and the tensor-parallel size is {}; raise "
+        "autotp_size or turn sequence_parallel off",
+        o.tensor_parallel_size);
+  }
   if (std::string error = TensorSplitError(o.n_head, o.n_kv_head, o.d_ff, o.tensor_parallel_size);
       !error.empty()) {
     return InvalidArgumentError("{}", error);

@@ -40,7 +40,7 @@ struct CheckpointingOptions {
 };
 
 // The fields hold no defaults: each is a setting (model.*, activation_checkpointing.*,
-// device.threads, tensor_parallel.autotp_size) whose default the settings registry declares.
+// device.threads, tensor_parallel.*) whose default the settings registry declares.
 // Built from a config by train::ModelOptionsFromConfig, from the registry's defaults by
 // train::DefaultModelOptions; made on its own it is blank (and ValidateModelOptions refuses it).
 struct ModelOptions {
@@ -70,6 +70,12 @@ struct ModelOptions {
   // the whole model, no communication. The rank is the process grid's, not a setting.
   int64_t tensor_parallel_size{};
   int64_t tensor_parallel_rank{};
+  // Megatron sequence parallelism (tensor_parallel.sequence_parallel; tensor_plan.h): between
+  // the tensor-parallel regions each tensor rank holds only its slice of the rows (tokens), and
+  // all-gathers and reduce-scatters replace the all-reduces. Needs tensor_parallel_size > 1, and
+  // each micro-batch's token count (batch x seq) must divide by it: the pass refuses one that
+  // does not (InvalidArgument).
+  bool sequence_parallel{};
 };
 
 // OK, or InvalidArgument naming the offending field ("model.n_kv_head = 3 does not divide

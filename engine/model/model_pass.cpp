@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "engine/model/deferred_weight_grads.h"
 #include "kernels/ref/ops_embedding.h"
 #include "kernels/ref/ops_loss.h"
 
@@ -19,6 +20,8 @@ struct ModelPass<T>::MicroBatch {
   DeviceBuffer targets;  // last stage
   std::optional<ForwardContext<T>> ctx;
   Scratch<T> loss;  // last stage: the device scalar the loss is read back from
+  // A split backward's: the weight gradients pending from BackwardInput to BackwardWeight.
+  std::shared_ptr<DeferredWeightGrads<T>> deferred;
 };
 
 template <typename T>
@@ -63,49 +66,119 @@ Status ModelPass<T>::Forward(int micro, const StageInput<T>& input, T* output) {
 
 template <typename T>
 Status ModelPass<T>::Backward(int micro, const StageOutputGrad<T>& grad, T* input_grad) {
+  return RunBackwardOf("Backward", micro, grad, input_grad, /*split=*/false);
+}
+
+template <typename T>
+Status ModelPass<T>::BackwardInput(int micro, const StageOutputGrad<T>& grad, T* input_grad) {
+  return RunBackwardOf("BackwardInput", micro, grad, input_grad, /*split=*/true);
+}
+
+template <typename T>
+Status ModelPass<T>::RunBackwardOf(std::string_view call, int micro, const StageOutputGrad<T>& grad,
+                                   T* input_grad, bool split) {
   if (!open_) {
     return FailedPreconditionError(
-        "Backward of micro-batch {} on {} outside a pass: call BeginPass first", micro, Describe());
+        "{} of micro-batch {} on {} outside a pass: call BeginPass first", call, micro, Describe());
   }
   if (!gradients_) {
     return Abort(FailedPreconditionError(
-        "Backward of micro-batch {} on {} in a pass without gradients: begin the pass with "
+        "{} of micro-batch {} on {} in a pass without gradients: begin the pass with "
         "gradients to run backward",
-        micro, Describe()));
+        call, micro, Describe()));
   }
   const auto it = in_flight_.find(micro);
   if (it == in_flight_.end()) {
     return Abort(FailedPreconditionError(
-        "Backward of micro-batch {} on {}: it {}; every micro-batch goes forward once, then "
+        "{} of micro-batch {} on {}: it {}; every micro-batch goes forward once, then "
         "backward once, in each pass (the pass is dropped)",
-        micro, Describe(),
+        call, micro, Describe(),
         forwarded_.contains(micro) ? "already went backward in this pass"
                                    : "was never forwarded in this pass"));
   }
   if (last() && grad.hidden != nullptr) {
     return Abort(InvalidArgumentError(
-        "Backward of micro-batch {} on {}: the last stage starts from the loss (loss_grad); "
+        "{} of micro-batch {} on {}: the last stage starts from the loss (loss_grad); "
         "an output gradient (hidden) is for the other stages",
-        micro, Describe()));
+        call, micro, Describe()));
   }
   if (!last() && grad.hidden == nullptr) {
     return Abort(InvalidArgumentError(
-        "Backward of micro-batch {} on {}: give the gradient of the stage's output "
+        "{} of micro-batch {} on {}: give the gradient of the stage's output "
         "(StageOutputGrad::hidden, [batch * seq, d_model] device memory) from the next stage",
-        micro, Describe()));
+        call, micro, Describe()));
   }
   if (first() != (input_grad == nullptr)) {
     return Abort(InvalidArgumentError(
-        "Backward of micro-batch {} on {}: {}", micro, Describe(),
+        "{} of micro-batch {} on {}: {}", call, micro, Describe(),
         first() ? "the first stage's input is token ids, which have no gradient: pass no "
                   "input_grad"
                 : "give device memory [batch * seq, d_model] for the gradient of the stage's "
                   "input (input_grad), which the previous stage's Backward takes"));
   }
-  const std::unique_ptr<MicroBatch> done = std::move(it->second);
+  if (split && hooks_ != nullptr && !hooks_->SupportsSplitBackward()) {
+    return Abort(FailedPreconditionError(
+        "BackwardInput of micro-batch {} on {}: the model's unit hooks take a unit's gradients "
+        "as final after its backward, which a split backward leaves to BackwardWeight (ZeRO's "
+        "reductions do, UnitHooks::SupportsSplitBackward is false); run a fused backward "
+        "(Backward) with them (the pass is dropped)",
+        micro, Describe()));
+  }
+  std::unique_ptr<MicroBatch> done = std::move(it->second);
   in_flight_.erase(it);
+  if (split) {
+    done->deferred = std::make_shared<DeferredWeightGrads<T>>(meter_);
+    done->ctx->DeferWeightGradsTo(done->deferred);
+  }
   Status status = RunBackward(*done, grad, input_grad);
   if (!status.ok()) return Abort(std::move(status));
+  if (split) {
+    // Only what the weight gradients read stays (deferred_weight_grads.h); the ids and targets
+    // were read by the ops enqueued, the loss is read back from the host copy.
+    done->ctx->ReleaseAll();
+    done->tokens.Reset();
+    done->targets.Reset();
+    done->loss.Release();
+    awaiting_weight_.emplace(micro, std::move(done));
+  }
+  return OkStatus();
+}
+
+template <typename T>
+Status ModelPass<T>::BackwardWeight(int micro) {
+  if (!open_) {
+    return FailedPreconditionError(
+        "BackwardWeight of micro-batch {} on {} outside a pass: call BeginPass first", micro,
+        Describe());
+  }
+  const auto it = awaiting_weight_.find(micro);
+  if (it == awaiting_weight_.end()) {
+    return Abort(FailedPreconditionError(
+        "BackwardWeight of micro-batch {} on {}: it {}; the weight gradients of a micro-batch "
+        "follow its BackwardInput, once (the pass is dropped)",
+        micro, Describe(),
+        in_flight_.contains(micro)   ? "has not run BackwardInput"
+        : forwarded_.contains(micro) ? "has no weight gradients pending (a fused Backward, or "
+                                       "BackwardWeight ran already)"
+                                     : "was never forwarded in this pass"));
+  }
+  const std::unique_ptr<MicroBatch> done = std::move(it->second);
+  awaiting_weight_.erase(it);
+  Status status = RunBackwardWeight(*done);
+  if (!status.ok()) return Abort(std::move(status));
+  return OkStatus();  // `done` frees what the tasks kept, on the stream after them
+}
+
+template <typename T>
+Status ModelPass<T>::RunBackwardWeight(MicroBatch& micro) {
+  ForwardContext<T>& ctx = *micro.ctx;
+  // Unit by unit, in the order the backward-input ran them; no unit scope: dW reads no
+  // parameter values.
+  for (int u : micro.deferred->Units()) {
+    SLUICE_RETURN_IF_ERROR(CallHook(&UnitHooks::BeforeBackwardWeight, u));
+    SLUICE_RETURN_IF_ERROR(micro.deferred->RunUnit(u, ctx));
+    SLUICE_RETURN_IF_ERROR(CallHook(&UnitHooks::AfterBackwardWeight, u));
+  }
   return OkStatus();
 }
 
@@ -119,6 +192,15 @@ Result<std::map<int, double>> ModelPass<T>::End() {
     return Abort(FailedPreconditionError(
         "EndPass on {} with micro-batches {} still in flight: run their Backward first (the pass "
         "is dropped; the gradients of the micro-batches that finished stay accumulated)",
+        Describe(), ids));
+  }
+  if (!awaiting_weight_.empty()) {
+    std::string ids;
+    for (const auto& [id, micro] : awaiting_weight_)
+      ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+    return Abort(FailedPreconditionError(
+        "EndPass on {} with the weight gradients of micro-batches {} pending: run their "
+        "BackwardWeight first (the pass is dropped; the gradients accumulated so far stay)",
         Describe(), ids));
   }
   if (gradients_) last_peak_bytes_ = meter_->peak;
@@ -277,6 +359,7 @@ Status ModelPass<T>::RunBackward(MicroBatch& micro, const StageOutputGrad<T>& gr
   }
   const int num_units = static_cast<int>(m_.units.size());
   for (int u = num_units - 1; u >= 0; --u) {
+    if (micro.deferred != nullptr) micro.deferred->BeginUnit(u);
     SLUICE_RETURN_IF_ERROR(CallHook(&UnitHooks::BeforeBackward, u));
     SLUICE_RETURN_IF_ERROR(m_.scope->Enter(u));
     SLUICE_ASSIGN_OR_RETURN(Act<T> next, m_.units[u]->Backward(ctx, g));
@@ -318,6 +401,7 @@ Result<DeviceBuffer> ModelPass<T>::Upload(const int32_t* values, int64_t count) 
 template <typename T>
 Status ModelPass<T>::Abort(Status error) {
   in_flight_.clear();
+  awaiting_weight_.clear();
   // Whatever happened, nothing may still read the pass's host copies or write its losses once
   // the pass is over.
   (void)m_.stream->Synchronize();

@@ -3,6 +3,10 @@
 // ids and targets on the device, and its loss. Internal to engine/model: Model owns one and
 // forwards its BeginPass / Forward / Backward / EndPass here.
 //
+// A split backward (zero-bubble B/W): BackwardInput runs the backward with the Linears' weight
+// gradients deferred (deferred_weight_grads.h) and keeps the micro-batch, holding only what they
+// read, until BackwardWeight runs them and lets it go. Backward (fused) is the pass it always was.
+//
 // Host memory a micro-batch brings (token ids, targets) is copied at once, and those copies, like
 // the host values the losses are read back into, live until the pass ends: the stream may run the
 // uploads and read-backs after the calls that enqueued them have returned.
@@ -13,10 +17,12 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <string_view>
 #include <vector>
 
 #include "engine/model/checkpointed_inputs.h"
 #include "engine/model/cross_entropy.h"
+#include "engine/model/deferred_weight_grads.h"
 #include "engine/model/forward_context.h"
 #include "engine/model/model.h"
 #include "engine/model/model_stage.h"
@@ -63,12 +69,16 @@ class ModelPass {
   Status Begin(const ParameterBinding<T>* binding, UnitHooks* hooks, bool gradients);
   Status Forward(int micro, const StageInput<T>& input, T* output);
   Status Backward(int micro, const StageOutputGrad<T>& grad, T* input_grad);
+  Status BackwardInput(int micro, const StageOutputGrad<T>& grad, T* input_grad);
+  Status BackwardWeight(int micro);
   // The losses of the micro-batches forwarded (last stage; empty elsewhere, and for micro-batches
   // whose logits were read instead), by micro-batch.
   Result<std::map<int, double>> End();
 
   bool open() const { return open_; }
   int in_flight() const { return static_cast<int>(in_flight_.size()); }
+  // Micro-batches between their BackwardInput and BackwardWeight.
+  int awaiting_weight() const { return static_cast<int>(awaiting_weight_.size()); }
   // Bytes of activations the last pass with gradients held at its peak, all its micro-batches
   // together.
   int64_t last_peak_bytes() const { return last_peak_bytes_; }
@@ -82,7 +92,11 @@ class ModelPass {
   Status CheckInput(int micro, const StageInput<T>& input, const T* output) const;
   Status ValidateBatch(const StageInput<T>& input) const;
   Status RunForward(int micro, const StageInput<T>& input, T* output);
+  // Backward (split false) or BackwardInput (true), `call` naming it in errors.
+  Status RunBackwardOf(std::string_view call, int micro, const StageOutputGrad<T>& grad,
+                       T* input_grad, bool split);
   Status RunBackward(MicroBatch& micro, const StageOutputGrad<T>& grad, T* input_grad);
+  Status RunBackwardWeight(MicroBatch& micro);
   Status CallHook(Status (UnitHooks::*hook)(int), int unit);
   // `count` int32 values of host memory into stream-ordered device memory, through a host copy
   // that lives until the pass ends.
@@ -98,6 +112,7 @@ class ModelPass {
   UnitHooks* hooks_ = nullptr;
   std::shared_ptr<ActivationMeter> meter_;  // shared by the pass's micro-batches
   std::map<int, std::unique_ptr<MicroBatch>> in_flight_;
+  std::map<int, std::unique_ptr<MicroBatch>> awaiting_weight_;  // split: B done, W pending
   std::set<int> forwarded_;                        // every micro-batch forwarded in this pass
   std::vector<std::vector<int32_t>> host_arrays_;  // sources of the pass's uploads
   std::map<int, T> losses_;                        // where the losses are read back to

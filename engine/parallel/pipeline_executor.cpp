@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "engine/model/model_stage.h"
 #include "engine/parallel/schedule_validation.h"
 #include "runtime/check.h"
@@ -12,15 +14,6 @@ namespace {
 
 // Hidden states and their gradients travel as the model computes them (Model<float>).
 constexpr DType kHiddenDType = DType::kF32;
-
-bool HasSplitBackward(const PipelineSchedule& schedule) {
-  for (const auto& list : schedule.stage_instructions) {
-    for (const PipeInstruction& in : list) {
-      if (in.op == PipeOp::kBackwardInput || in.op == PipeOp::kBackwardWeight) return true;
-    }
-  }
-  return false;
-}
 
 // The role a virtual stage needs, in the words of model_stage.h.
 std::string_view RoleOf(int virtual_stage, int last) {
@@ -37,13 +30,6 @@ Result<std::unique_ptr<PipelineExecutor<T>>> PipelineExecutor<T>::Create(
     PipelineSchedule schedule, std::vector<model::Model<T>*> chunks, zero::CommQueue& queue,
     PipelineExecutorOptions options) {
   const std::string_view kind = ScheduleKindName(schedule.kind);
-  if (HasSplitBackward(schedule)) {
-    return UnimplementedError(
-        "pipeline executor: schedule {} splits each backward into backward-input and "
-        "backward-weight passes, which the model cannot run yet (Model::Backward computes the "
-        "input and weight gradients together); use gpipe, 1f1b or interleaved-1f1b",
-        kind);
-  }
   SLUICE_RETURN_IF_ERROR(
       Status(ValidateSchedule(schedule)).WithContext(fmt::format("pipeline executor ({})", kind)));
   SLUICE_RETURN_IF_ERROR(CheckTransferTags(schedule.micro_batches, schedule.chunks));
@@ -219,7 +205,11 @@ Status PipelineExecutor<T>::Execute(const PipeInstruction& in, const PipelineSte
       status = Forward(in);
       break;
     case PipeOp::kBackward:
+    case PipeOp::kBackwardInput:
       status = Backward(in);
+      break;
+    case PipeOp::kBackwardWeight:
+      status = BackwardWeight(in);
       break;
     case PipeOp::kSendActivation:
     case PipeOp::kSendGrad:
@@ -229,10 +219,6 @@ Status PipelineExecutor<T>::Execute(const PipeInstruction& in, const PipelineSte
     case PipeOp::kRecvGrad:
       status = Recv(in);
       break;
-    case PipeOp::kBackwardInput:
-    case PipeOp::kBackwardWeight:
-      status = UnimplementedError("the model has no split backward");  // refused by Create
-      break;
     case PipeOp::kReduceTiedGrads:
       return call(hooks.reduce_tied_grads);
     case PipeOp::kReduceGrads:
@@ -241,6 +227,7 @@ Status PipelineExecutor<T>::Execute(const PipeInstruction& in, const PipelineSte
       return call(hooks.optimizer_step);
   }
   if (!status.ok()) return std::move(status).WithContext(Name(in));
+  if (IsCompute(in.op)) CountInFlight(result);
   return OkStatus();
 }
 
@@ -330,9 +317,33 @@ Status PipelineExecutor<T>::Backward(const PipeInstruction& in) {
     input_grad = buffer.data_as<T>();
     grads_out_[key] = std::move(buffer);
   }
-  SLUICE_RETURN_IF_ERROR(model.Backward(in.micro, grad, input_grad));
+  if (in.op == PipeOp::kBackwardInput) {
+    SLUICE_RETURN_IF_ERROR(model.BackwardInput(in.micro, grad, input_grad));
+  } else {
+    SLUICE_RETURN_IF_ERROR(model.Backward(in.micro, grad, input_grad));
+  }
   if (consumed.size() > 0) consumed.FreeAsync(model.stream());
   return NoteCompute(in.chunk);
+}
+
+template <typename T>
+Status PipelineExecutor<T>::BackwardWeight(const PipeInstruction& in) {
+  // Nothing crosses stages: the weight gradients read what the backward-input kept.
+  SLUICE_RETURN_IF_ERROR(ChainCompute(in.chunk));
+  SLUICE_RETURN_IF_ERROR(chunks_[in.chunk]->BackwardWeight(in.micro));
+  return NoteCompute(in.chunk);
+}
+
+template <typename T>
+void PipelineExecutor<T>::CountInFlight(PipelineStepResult& result) const {
+  int in_flight = 0;
+  int awaiting = 0;
+  for (const model::Model<T>* chunk : chunks_) {
+    in_flight += chunk->micro_batches_in_flight();
+    awaiting += chunk->micro_batches_awaiting_weight();
+  }
+  result.peak_in_flight = std::max(result.peak_in_flight, in_flight);
+  result.peak_awaiting_weight = std::max(result.peak_awaiting_weight, awaiting);
 }
 
 template <typename T>

@@ -19,7 +19,8 @@
 //
 // The step. RunStep opens a pass on every chunk, then runs the list: LoadMicroBatch asks the
 // caller for the micro-batch's token ids (first virtual stage) or targets (last), Forward and
-// Backward run Model::Forward / Backward (the last virtual stage's backward starts from
+// Backward run Model::Forward / Backward (backward-input and backward-weight: BackwardInput /
+// BackwardWeight; the last virtual stage's backward starts from
 // d(objective)/d(micro-batch loss) = loss_grad, 1 / M by default), receives and sends move the
 // hidden states. At the first instruction of the tail every compute and transfer of the step has
 // been enqueued: the executor waits for the sends, ends the chunks' passes (their hooks'
@@ -34,10 +35,19 @@
 // a sent one stays until the step's sends completed, at the tail: one [batch * seq, d_model]
 // buffer per send of the step, small beside the activations the model keeps per micro-batch.
 //
-// Not run. ZB-H1's backward-input and backward-weight need a backward split in two, which the
-// model does not have (Model::Backward computes both): Create refuses a schedule holding them
-// with Unimplemented. A stream-ordered (NCCL) communicator is refused too: the transfers are
-// proven on the MPI backend only, where they run as host functions of the comm stream.
+// Zero bubble. ZB-H1's backward-input runs Model::BackwardInput: the activation gradient and
+// every parameter gradient but the Linears' dW, which wait, with the inputs and output gradients
+// they read, for the micro-batch's backward-weight (Model::BackwardWeight; deferred_weight_grads.h
+// says what that keeps alive). The send of the input gradient follows the backward-input, as the
+// schedule places it: the previous stage's backward never waits for a weight gradient. Each
+// parameter's gradient still accumulates over the micro-batches in the order of the backwards
+// (ZB-H1 runs both halves in micro-batch order), so the step's gradients equal 1F1B's and the
+// whole model's bit for bit (pipeline_executor_test). Unit hooks set on a chunk must accept a
+// split backward (UnitHooks::SupportsSplitBackward), else the step fails at the first
+// backward-input.
+//
+// Not run. A stream-ordered (NCCL) communicator is refused: the transfers are proven on the MPI
+// backend only, where they run as host functions of the comm stream.
 //
 // Failures. A neighbour that stops (dead, hung, or failed its own step) makes this stage's
 // receive from it time out after the communicator's timeout (run.comm_timeout): RunStep fails
@@ -96,13 +106,19 @@ struct PipelineStepResult {
   double loss = 0;
   // Each micro-batch's loss, by micro-batch: on the last stage only (empty elsewhere).
   std::map<int, double> micro_losses;
+  // This stage's peaks over the step, all its chunks together: micro-batches between their
+  // forward and (input) backward, holding all their activations (GPipe: M; 1F1B and ZB-H1:
+  // min(P - r, M) on stage r), and micro-batches between backward-input and backward-weight,
+  // holding the linears' inputs and output gradients only (ZB-H1; 0 for the others).
+  int peak_in_flight = 0;
+  int peak_awaiting_weight = 0;
 };
 
 template <typename T>
 class PipelineExecutor {
  public:
-  // Checks, without communicating: the schedule is valid (ValidateSchedule) and has no
-  // backward-input or backward-weight (Unimplemented, see above); `queue`'s communicator has
+  // Checks, without communicating: the schedule is valid (ValidateSchedule); `queue`'s
+  // communicator has
   // schedule.stages ranks (this stage is its rank) and is not stream-ordered; `chunks` holds
   // schedule.chunks models in chunk order whose roles match their virtual stages, with the same
   // d_model; batch and seq fit the models; the tags fit (CheckTransferTags). The models and the
@@ -138,7 +154,11 @@ class PipelineExecutor {
                  PipelineStepResult& result);
   Status Load(const PipeInstruction& in, const PipelineStepHooks& hooks);
   Status Forward(const PipeInstruction& in);
+  // Backward, or backward-input (Model::BackwardInput).
   Status Backward(const PipeInstruction& in);
+  Status BackwardWeight(const PipeInstruction& in);
+  // After a compute: the step's peaks of micro-batches held (PipelineStepResult).
+  void CountInFlight(PipelineStepResult& result) const;
   Status Send(const PipeInstruction& in);
   Status Recv(const PipeInstruction& in);
   // The end of the step's compute and transfers: the sends waited for, the passes ended, the

@@ -46,9 +46,27 @@ Status TensorComm::AllGather(Stream& compute, T* full, int64_t count, std::strin
   return queue_->Join(compute, ticket);
 }
 
+template <typename T>
+Status TensorComm::ReduceScatter(Stream& compute, T* full, T* shard, int64_t count,
+                                 std::string name) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
+  constexpr DType kDType = std::is_same_v<T, float> ? DType::kF32 : DType::kF64;
+  SLUICE_RETURN_IF_ERROR(queue_->OrderAfter(compute));
+  const auto total = static_cast<size_t>(count) * static_cast<size_t>(size());
+  SLUICE_ASSIGN_OR_RETURN(zero::CommTicket ticket,
+                          queue_->Enqueue(std::move(name), total * sizeof(T),
+                                          [full, shard, total](Comm& comm) -> Status {
+                                            return comm.ReduceScatter(full, shard, total, kDType,
+                                                                      ReduceOp::kSum);
+                                          }));
+  return queue_->Join(compute, ticket);
+}
+
 template Status TensorComm::AllReduce<float>(Stream&, float*, int64_t, std::string);
 template Status TensorComm::AllReduce<double>(Stream&, double*, int64_t, std::string);
 template Status TensorComm::AllGather<float>(Stream&, float*, int64_t, std::string);
 template Status TensorComm::AllGather<double>(Stream&, double*, int64_t, std::string);
+template Status TensorComm::ReduceScatter<float>(Stream&, float*, float*, int64_t, std::string);
+template Status TensorComm::ReduceScatter<double>(Stream&, double*, double*, int64_t, std::string);
 
 }  // namespace sluice::parallel

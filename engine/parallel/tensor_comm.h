@@ -1,8 +1,10 @@
 // The tensor-parallel collectives of a model's passes: Megatron's f and g (tensor_region.h) sum an
-// activation or its gradient over the tensor ranks, in place, on a comm stream of the model's
-// own, ordered against the compute stream by events (engine/zero/comm_queue.h): the all-reduce
-// starts once the compute stream has written the data, and the compute stream's next work waits
-// for it. The host enqueues and never waits, nor touches the data.
+// activation or its gradient over the tensor ranks, in place; with sequence parallelism
+// (sequence_region.h) all-gathers and reduce-scatters of the rows take their place; on a comm
+// stream of the model's own, ordered against the compute stream by events
+// (engine/zero/comm_queue.h): the all-reduce starts once the compute stream has written the data,
+// and the compute stream's next work waits for it. The host enqueues and never waits, nor touches
+// the data.
 //
 // The communicator is the plan's own copy of the tensor group (split from the one passed at
 // build), so its collectives never interleave with another user's of the same ranks; every
@@ -40,7 +42,13 @@ class TensorComm {
   template <typename T>
   Status AllGather(Stream& compute, T* full, int64_t count, std::string name);
 
-  // Waits for every enqueued all-reduce (teardown).
+  // shard[0 .. count) = the sum over the tensor ranks of their full[rank() * count ..
+  // (rank() + 1) * count), where full has size() * count elements. `shard` may be that piece of
+  // `full` itself (in place; the rest of `full` is clobbered). Stream-ordered as AllReduce.
+  template <typename T>
+  Status ReduceScatter(Stream& compute, T* full, T* shard, int64_t count, std::string name);
+
+  // Waits for every enqueued collective (teardown).
   Status Synchronize() { return queue_->Synchronize(); }
 
  private:

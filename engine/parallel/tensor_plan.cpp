@@ -1,10 +1,10 @@
 #include "engine/parallel/tensor_plan.h"
 
-#include <array>
 #include <string>
 #include <utility>
 
 #include "engine/model/linear.h"
+#include "engine/parallel/sequence_region.h"
 #include "engine/parallel/tensor_region.h"
 #include "engine/parallel/tensor_vocab.h"
 #include "runtime/check.h"
@@ -12,52 +12,10 @@
 namespace sluice::parallel {
 namespace {
 
-enum class Style : uint8_t { kColumn, kFusedQkv, kRow };
-
-struct Rule {
-  std::string_view module_suffix;  // of the Linear's name
-  Style style;
-};
-
-// Megatron's pairs: the projections into a sublayer column-parallel, the one out of it row-wise.
-constexpr std::array<Rule, 11> kRules = {{
-    {".attn.c_attn", Style::kFusedQkv},
-    {".attn.c_proj", Style::kRow},
-    {".mlp.c_fc", Style::kColumn},
-    {".mlp.c_proj", Style::kRow},
-    {".self_attn.q_proj", Style::kColumn},
-    {".self_attn.k_proj", Style::kColumn},
-    {".self_attn.v_proj", Style::kColumn},
-    {".self_attn.o_proj", Style::kRow},
-    {".mlp.gate_proj", Style::kColumn},
-    {".mlp.up_proj", Style::kColumn},
-    {".mlp.down_proj", Style::kRow},
-}};
-
-// The tables split along the vocabulary (tensor_vocab.h), by parameter name.
-constexpr std::array<std::string_view, 3> kVocabTables = {".wte.weight", ".embed_tokens.weight",
-                                                          "lm_head.weight"};
-
-bool IsVocabTable(std::string_view name) {
-  for (const std::string_view suffix : kVocabTables) {
-    if (name.ends_with(suffix)) return true;
-  }
-  return false;
-}
-
-// The rule of the Linear named `module`, if any.
-const Rule* RuleOf(std::string_view module) {
-  for (const Rule& rule : kRules) {
-    if (module.ends_with(rule.module_suffix)) return &rule;
-  }
-  return nullptr;
-}
-
 template <typename T>
 void OmitRowBiases(model::Module<T>& module) {
   if (auto* linear = dynamic_cast<model::Linear<T>*>(&module); linear != nullptr) {
-    const Rule* rule = RuleOf(linear->name());
-    if (rule != nullptr && rule->style == Style::kRow) linear->OmitBiasInForward();
+    if (IsRowParallel(linear->name())) linear->OmitBiasInForward();
   }
   for (model::Module<T>* child : module.children()) OmitRowBiases(*child);
 }
@@ -91,8 +49,9 @@ TensorParallelPlan::TensorParallelPlan(const model::ModelOptions& options,
     : size_(options.tensor_parallel_size),
       rank_(options.tensor_parallel_rank),
       vocab_parallel_(vocab_parallel),
-      q_rows_(options.d_model),
-      kv_rows_(options.n_kv_head * (options.d_model / options.n_head)),
+      sequence_parallel_(options.sequence_parallel),
+      learned_positions_(options.family == model::Family::kGpt2),
+      layout_(TensorLayoutOf(options, vocab_parallel)),
       comm_(std::move(comm)) {
   if (vocab_parallel_) {
     Result<TensorSharding> rows = SplitTensorBalanced(Shape{options.vocab_size}, 0, size_, rank_);
@@ -102,31 +61,12 @@ TensorParallelPlan::TensorParallelPlan(const model::ModelOptions& options,
 }
 
 TensorSharding TensorParallelPlan::ShardingOf(std::string_view name, const Shape& global) const {
-  const size_t dot = name.rfind('.');
-  const std::string_view module = dot == std::string_view::npos ? name : name.substr(0, dot);
-  const bool weight = name.substr(dot + 1) == "weight";
-  if (vocab_parallel_ && IsVocabTable(name)) {
-    Result<TensorSharding> rows = SplitTensorBalanced(global, 0, size_, rank_);
-    SLUICE_CHECK(rows.ok()) << name << ": " << rows.status().ToString();
-    SLUICE_CHECK_EQ(rows->PieceStart(), vocab_shard_.start) << name;
-    return std::move(rows).value();
-  }
-  const Rule* rule = RuleOf(module);
-  if (rule == nullptr) return ReplicatedTensor(global, size_);
-  Result<TensorSharding> sharding = [&]() -> Result<TensorSharding> {
-    switch (rule->style) {
-      case Style::kColumn:
-        return SplitTensor(global, 0, size_, rank_);
-      case Style::kFusedQkv:
-        return SplitTensor(global, 0, size_, rank_, {q_rows_, kv_rows_, kv_rows_});
-      case Style::kRow:
-        if (!weight) return ReplicatedTensor(global, size_);
-        return SplitTensor(global, 1, size_, rank_);
-    }
-    return ReplicatedTensor(global, size_);
-  }();
-  // ValidateModelOptions made the heads and d_ff divide by the size.
+  Result<TensorSharding> sharding = TensorShardingOf(layout_, name, global);
+  // ValidateModelOptions made the heads and d_ff divide by the size, Create the vocabulary.
   SLUICE_CHECK(sharding.ok()) << name << ": " << sharding.status().ToString();
+  if (vocab_parallel_ && IsVocabTable(name)) {
+    SLUICE_CHECK_EQ(sharding->PieceStart(), vocab_shard_.start) << name;
+  }
   return std::move(sharding).value();
 }
 
@@ -135,8 +75,8 @@ void TensorParallelPlan::Parallelize(model::DecoderBlock<T>& block,
                                      model::ModuleBuilder& builder) const {
   block.WrapSublayers([&](std::unique_ptr<model::Module<T>> sublayer) {
     if (rank_ != 0) OmitRowBiases(*sublayer);
-    return std::unique_ptr<model::Module<T>>(
-        std::make_unique<TensorParallelRegion<T>>(builder, std::move(sublayer), *comm_));
+    return std::unique_ptr<model::Module<T>>(std::make_unique<TensorParallelRegion<T>>(
+        builder, std::move(sublayer), *comm_, sequence_parallel_));
   });
 }
 
@@ -147,8 +87,10 @@ void TensorParallelPlan::Parallelize(model::Embeddings<T>& embeddings,
   embeddings.WrapTokens([&](std::unique_ptr<model::TokenEmbedding<T>> table) {
     SLUICE_CHECK_EQ(table->rows(),
                     builder.registry().parameter(table->weight_param()).sharding.PieceSize());
+    // With learned positions the whole rows get them before the split (ParallelizeSequence).
+    const bool reduce_scatter = sequence_parallel_ && !learned_positions_;
     return std::unique_ptr<model::Module<T>>(std::make_unique<VocabParallelEmbedding<T>>(
-        builder, std::move(table), vocab_shard_, *comm_));
+        builder, std::move(table), vocab_shard_, *comm_, reduce_scatter));
   });
 }
 
@@ -156,7 +98,8 @@ template <typename T>
 std::unique_ptr<model::Module<T>> TensorParallelPlan::ParallelizeHead(
     std::unique_ptr<model::Linear<T>> head, model::ModuleBuilder& builder) const {
   SLUICE_CHECK(vocab_parallel_);
-  return std::make_unique<VocabParallelHead<T>>(builder, std::move(head), *comm_);
+  return std::make_unique<VocabParallelHead<T>>(builder, std::move(head), *comm_,
+                                                sequence_parallel_);
 }
 
 template <typename T>
@@ -166,13 +109,43 @@ std::unique_ptr<model::CrossEntropyLoss<T>> TensorParallelPlan::MakeLoss(
   return std::make_unique<VocabParallelCrossEntropy<T>>(builder, columns, vocab_shard_, *comm_);
 }
 
+template <typename T>
+std::vector<std::unique_ptr<model::Module<T>>> TensorParallelPlan::ParallelizeSequence(
+    std::vector<model::Module<T>*>& units, const model::Module<T>* embeddings,
+    const model::Module<T>* head, bool first_stage, bool last_stage,
+    model::ModuleBuilder& builder) const {
+  SLUICE_CHECK(sequence_parallel_);
+  std::vector<std::unique_ptr<model::Module<T>>> wrappers;
+  for (size_t u = 0; u < units.size(); ++u) {
+    model::Module<T>* unit = units[u];
+    SequenceEdge in = SequenceEdge::kNone;
+    SequenceEdge out = SequenceEdge::kNone;
+    if (u == 0 && !first_stage) in = SequenceEdge::kScatter;
+    // The vocabulary-parallel head gathers its input itself (VocabParallelHead).
+    if (unit == head && !vocab_parallel_) in = SequenceEdge::kGather;
+    // Llama's vocabulary-parallel embedding reduce-scattered already.
+    if (unit == embeddings && (!vocab_parallel_ || learned_positions_)) {
+      out = SequenceEdge::kScatter;
+    }
+    if (u + 1 == units.size() && !last_stage) out = SequenceEdge::kGather;
+    if (in == SequenceEdge::kNone && out == SequenceEdge::kNone) continue;
+    wrappers.push_back(std::make_unique<SequenceParallelUnit<T>>(builder, *unit, *comm_, in, out));
+    units[u] = wrappers.back().get();
+  }
+  return wrappers;
+}
+
 #define SLUICE_INSTANTIATE(T)                                                                    \
   template void TensorParallelPlan::Parallelize<T>(model::Embeddings<T>&, model::ModuleBuilder&) \
       const;                                                                                     \
   template std::unique_ptr<model::Module<T>> TensorParallelPlan::ParallelizeHead<T>(             \
       std::unique_ptr<model::Linear<T>>, model::ModuleBuilder&) const;                           \
   template std::unique_ptr<model::CrossEntropyLoss<T>> TensorParallelPlan::MakeLoss<T>(          \
-      model::ModuleBuilder&, int64_t) const;
+      model::ModuleBuilder&, int64_t) const;                                                     \
+  template std::vector<std::unique_ptr<model::Module<T>>>                                        \
+  TensorParallelPlan::ParallelizeSequence<T>(std::vector<model::Module<T>*>&,                    \
+                                             const model::Module<T>*, const model::Module<T>*,   \
+                                             bool, bool, model::ModuleBuilder&) const;
 SLUICE_INSTANTIATE(float)
 SLUICE_INSTANTIATE(double)
 #undef SLUICE_INSTANTIATE

@@ -23,7 +23,27 @@
 // all-reduce of [rows, d_model] after the embedding (forward) and one before the head
 // (backward), an all-gather of [tensor size, rows] and an all-reduce of [rows] in the loss; no
 // rank ever holds more than its piece of the logits.
-// Without kernels for a piece of the vocabulary (the cuda backend, so far:
+//
+// Sequence parallelism (ModelOptions::sequence_parallel; Megatron-SP, parallelism-study.md §3):
+// between the regions the residual stream holds only this rank's slice of the rows (the
+// contiguous rows [r * rows / t, (r + 1) * rows / t) of the [batch * seq, d_model] activations:
+// Megatron's split along the sequence, for the row-wise norms and residual adds that run there;
+// sequence_region.h). Each region is an all-gather of the rows, the sublayer, a reduce-scatter
+// of its partial sums ("tp.ag" and "tp.rs", each once per region and direction: the bytes of the
+// all-reduces they replace); the gathered input is freed after the sublayer's forward and gathered
+// again for its backward ("tp.regather", Megatron's trade of one all-gather for the memory). The
+// embeddings' output is split: Llama's vocabulary-parallel embedding reduce-scatters instead of
+// all-reducing; GPT-2's, whose learned positions are added to the whole rows, all-reduces, adds
+// them and keeps its rows (Megatron does the same with learned positions); a replicated embedding
+// keeps its rows. The final norm runs on the slice, and the head's input is gathered ("tp.ag
+// lm_head"; backward "tp.rs lm_head"): the loss then sees whole rows, as without sequence
+// parallelism, and the logits stay split over the vocabulary. Pipeline stages pass whole rows: a
+// later stage's first unit keeps its rows of the input, an earlier stage's last unit gathers its
+// output (ParallelizeSequence). The norms' weights and biases see only their rank's rows, so their
+// gradients are partial sums (TensorSharding::partial_grad), summed over the tensor ranks by
+// ReduceSequenceParallelGrads (sequence_parallel_grads.h); every other replicated parameter
+// (positions, row-parallel biases, a replicated table or head) is computed on whole rows and needs
+// nothing. Without kernels for a piece of the vocabulary (the cuda backend, so far:
 // OpsBackend::SupportsVocabShards) the embedding, head and loss stay replicated, as in the
 // whole model.
 #pragma once
@@ -31,6 +51,7 @@
 #include <cstdint>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "engine/model/cross_entropy.h"
 #include "engine/model/decoder_block.h"
@@ -39,6 +60,7 @@
 #include "engine/model/model_options.h"
 #include "engine/model/module.h"
 #include "engine/parallel/tensor_comm.h"
+#include "engine/parallel/tensor_layout.h"
 #include "engine/parallel/tensor_sharding.h"
 #include "runtime/comm.h"
 #include "runtime/device.h"
@@ -62,6 +84,7 @@ class TensorParallelPlan {
   int64_t rank() const { return rank_; }
   TensorComm& comm() const { return *comm_; }
   bool vocab_parallel() const { return vocab_parallel_; }
+  bool sequence_parallel() const { return sequence_parallel_; }
   // This rank's ids of the vocabulary (vocab_parallel()).
   const ops::VocabShard& vocab_shard() const { return vocab_shard_; }
 
@@ -85,6 +108,17 @@ class TensorParallelPlan {
   std::unique_ptr<model::CrossEntropyLoss<T>> MakeLoss(model::ModuleBuilder& builder,
                                                        int64_t columns) const;
 
+  // With sequence_parallel(), build time, after the stage's units are built (and parallelized):
+  // wraps those whose input or output is whole rows in a SequenceParallelUnit (the embeddings
+  // unless they reduce-scatter, the first unit of a stage after the first, the last unit of a
+  // stage before the last, a replicated head), replacing them in `units`. `embeddings` and
+  // `head` are the stage's, or null. Returns the wrappers, which the caller owns.
+  template <typename T>
+  std::vector<std::unique_ptr<model::Module<T>>> ParallelizeSequence(
+      std::vector<model::Module<T>*>& units, const model::Module<T>* embeddings,
+      const model::Module<T>* head, bool first_stage, bool last_stage,
+      model::ModuleBuilder& builder) const;
+
  private:
   TensorParallelPlan(const model::ModelOptions& options, std::unique_ptr<TensorComm> comm,
                      bool vocab_parallel);
@@ -92,9 +126,10 @@ class TensorParallelPlan {
   int64_t size_;
   int64_t rank_;
   bool vocab_parallel_;
+  bool sequence_parallel_;
+  bool learned_positions_;  // GPT-2's wpe: added to the embeddings' whole rows
   ops::VocabShard vocab_shard_;
-  int64_t q_rows_;  // the fused c_attn's q, k and v blocks
-  int64_t kv_rows_;
+  TensorLayout layout_;  // what ShardingOf answers (tensor_layout.h)
   std::unique_ptr<TensorComm> comm_;
 };
 

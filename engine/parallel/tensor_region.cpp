@@ -42,10 +42,18 @@ std::string BaseName(const std::string& region_name) {
 template <typename T>
 TensorParallelRegion<T>::TensorParallelRegion(model::ModuleBuilder& builder,
                                               std::unique_ptr<model::Module<T>> sublayer,
-                                              TensorComm& comm)
+                                              TensorComm& comm, bool sequence_parallel)
     : model::Module<T>(builder, sublayer->name() + ".tp"), sublayer_(std::move(sublayer)) {
-  f_ = std::make_unique<CopyToTensorRegion<T>>(builder, BaseName(this->name()), comm);
-  g_ = std::make_unique<ReduceFromTensorRegion<T>>(builder, BaseName(this->name()), comm);
+  const std::string base = BaseName(this->name());
+  if (sequence_parallel) {
+    auto gather = std::make_unique<GatherFromSequence<T>>(builder, base, comm);
+    gather_ = gather.get();
+    f_ = std::move(gather);
+    g_ = std::make_unique<ReduceScatterToSequence<T>>(builder, base, comm);
+  } else {
+    f_ = std::make_unique<CopyToTensorRegion<T>>(builder, base, comm);
+    g_ = std::make_unique<ReduceFromTensorRegion<T>>(builder, base, comm);
+  }
   this->AddChild(f_.get());
   this->AddChild(sublayer_.get());
   this->AddChild(g_.get());
@@ -55,13 +63,18 @@ template <typename T>
 Result<Act<T>> TensorParallelRegion<T>::Forward(ForwardContext<T>& ctx, Act<T> x) {
   SLUICE_ASSIGN_OR_RETURN(Act<T> copied, f_->Forward(ctx, x));
   SLUICE_ASSIGN_OR_RETURN(Act<T> partial, sublayer_->Forward(ctx, copied));
+  if (gather_ != nullptr) gather_->Drop(ctx, x, copied);
   return g_->Forward(ctx, partial);
 }
 
 template <typename T>
 Result<Act<T>> TensorParallelRegion<T>::Backward(ForwardContext<T>& ctx, Act<T> dy) {
   SLUICE_ASSIGN_OR_RETURN(Act<T> dpartial, g_->Backward(ctx, dy));
+  if (gather_ != nullptr) {
+    SLUICE_RETURN_IF_ERROR(gather_->Regather(ctx, sublayer_->AllModuleIds()));
+  }
   SLUICE_ASSIGN_OR_RETURN(Act<T> dcopied, sublayer_->Backward(ctx, dpartial));
+  ctx.ReleaseGrads(g_->id());  // the sequence-parallel one's gathered gradient, used
   return f_->Backward(ctx, dcopied);
 }
 

@@ -10,12 +10,18 @@
 // Both all-reduce in place on the model's stream order (tensor_comm.h). f returns the gradient
 // it was given and g the activation, reduced: a region's caller releases them as the wrapped
 // sublayer's (ReleaseGradsOf(ctx, region) covers its descendants).
+// With sequence parallelism the region's input and output are this rank's slice of the rows
+// (sequence_region.h): f becomes an all-gather of the rows (backward: a reduce-scatter of their
+// gradient) and g a reduce-scatter (backward: an all-gather), Megatron-SP's pair. The gathered
+// input is freed after the sublayer's forward and gathered again before its backward (one more
+// all-gather, "tp.regather <name>"), so between the passes only this rank's slice stays.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "engine/model/module.h"
+#include "engine/parallel/sequence_region.h"
 #include "engine/parallel/tensor_comm.h"
 
 namespace sluice::parallel {
@@ -51,8 +57,10 @@ class TensorParallelRegion final : public model::Module<T> {
  public:
   // Named after the sublayer ("<its name>.tp"); f and g are its "<name>.f" and "<name>.g", the
   // names their all-reduces carry in the trace ("tp.f transformer.h.0.attn", "tp.g ...").
+  // `sequence_parallel`: the all-gather and reduce-scatter instead, "tp.ag <name>" and
+  // "tp.rs <name>" in the trace (each once forward and once backward).
   TensorParallelRegion(model::ModuleBuilder& builder, std::unique_ptr<model::Module<T>> sublayer,
-                       TensorComm& comm);
+                       TensorComm& comm, bool sequence_parallel = false);
 
   Result<model::Act<T>> Forward(model::ForwardContext<T>& ctx, model::Act<T> x) override;
   Result<model::Act<T>> Backward(model::ForwardContext<T>& ctx, model::Act<T> dy) override;
@@ -60,9 +68,10 @@ class TensorParallelRegion final : public model::Module<T> {
   model::Module<T>& sublayer() const { return *sublayer_; }
 
  private:
-  std::unique_ptr<CopyToTensorRegion<T>> f_;
+  std::unique_ptr<model::Module<T>> f_;      // or the all-gather
+  GatherFromSequence<T>* gather_ = nullptr;  // f_, with sequence parallelism
   std::unique_ptr<model::Module<T>> sublayer_;
-  std::unique_ptr<ReduceFromTensorRegion<T>> g_;
+  std::unique_ptr<model::Module<T>> g_;  // or the reduce-scatter
 };
 
 extern template class CopyToTensorRegion<float>;

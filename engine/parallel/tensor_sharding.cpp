@@ -72,7 +72,10 @@ int64_t TensorSharding::GlobalIndex(int64_t local) const {
 }
 
 std::string TensorSharding::ToString() const {
-  if (replicated()) return fmt::format("replicated on {} ranks", degree);
+  if (replicated()) {
+    return fmt::format("replicated on {} ranks{}", degree,
+                       partial_grad ? ", partial gradients" : "");
+  }
   if (!split()) return "whole";
   std::string text = fmt::format("split dim {} of {} {} ways, piece {}", dim,
                                  global_shape.ToString(), degree, rank);

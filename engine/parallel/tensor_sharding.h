@@ -33,6 +33,10 @@ struct TensorSharding {
   int64_t degree = 1;  // split: pieces; not split: tensor ranks holding a copy of the whole
   int64_t rank = 0;    // split: the piece this rank holds
   std::vector<int64_t> blocks;  // sizes along `dim` of the blocks split separately; empty: one
+  // Replicated, but each tensor rank's gradient is a partial sum over its own tokens (a norm's
+  // weight under sequence parallelism, tensor_plan.h): sum it over the tensor group before use
+  // (ReduceSequenceParallelGrads, sequence_parallel_grads.h).
+  bool partial_grad = false;
 
   bool split() const { return dim >= 0 && degree > 1; }
   bool replicated() const { return dim < 0 && degree > 1; }
@@ -44,7 +48,7 @@ struct TensorSharding {
   // The global row-major index of local row-major element `local`.
   int64_t GlobalIndex(int64_t local) const;
   // "split dim 0 of [96, 32] 2 ways, piece 1 (blocks 32+32+32)", "replicated on 2 ranks",
-  // "whole".
+  // "replicated on 2 ranks, partial gradients", "whole".
   std::string ToString() const;
 };
 

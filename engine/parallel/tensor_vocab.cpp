@@ -3,6 +3,8 @@
 #include <string>
 #include <utility>
 
+#include "engine/parallel/sequence_region.h"
+
 namespace sluice::parallel {
 
 using model::Act;
@@ -11,10 +13,15 @@ using model::ForwardContext;
 template <typename T>
 VocabParallelEmbedding<T>::VocabParallelEmbedding(model::ModuleBuilder& builder,
                                                   std::unique_ptr<model::TokenEmbedding<T>> table,
-                                                  const ops::VocabShard& shard, TensorComm& comm)
+                                                  const ops::VocabShard& shard, TensorComm& comm,
+                                                  bool reduce_scatter)
     : model::Module<T>(builder, table->name() + ".vp"), table_(std::move(table)) {
   table_->SetVocabShard(shard);
-  g_ = std::make_unique<ReduceFromTensorRegion<T>>(builder, table_->name(), comm);
+  if (reduce_scatter) {
+    g_ = std::make_unique<ReduceScatterToSequence<T>>(builder, table_->name(), comm);
+  } else {
+    g_ = std::make_unique<ReduceFromTensorRegion<T>>(builder, table_->name(), comm);
+  }
   this->AddChild(table_.get());
   this->AddChild(g_.get());
 }
@@ -28,14 +35,21 @@ Result<Act<T>> VocabParallelEmbedding<T>::Forward(ForwardContext<T>& ctx, Act<T>
 template <typename T>
 Result<Act<T>> VocabParallelEmbedding<T>::Backward(ForwardContext<T>& ctx, Act<T> dy) {
   SLUICE_ASSIGN_OR_RETURN(Act<T> dpartial, g_->Backward(ctx, dy));
-  return table_->Backward(ctx, dpartial);
+  SLUICE_ASSIGN_OR_RETURN(Act<T> none, table_->Backward(ctx, dpartial));
+  ctx.ReleaseGrads(g_->id());  // the sequence-parallel one's gathered gradient, used
+  return none;
 }
 
 template <typename T>
 VocabParallelHead<T>::VocabParallelHead(model::ModuleBuilder& builder,
-                                        std::unique_ptr<model::Linear<T>> head, TensorComm& comm)
+                                        std::unique_ptr<model::Linear<T>> head, TensorComm& comm,
+                                        bool sequence_parallel)
     : model::Module<T>(builder, head->name() + ".vp"), head_(std::move(head)) {
-  f_ = std::make_unique<CopyToTensorRegion<T>>(builder, head_->name(), comm);
+  if (sequence_parallel) {
+    f_ = std::make_unique<GatherFromSequence<T>>(builder, head_->name(), comm);
+  } else {
+    f_ = std::make_unique<CopyToTensorRegion<T>>(builder, head_->name(), comm);
+  }
   this->AddChild(f_.get());
   this->AddChild(head_.get());
 }

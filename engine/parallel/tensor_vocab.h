@@ -18,6 +18,10 @@
 //     whole model's loss.
 // The collectives run on the plan's comm stream, ordered by events (tensor_comm.h); the trace
 // names them "tp.g <table>", "tp.f lm_head", "tp.ce.lse lm_head" and "tp.ce.target lm_head".
+// With sequence parallelism (sequence_region.h) the embedding may end in a reduce-scatter of the
+// rows instead of g ("tp.rs <table>"; backward "tp.ag <table>"), and the head's input arrives as
+// this rank's rows: f becomes their all-gather ("tp.ag lm_head"; backward "tp.rs lm_head"). The
+// loss sees the whole rows, as without it.
 #pragma once
 
 #include <cstdint>
@@ -36,30 +40,33 @@ namespace sluice::parallel {
 template <typename T>
 class VocabParallelEmbedding final : public model::Module<T> {
  public:
-  // `table` holds the rows of `shard` (the registry gave it that piece).
+  // `table` holds the rows of `shard` (the registry gave it that piece). `reduce_scatter`: the
+  // output is this rank's rows of the sum (sequence parallelism), not all of them.
   VocabParallelEmbedding(model::ModuleBuilder& builder,
                          std::unique_ptr<model::TokenEmbedding<T>> table,
-                         const ops::VocabShard& shard, TensorComm& comm);
+                         const ops::VocabShard& shard, TensorComm& comm,
+                         bool reduce_scatter = false);
 
   Result<model::Act<T>> Forward(model::ForwardContext<T>& ctx, model::Act<T> x) override;
   Result<model::Act<T>> Backward(model::ForwardContext<T>& ctx, model::Act<T> dy) override;
 
  private:
   std::unique_ptr<model::TokenEmbedding<T>> table_;
-  std::unique_ptr<ReduceFromTensorRegion<T>> g_;
+  std::unique_ptr<model::Module<T>> g_;  // or the reduce-scatter
 };
 
 template <typename T>
 class VocabParallelHead final : public model::Module<T> {
  public:
+  // `sequence_parallel`: the input is this rank's rows, gathered before the head.
   VocabParallelHead(model::ModuleBuilder& builder, std::unique_ptr<model::Linear<T>> head,
-                    TensorComm& comm);
+                    TensorComm& comm, bool sequence_parallel = false);
 
   Result<model::Act<T>> Forward(model::ForwardContext<T>& ctx, model::Act<T> x) override;
   Result<model::Act<T>> Backward(model::ForwardContext<T>& ctx, model::Act<T> dy) override;
 
  private:
-  std::unique_ptr<CopyToTensorRegion<T>> f_;
+  std::unique_ptr<model::Module<T>> f_;  // or the all-gather
   std::unique_ptr<model::Linear<T>> head_;
 };
 

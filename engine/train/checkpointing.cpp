@@ -22,6 +22,7 @@
 #include "engine/checkpoint/comm_agreement.h"
 #include "engine/checkpoint/convert.h"
 #include "engine/checkpoint/file_fingerprint.h"
+#include "engine/checkpoint/hf_layout.h"
 #include "engine/checkpoint/manifest.h"
 #include "engine/checkpoint/safetensors_file.h"
 #include "engine/checkpoint/safetensors_loader.h"
@@ -29,6 +30,7 @@
 #include "engine/checkpoint/training_state_checks.h"
 #include "engine/checkpoint/trajectory_config.h"
 #include "engine/parallel/global_runs.h"
+#include "engine/zero/word_gather.h"
 #include "runtime/json_text.h"
 #include "runtime/logging.h"
 
@@ -74,8 +76,8 @@ Status CheckSameOptimizerState(std::string_view saved, OptimizerType now, const 
 // Every parameter of the model must be in the checkpoint as an fp32 tensor of its shape: a
 // checkpoint of another model must not load half-way. `kinds`: the state tensors wanted.
 Status CheckTensorsMatch(const checkpoint::CheckpointReader& reader,
-                         const model::ParameterRegistry& registry,
-                         std::span<const StateKind> kinds) {
+                         const model::ParameterRegistry& registry, std::span<const StateKind> kinds,
+                         int64_t model_tensors) {
   int64_t expected = 0;
   for (const model::ParameterInfo& p : registry.parameters()) {
     if (p.is_alias()) continue;
@@ -97,6 +99,7 @@ Status CheckTensorsMatch(const checkpoint::CheckpointReader& reader,
       }
     }
   }
+  if (model_tensors > 0) expected = model_tensors;  // the other pipeline stages' too
   const int64_t stored = static_cast<int64_t>(reader.Tensors(StateKind::kMasterWeights).size());
   if (stored != expected) {
     return InvalidArgumentError(
@@ -529,8 +532,8 @@ Result<TrainingProgress> LoadTrainingCheckpoint(const fs::path& step_dir, zero::
   SLUICE_ASSIGN_OR_RETURN(nlohmann::json optimizer, GetObject(states, "optimizer", step_dir));
   SLUICE_RETURN_IF_ERROR(
       CheckSameOptimizerState(SavedOptimizerType(optimizer), optimizer_type, step_dir));
-  SLUICE_RETURN_IF_ERROR(
-      CheckTensorsMatch(*reader, registry.GlobalRegistry(), StateKindsOf(optimizer_type)));
+  SLUICE_RETURN_IF_ERROR(CheckTensorsMatch(*reader, registry.GlobalRegistry(),
+                                           StateKindsOf(optimizer_type), checks.model_tensors));
   TrainingProgress progress;
   SLUICE_ASSIGN_OR_RETURN(progress.step, GetInt(states, "step", step_dir));
   SLUICE_ASSIGN_OR_RETURN(progress.total_tokens, GetInt(states, "total_tokens", step_dir));
@@ -567,8 +570,20 @@ Result<TrainingProgress> LoadTrainingCheckpoint(const fs::path& step_dir, zero::
   return progress;
 }
 
+Result<int64_t> ModelTensorsOverStages(const model::ParameterRegistry& registry, Comm& pipeline) {
+  int64_t mine = 0;
+  for (const model::ParameterInfo& p : registry.parameters()) {
+    if (!p.is_alias()) ++mine;
+  }
+  if (pipeline.size() == 1) return mine;
+  SLUICE_ASSIGN_OR_RETURN(const double total,
+                          zero::SumInRankOrder(pipeline, static_cast<double>(mine)));
+  return static_cast<int64_t>(total);
+}
+
 Status LoadInitialWeights(const fs::path& path, zero::ZeroEngine& engine,
-                          const model::ParameterRegistry& registry, std::string* loaded) {
+                          const model::ParameterRegistry& registry, std::string* loaded,
+                          int64_t model_tensors) {
   zero::ZeroStateReaders readers;
   std::unique_ptr<checkpoint::CheckpointReader> reader;
   std::unique_ptr<checkpoint::SafetensorsSource> source;
@@ -577,9 +592,9 @@ Status LoadInitialWeights(const fs::path& path, zero::ZeroEngine& engine,
   if (LooksLikeSluiceCheckpoint(path)) {
     SLUICE_ASSIGN_OR_RETURN(fs::path step_dir, checkpoint::ResolveCheckpointDir(path));
     SLUICE_ASSIGN_OR_RETURN(reader, checkpoint::CheckpointReader::Open(step_dir));
-    SLUICE_RETURN_IF_ERROR(
-        CheckTensorsMatch(*reader, registry.GlobalRegistry(),
-                          StateKindsOf(engine.options().optimizer.type).first(1)));
+    SLUICE_RETURN_IF_ERROR(CheckTensorsMatch(*reader, registry.GlobalRegistry(),
+                                             StateKindsOf(engine.options().optimizer.type).first(1),
+                                             model_tensors));
     readers.master = ThroughGlobalRuns(
         registry, FiniteOnly(CheckpointRangeReader(*reader, registry, StateKind::kMasterWeights),
                              registry, step_dir));
@@ -592,8 +607,24 @@ Status LoadInitialWeights(const fs::path& path, zero::ZeroEngine& engine,
     const checkpoint::SafetensorsSource* src = source.get();
     // Every parameter present with its shape, and no tensor the model would leave out, before a
     // rank reads its range.
-    SLUICE_ASSIGN_OR_RETURN(checkpoint::LoadWeightsReport report,
-                            checkpoint::CheckSafetensorsMatchModel(*src, *global));
+    // A pipeline stage takes its own tensors; the stages together must take all of the file's.
+    const bool stage = model_tensors > 0;
+    SLUICE_ASSIGN_OR_RETURN(
+        checkpoint::LoadWeightsReport report,
+        checkpoint::CheckSafetensorsMatchModel(*src, *global, {.allow_unexpected = stage}));
+    if (stage) {
+      int64_t in_file = 0;
+      for (const std::string& name : src->Names()) {
+        if (!checkpoint::IsHfNonParameterBuffer(name)) ++in_file;
+      }
+      if (in_file != model_tensors) {
+        return InvalidArgumentError(
+            "{} holds {} parameter tensors but the model has {}: the file is for another model "
+            "(family, n_layer, tie_embeddings)",
+            src->path().string(), in_file, model_tensors);
+      }
+      report.ignored.clear();  // the other stages'
+    }
     if (loaded != nullptr) {
       std::string skipped;
       if (!report.ignored.empty()) {

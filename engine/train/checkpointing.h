@@ -95,7 +95,15 @@ struct ResumeChecks {
   // Differences are then logged (with `report`) instead of refused (--allow-config-change).
   bool allow_config_change = false;
   bool report = false;  // log warnings (rank 0)
+  // The whole model's parameter tensors (aliases aside) when `registry` is one pipeline stage's
+  // (ModelTensorsOverStages); 0: the registry's own. The checkpoint must hold exactly these.
+  int64_t model_tensors = 0;
 };
+
+// The parameter tensors (aliases aside) of the whole model whose pipeline stage `registry` is:
+// the stages' counts added over `pipeline` (the stages of this rank's tensor and data
+// coordinates). Collective over it.
+Result<int64_t> ModelTensorsOverStages(const model::ParameterRegistry& registry, Comm& pipeline);
 
 // Local: verifies the manifest and the recorded progress, compares the config and data
 // (`checks`), checks that the checkpoint holds this run's optimizer's state (an Adam checkpoint
@@ -116,8 +124,9 @@ Result<TrainingProgress> LoadTrainingCheckpoint(const std::filesystem::path& ste
 // ZeroEngine::PublishParameters, as for LoadTrainingCheckpoint. A NaN or infinite weight is
 // refused naming the tensor and the element (as each rank reads its range); so is a safetensors
 // file with a tensor the model has no parameter for. `loaded`, when given, says what was loaded
-// from where, for the log.
+// from where, for the log. `model_tensors`: as ResumeChecks'.
 Status LoadInitialWeights(const std::filesystem::path& path, zero::ZeroEngine& engine,
-                          const model::ParameterRegistry& registry, std::string* loaded = nullptr);
+                          const model::ParameterRegistry& registry, std::string* loaded = nullptr,
+                          int64_t model_tensors = 0);
 
 }  // namespace sluice::train

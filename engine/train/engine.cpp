@@ -6,6 +6,7 @@
 #include "engine/estimate/memory_estimate.h"
 #include "engine/train/flops.h"
 #include "engine/train/phase_clock.h"
+#include "engine/train/pipeline_step.h"
 #include "engine/train/precision.h"
 #include "engine/train/run_setup.h"
 #include "engine/train/train_world.h"
@@ -74,11 +75,14 @@ Status Engine::BuildModel(const Config& config) {
                           ModelOptionsFromConfig(config, PrecisionOf(config.model.dtype)));
   // The model computes on the fp32 copy the engine binds; the engine keeps the parameter dtype.
   model_options.param_dtype = DType::kF32;
-  // This rank's piece of the layers split over its tensor group (tensor_plan.h).
+  // This rank's piece of the layers split over its tensor group (tensor_plan.h), of its
+  // pipeline stage's layers.
   model_options.tensor_parallel_rank = groups_->coords().tensor;
   Comm* tensor = groups_->grid().shape().tensor > 1 ? &groups_->tensor() : nullptr;
-  Result<std::unique_ptr<model::Model<float>>> model = model::Model<float>::Create(
-      model_options, *allocator_, *ops_, model::ModelStorage::kExternal, tensor);
+  SLUICE_ASSIGN_OR_RETURN(const model::ModelStage stage,
+                          PipelineStageOf(config, model_options, groups_->coords().pipeline));
+  Result<std::unique_ptr<model::Model<float>>> model = model::Model<float>::CreateStage(
+      model_options, stage, *allocator_, *ops_, model::ModelStorage::kExternal, tensor);
   if (!model.ok()) return Status(model.status()).WithContext("building the model");
   model_ = std::move(model).value();
   return OkStatus();
@@ -90,10 +94,15 @@ Status Engine::BuildZero(const Config& config) {
       zero::ZeroEngine::Create(options, *model_, *groups_, *device_);
   if (!engine.ok()) return Status(engine.status()).WithContext("creating the ZeRO engine");
   zero_ = std::move(engine).value();
+  if (groups_->grid().shape().pipeline > 1) {
+    SLUICE_ASSIGN_OR_RETURN(pipeline_,
+                            PipelineRunner::Create(config, *groups_, *device_, *model_, *zero_));
+  }
   return OkStatus();
 }
 
 Result<EngineStep> Engine::TrainStep(const StepRequest& request, const NextTrainBatch& next) {
+  if (pipeline_ != nullptr) return pipeline_->TrainStep(request, next);
   EngineStep out;
   PhaseClock clock(*device_, model_->stream(), static_cast<int>(model_->units().size()) - 1);
   zero_->SetUserHooks(&clock);
@@ -149,6 +158,7 @@ Result<EngineStep> Engine::TrainStep(const StepRequest& request, const NextTrain
 }
 
 Result<double> Engine::Evaluate(const NextEvalBatch& next) {
+  if (pipeline_ != nullptr) return pipeline_->Evaluate(next);
   ScopedTraceEvent event(kTraceLaneCompute, "evaluate");
   double sum = 0.0;
   int64_t batches = 0;

@@ -12,6 +12,8 @@
 // The step's schedule: gradient_accumulation_steps micro-batches, each a forward and backward
 // with loss gradient loss_scale / GAS whose gradients the ZeRO engine reduces as its stage does,
 // then the optimizer step (ZeroEngine::Step: norm, overflow, clip at gradient_clipping, skip).
+// With pipeline.stages > 1 the model is this rank's pipeline stage and the steps and evaluations
+// run through the stages (pipeline_step.h).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +33,8 @@
 #include "runtime/status.h"
 
 namespace sluice::train {
+
+class PipelineRunner;  // pipeline_step.h
 
 // Before anything is allocated, the same outcome on every rank: the batch keys fitted to the
 // world (FitBatchToWorld), the process grid checked against it, the memory budgets checked (a
@@ -98,6 +102,8 @@ class Engine {
   std::unique_ptr<ops::OpsBackend> ops_;
   std::unique_ptr<model::Model<float>> model_;
   std::unique_ptr<zero::ZeroEngine> zero_;
+  // pipeline.stages > 1: model_ is this rank's stage, and the steps run through the pipeline.
+  std::unique_ptr<PipelineRunner> pipeline_;
   data::Batch batch_;
 };
 

@@ -54,6 +54,7 @@ Result<model::ModelOptions> ModelOptionsFromConfig(const Config& config, Precisi
   // This rank's piece is the process grid's to say (the engine sets it).
   options.tensor_parallel_size = config.parallel.tensor;
   options.tensor_parallel_rank = 0;
+  options.sequence_parallel = config.parallel.sequence_parallel;
   // model.activation_checkpointing turns checkpointing on; DeepSpeed's section says how
   // (partition_activations has nothing to split with one tensor-parallel rank).
   options.activation_checkpointing = m.activation_checkpointing;

@@ -187,15 +187,23 @@ Status Trainer::LockRunDirectory() {
 }
 
 Status Trainer::LoadStartingState() {
+  // A pipeline stage holds its own layers: a checkpoint or file holds the stages' together.
+  int64_t model_tensors = 0;
+  if (engine_->groups().grid().shape().pipeline > 1 &&
+      (options_.resume.has_value() || config_.model.init_from.has_value())) {
+    SLUICE_ASSIGN_OR_RETURN(
+        model_tensors, ModelTensorsOverStages(model().registry(), engine_->groups().pipeline()));
+  }
   std::string what;
   Status loaded;
   if (options_.resume.has_value()) {
     what = "resuming from a checkpoint";
-    loaded = ResumeFromCheckpoint();
+    loaded = ResumeFromCheckpoint(model_tensors);
   } else if (config_.model.init_from.has_value()) {
     what = "loading model.init_from";
     std::string source;
-    loaded = LoadInitialWeights(*config_.model.init_from, zero(), model().registry(), &source);
+    loaded = LoadInitialWeights(*config_.model.init_from, zero(), model().registry(), &source,
+                                model_tensors);
     if (!loaded.ok()) {
       loaded.WithContext(fmt::format("model.init_from = {}", *config_.model.init_from));
     } else if (world_->rank() == 0) {
@@ -214,13 +222,14 @@ Status Trainer::LoadStartingState() {
   return OkStatus();
 }
 
-Status Trainer::ResumeFromCheckpoint() {
+Status Trainer::ResumeFromCheckpoint(int64_t model_tensors) {
   SLUICE_ASSIGN_OR_RETURN(std::filesystem::path dir, ResolveResumeDir(config_, *options_.resume));
   Result<TrainingProgress> progress =
       LoadTrainingCheckpoint(dir, zero(), model().registry(),
                              {.config = &config_,
                               .allow_config_change = options_.allow_config_change,
-                              .report = world_->rank() == 0});
+                              .report = world_->rank() == 0,
+                              .model_tensors = model_tensors});
   if (!progress.ok()) {
     return Status(progress.status()).WithContext(fmt::format("resuming from {}", dir.string()));
   }

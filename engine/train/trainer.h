@@ -157,7 +157,8 @@ class Trainer {
   // The parameters (and on resume the rest of the state): random, model.init_from or the
   // checkpoint; then published. Collective.
   Status LoadStartingState();
-  Status ResumeFromCheckpoint();
+  // `model_tensors`: ResumeChecks::model_tensors.
+  Status ResumeFromCheckpoint(int64_t model_tensors);
   // Rank 0: the run directory, config.resolved.json and metrics.jsonl.
   Status PrepareRunFiles(std::optional<MetricsWriter>* metrics);
   Status FinishRunFiles(const TrainSummary& summary);

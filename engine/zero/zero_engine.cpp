@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/model/init.h"
+#include "engine/parallel/sequence_parallel_grads.h"
 #include "engine/zero/allreduce_reducer.h"
 #include "engine/zero/device_segments.h"
 #include "engine/zero/offload_options.h"
@@ -144,6 +145,22 @@ Result<std::unique_ptr<ZeroEngine>> ZeroEngine::CreateOver(const ZeroOptions& op
         engine->counted_.push_back(info.sharding.split());
       }
     }
+    // Sequence parallelism leaves the norms' gradients partial over the tensor ranks.
+    const std::vector<int> partial = parallel::PartialGradParameters(model.registry());
+    if (!partial.empty()) {
+      Result<std::unique_ptr<parallel::TensorComm>> comm =
+          parallel::TensorComm::Create(groups->tensor(), device);
+      if (!comm.ok()) {
+        return Status(comm.status())
+            .WithContext("creating the communicator of the sequence-parallel gradients");
+      }
+      engine->sp_comm_ = std::move(comm).value();
+      engine->partial_grads_of_unit_.resize(model.registry().units().size());
+      for (const int p : partial) {
+        const size_t unit = static_cast<size_t>(model.registry().parameter(p).unit);
+        engine->partial_grads_of_unit_[unit].push_back(p);
+      }
+    }
   }
   SLUICE_RETURN_IF_ERROR(engine->Build(data));
   return engine;
@@ -247,10 +264,9 @@ Status ZeroEngine::Build(Comm& world) {
 
   if (stage == 3) {
     SLUICE_ASSIGN_OR_RETURN(
-        coordinator_,
-        ParameterCoordinator::Create(CoordinatorOptionsOf(options_), registry, layout_, *queue_,
-                                     compute(), model_->ops(), binding_, param_shard_data_,
-                                     param_store_.get()));
+        coordinator_, ParameterCoordinator::Create(
+                          CoordinatorOptionsOf(options_), registry, layout_, *queue_, compute(),
+                          model_->ops(), binding_, param_shard_data_, param_store_.get()));
   }
   if (stage <= 1) {
     reducer_ = std::make_unique<AllReduceReducer>(
@@ -438,9 +454,27 @@ Status ZeroEngine::After(const ModuleAccess& access) {
   }
   if (coordinator_ != nullptr) SLUICE_RETURN_IF_ERROR(coordinator_->Release(access));
   if (access.phase == Phase::kBackward) {
+    SLUICE_RETURN_IF_ERROR(SumPartialGrads(access.unit));
     SLUICE_RETURN_IF_ERROR(reducer_->AfterBackward(access.unit));
+    // A backward runs the units in reverse: the first unit's ends a micro-batch's.
+    if (pipelined_ && access.unit == 0) SLUICE_RETURN_IF_ERROR(EndPipelinedMicroBatch());
   }
   return OkStatus();
+}
+
+Status ZeroEngine::BeginReduction(bool boundary) {
+  boundary_ = boundary;
+  return reducer_->BeginPass(boundary);
+}
+
+// Before the data-parallel reduction sees a unit's gradients: stages 0-1 reduce the gradients
+// accumulated over the step in its last micro-batch, stages 2-3 each micro-batch's.
+Status ZeroEngine::SumPartialGrads(int unit) {
+  if (sp_comm_ == nullptr) return OkStatus();
+  const std::vector<int>& params = partial_grads_of_unit_[static_cast<size_t>(unit)];
+  if (params.empty() || (options_.stage <= 1 && !boundary_)) return OkStatus();
+  return parallel::ReduceSequenceParallelGrads<float>(
+      *sp_comm_, compute(), model_->registry(), [this](int p) { return binding_.Grad(p); }, params);
 }
 
 Status ZeroEngine::BeforePassEnd() {
@@ -450,7 +484,9 @@ Status ZeroEngine::BeforePassEnd() {
 
 Status ZeroEngine::FinishReductions() {
   SLUICE_RETURN_IF_ERROR(reducer_->EndPass());
-  if (options_.stage == 1 && micro_batches_ + 1 == options_.gradient_accumulation_steps) {
+  // A pipelined pass ends after all of the step's micro-batches.
+  const bool boundary = pipelined_ || micro_batches_ + 1 == options_.gradient_accumulation_steps;
+  if (options_.stage == 1 && boundary) {
     // The averaged full gradients are complete: keep this rank's partitions for the step, as
     // device work on the compute stream (Step reads them there, after it).
     const float* full = full_grads_.data_as<float>();
@@ -477,13 +513,81 @@ Status ZeroEngine::FinishReductions() {
   return OkStatus();
 }
 
+Status ZeroEngine::BeginPipelinedPass(PassKind kind) {
+  SLUICE_RETURN_IF_ERROR(CheckUsable());
+  const bool train = kind == PassKind::kTrain;
+  if (pipelined_ || (train && micro_batches_ != 0)) {
+    return FailedPreconditionError(
+        "BeginPipelinedPass after {} micro-batches of ForwardBackward{}: a pipelined training "
+        "pass is a whole step's micro-batches, call Step() first",
+        micro_batches_, pipelined_ ? " and an open pipelined pass" : "");
+  }
+  if (train) {
+    if (Status status = ZeroGradients(); !status.ok()) return Fail(status);
+  }
+  pass_kind_ = kind;
+  pipelined_ = true;
+  pipelined_backwards_ = 0;
+  if (train) {
+    if (Status status = BeginReduction(options_.gradient_accumulation_steps == 1); !status.ok()) {
+      return AbortPipelinedPass(status);
+    }
+  }
+  if (coordinator_ != nullptr) {
+    if (Status status = coordinator_->BeginPass(kind); !status.ok()) {
+      return AbortPipelinedPass(status);
+    }
+  }
+  model_->SetParameterBinding(&binding_);
+  model_->SetHooks(hooks_.get());
+  return OkStatus();
+}
+
+Status ZeroEngine::EndPipelinedMicroBatch() {
+  ++pipelined_backwards_;
+  // The last one's reductions end with the model's pass (BeforePassEnd), as ForwardBackward's.
+  if (pipelined_backwards_ >= options_.gradient_accumulation_steps) return OkStatus();
+  SLUICE_RETURN_IF_ERROR(reducer_->EndPass());
+  return BeginReduction(pipelined_backwards_ + 1 == options_.gradient_accumulation_steps);
+}
+
+Status ZeroEngine::EndPipelinedPass() {
+  if (!pipelined_) {
+    return FailedPreconditionError("EndPipelinedPass without BeginPipelinedPass");
+  }
+  pipelined_ = false;
+  model_->SetHooks(nullptr);
+  model_->SetParameterBinding(nullptr);
+  SLUICE_RETURN_IF_ERROR(CheckUsable());
+  if (coordinator_ != nullptr) {
+    if (Status status = coordinator_->EndPass(); !status.ok()) return Fail(status);
+  }
+  if (pass_kind_ == PassKind::kTrain &&
+      pipelined_backwards_ != options_.gradient_accumulation_steps) {
+    return Fail(FailedPreconditionError(
+        "a pipelined pass back-propagated {} micro-batches, gradient_accumulation_steps is {}: "
+        "the schedule's micro-batches must be the step's",
+        pipelined_backwards_, options_.gradient_accumulation_steps));
+  }
+  if (pass_kind_ == PassKind::kTrain) micro_batches_ = options_.gradient_accumulation_steps;
+  return OkStatus();
+}
+
+Status ZeroEngine::AbortPipelinedPass(Status error) {
+  pipelined_ = false;
+  model_->SetHooks(nullptr);
+  model_->SetParameterBinding(nullptr);
+  return Fail(std::move(error));
+}
+
 Result<double> ZeroEngine::RunPass(PassKind kind, const int32_t* inputs, const int32_t* targets,
                                    int64_t batch, int64_t seq, double loss_grad) {
+  if (pipelined_) return FailedPreconditionError("a pass inside an open pipelined pass");
   const bool train = kind == PassKind::kTrain;
   pass_kind_ = kind;
   if (train) {
     const bool boundary = micro_batches_ + 1 == options_.gradient_accumulation_steps;
-    if (Status status = reducer_->BeginPass(boundary); !status.ok()) return Fail(status);
+    if (Status status = BeginReduction(boundary); !status.ok()) return Fail(status);
   }
   if (coordinator_ != nullptr) {
     if (Status status = coordinator_->BeginPass(kind); !status.ok()) return Fail(status);

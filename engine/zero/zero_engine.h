@@ -46,6 +46,7 @@
 
 #include "engine/model/model.h"
 #include "engine/parallel/process_groups.h"
+#include "engine/parallel/tensor_comm.h"
 #include "engine/zero/comm_queue.h"
 #include "engine/zero/device_segments.h"
 #include "engine/zero/gradient_reducer.h"
@@ -123,6 +124,27 @@ class ZeroEngine {
   // Collective.
   Result<ZeroStepResult> Step(const ZeroStepInput& input);
 
+  // ---- Pipelined passes (engine/train/pipeline_step.h) ---------------------------------------
+  // A pipeline executor (engine/parallel/pipeline_executor.h) runs a step's
+  // gradient_accumulation_steps micro-batches through the model (a pipeline stage) in one pass,
+  // BeginPass to EndPass, in its schedule's order, calling Model::Forward and Backward itself.
+  // BeginPipelinedPass, before the executor opens that pass, zeroes the accumulators and binds
+  // the engine's parameters and hooks to the model; the per-unit hooks then gather (stage 3) and
+  // reduce exactly as ForwardBackward's would, each micro-batch's backward reducing as one
+  // ForwardBackward pass does (stages 0-1: the last micro-batch's all-reduces the accumulated
+  // gradients; stages 2-3: every micro-batch's is reduce-scattered into the shard), and the
+  // model's EndPass enqueues the last reductions (BeforePassEnd). EndPipelinedPass, once the
+  // model's pass has ended (the executor's ReduceGrads), unbinds and checks that exactly
+  // gradient_accumulation_steps micro-batches went backward; Step() follows, as after the
+  // micro-batches of ForwardBackward. Collective in the order of the passes' hooks. With
+  // PassKind::kEval the pass is an evaluation (Model::BeginPass(false)): no gradients, stage 3
+  // still gathers, and any number of micro-batches may run.
+  Status BeginPipelinedPass(PassKind kind = PassKind::kTrain);
+  Status EndPipelinedPass();
+  // After a failed pipelined pass (the executor has ended the model's pass): unbinds; the engine
+  // is unusable, as after any failure. Returns `error`.
+  Status AbortPipelinedPass(Status error);
+
   // The mean of one value per rank (a loss), identical on every rank. Collective.
   Result<double> MeanAcrossRanks(double value);
   // The full parameters (the parameter dtype's values, as fp32) in the model's flat layout:
@@ -187,6 +209,13 @@ class ZeroEngine {
   // Called by the model once a pass is enqueued: the last gradient reductions.
   Status BeforePassEnd();
   Status FinishReductions();
+  // reducer_->BeginPass, remembering whether the pass is the step's last.
+  Status BeginReduction(bool boundary);
+  Status SumPartialGrads(int unit);
+  // A micro-batch of a pipelined pass finished its backward (its first unit's): the reductions
+  // of one ForwardBackward pass end there, and the next micro-batch's begin.
+  Status EndPipelinedMicroBatch();
+
   Result<double> RunPass(PassKind kind, const int32_t* inputs, const int32_t* targets,
                          int64_t batch, int64_t seq, double loss_grad);
   Status Publish();
@@ -237,7 +266,15 @@ class ZeroEngine {
   // on tensor rank 0 all (empty), elsewhere only its pieces of split ones.
   Comm* model_parallel_ = nullptr;
   NormCounted counted_;
-  int world_rank_ = 0;                     // names this rank's swap files
+  // Sequence parallelism: the tensor group, and each unit's parameters whose gradients are
+  // partial sums over it (summed before the data-parallel reduction).
+  std::unique_ptr<parallel::TensorComm> sp_comm_;
+  std::vector<std::vector<int>> partial_grads_of_unit_;
+  bool boundary_ = false;  // the reducer's pass is the step's last micro-batch
+  int world_rank_ = 0;     // names this rank's swap files
+  // A pipelined pass is open (BeginPipelinedPass), and the micro-batches it back-propagated.
+  bool pipelined_ = false;
+  int64_t pipelined_backwards_ = 0;
   int64_t micro_batches_ = 0;              // of the current step
   PassKind pass_kind_ = PassKind::kTrain;  // of the pass running
   // Start of the unit the compute stream runs, in the trace: written and read by the stream.

@@ -1,20 +1,26 @@
 // The pipeline executor on real ranks (mpirun -np 1, 2, 4: one pipeline stage per rank): GPT-2
 // (untied head) and Llama (grouped-query attention) split into one or two layers per virtual
-// stage, run by GPipe, 1F1B and interleaved 1F1B (v = 2) over 4 and 8 micro-batches for two
-// steps. Every stage's loss and every parameter gradient of its chunks equal a whole model's
+// stage, run by GPipe, 1F1B, interleaved 1F1B (v = 2) and ZB-H1 over 4 and 8 micro-batches for
+// two steps. Every stage's loss and every parameter gradient of its chunks equal a whole model's
 // ForwardBackward over the same micro-batches, bit for bit: each stage runs the same ops on the
 // same values, the hidden states cross ranks unchanged, and each chunk accumulates its gradients
 // over the micro-batches in the order its backwards run, which the reference follows (the same
-// order on every stage for these schedules, checked below). The mean loss is the same sum in
-// micro-batch order on both sides.
+// order on every stage for these schedules, checked below). ZB-H1 splits each backward into
+// backward-input and backward-weight: both run in micro-batch order on every stage, so each
+// parameter's gradient is still summed over the micro-batches in that order (the Linears' dW in
+// the backward-weights, the rest in the backward-inputs) and equals the fused sum bit for bit.
+// The mean loss is the same sum in micro-batch order on both sides. The stage's peak of
+// micro-batches in flight is GPipe's M, and min(P - r, M) for 1F1B and ZB-H1 (at most P).
 //
-// Also: the host enqueues a step without waiting for a stream before its tail; ZB-H1 and chunks
-// out of order are refused; and a stage that never comes makes its neighbour's step fail within
-// the communicator's timeout, naming the instruction and the stage.
+// Also: the host enqueues a step without waiting for a stream before its tail; chunks out of
+// order are refused, and ZB-H1 over hooks that take no split backward; and a stage that never
+// comes makes its neighbour's step fail within the communicator's timeout, naming the instruction
+// and the stage.
 #include "engine/parallel/pipeline_executor.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -73,11 +79,14 @@ std::unique_ptr<zero::CommQueue> PipelineQueue() {
   return std::move(queue).value();
 }
 
-// The micro-batches in the order stage `stage`'s chunk `chunk` runs their backwards.
-std::vector<int> BackwardOrder(const PipelineSchedule& schedule, int stage, int chunk) {
+// The micro-batches in the order stage `stage`'s chunk `chunk` runs their backwards (or
+// backward-inputs, or with `op`, backward-weights).
+std::vector<int> BackwardOrder(const PipelineSchedule& schedule, int stage, int chunk,
+                               PipeOp op = PipeOp::kBackward) {
   std::vector<int> order;
   for (const PipeInstruction& in : schedule.stage_instructions[stage]) {
-    if (in.op == PipeOp::kBackward && in.chunk == chunk) order.push_back(in.micro);
+    const bool match = op == PipeOp::kBackwardWeight ? in.op == op : IsInputBackward(in.op);
+    if (match && in.chunk == chunk) order.push_back(in.micro);
   }
   return order;
 }
@@ -116,6 +125,11 @@ TEST_P(PipelineExecutorTest, LossAndGradientsEqualTheWholeModel) {
   for (int r = 0; r < stages; ++r) {
     for (int chunk = 0; chunk < c.chunks; ++chunk) {
       ASSERT_EQ(BackwardOrder(*schedule, r, chunk), order) << "stage " << r << " chunk " << chunk;
+      if (c.kind == ScheduleKind::kZeroBubbleH1) {
+        // The weight gradients too: each Linear's dW is summed in the same order.
+        ASSERT_EQ(BackwardOrder(*schedule, r, chunk, PipeOp::kBackwardWeight), order)
+            << "stage " << r << " chunk " << chunk;
+      }
     }
   }
 
@@ -182,6 +196,28 @@ TEST_P(PipelineExecutorTest, LossAndGradientsEqualTheWholeModel) {
 
     EXPECT_EQ(result->loss, expected_mean);
     EXPECT_EQ(calls, (std::vector<std::string>{"tied", "reduce", "step"}));
+    // Micro-batches holding their activations at once (the model's own count, after each
+    // compute): GPipe all, 1F1B and ZB-H1 those of their warm-up and one more.
+    const int m = c.micro_batches;
+    if (c.kind == ScheduleKind::kGPipe) {
+      EXPECT_EQ(result->peak_in_flight, m);
+    } else if (c.kind != ScheduleKind::kInterleaved1F1B) {
+      EXPECT_EQ(result->peak_in_flight, std::min(stages - stage, m));
+      EXPECT_LE(result->peak_in_flight, stages);
+    }
+    if (c.kind == ScheduleKind::kZeroBubbleH1) {
+      // Stage r defers its first W until r forward / backward-input pairs are done: r + 1
+      // micro-batches wait for their W at the peak (parallelism-study.md §5.9).
+      EXPECT_EQ(result->peak_awaiting_weight, std::min(stage + 1, m));
+    } else {
+      EXPECT_EQ(result->peak_awaiting_weight, 0);
+    }
+    if (step == 0) {  // the activation bytes at the peak, for the record (--gtest_output=xml)
+      int64_t bytes = 0;
+      for (const auto& chunk : chunks) bytes += chunk->last_peak_activation_bytes();
+      RecordProperty("stage" + std::to_string(stage) + "_peak_activation_bytes",
+                     std::to_string(bytes));
+    }
     const bool holds_first = stage == 0;
     const bool holds_last = schedule->StageOf(last_virtual) == stage;
     // One load per micro-batch for each of the first and last virtual stages held here (one if
@@ -223,6 +259,7 @@ std::vector<Case> Cases() {
       cases.push_back({f + "_1f1b" + suffix, family, ScheduleKind::kOneFOneB, m, 1});
       cases.push_back(
           {f + "_interleaved_v2" + suffix, family, ScheduleKind::kInterleaved1F1B, m, 2});
+      cases.push_back({f + "_zb_h1" + suffix, family, ScheduleKind::kZeroBubbleH1, m, 1});
     }
   }
   return cases;
@@ -234,9 +271,10 @@ INSTANTIATE_TEST_SUITE_P(Schedules, PipelineExecutorTest, ::testing::ValuesIn(Ca
                          });
 
 // Host times of the first and the last unit hook a stage's passes run: the first forward's and
-// the last backward's, as the host enqueues them.
+// the last backward's (or backward-weight's), as the host enqueues them.
 class HookClock final : public model::UnitHooks {
  public:
+  bool SupportsSplitBackward() const override { return true; }
   Status BeforeForward(int) override {
     if (first_ns == 0) first_ns = TraceClockNs();
     return OkStatus();
@@ -245,15 +283,21 @@ class HookClock final : public model::UnitHooks {
     last_ns = TraceClockNs();
     return OkStatus();
   }
+  Status AfterBackwardWeight(int) override {
+    last_ns = TraceClockNs();
+    return OkStatus();
+  }
   int64_t first_ns = 0;
   int64_t last_ns = 0;
 };
 
-// The host enqueues a whole 1F1B step, receives included, without waiting for a stream (the
-// trace lane host_wait records every Stream/Event/Device::Synchronize of a host thread): its
-// waits come after the last backward is enqueued, at the tail, and there are some (the sends,
-// the passes' ends, the loss).
-TEST(PipelineExecutorStreams, TheHostWaitsOnlyAtTheTail) {
+class PipelineExecutorStreams : public ::testing::TestWithParam<ScheduleKind> {};
+
+// The host enqueues a whole 1F1B (or ZB-H1) step, receives included, without waiting for a
+// stream (the trace lane host_wait records every Stream/Event/Device::Synchronize of a host
+// thread): its waits come after the last backward is enqueued, at the tail, and there are some
+// (the sends, the passes' ends, the loss).
+TEST_P(PipelineExecutorStreams, TheHostWaitsOnlyAtTheTail) {
   const int stages = TestWorld().size();
   const int stage = Groups().pipeline().rank();
   ModelOptions options = SmallOptions(Family::kGpt2, stages, /*num_threads=*/1);
@@ -265,7 +309,7 @@ TEST(PipelineExecutorStreams, TheHostWaitsOnlyAtTheTail) {
   std::unique_ptr<Model<float>> mine = StageOf(**created, {stage, stage + 1}, host);
   HookClock clock;
   mine->SetHooks(&clock);
-  Result<PipelineSchedule> schedule = MakePipelineSchedule(ScheduleKind::kOneFOneB, stages, 4);
+  Result<PipelineSchedule> schedule = MakePipelineSchedule(GetParam(), stages, 4);
   ASSERT_TRUE(schedule.ok());
   const std::unique_ptr<zero::CommQueue> queue = PipelineQueue();
   auto made = PipelineExecutor<float>::Create(*schedule, {mine.get()}, *queue,
@@ -300,6 +344,51 @@ TEST(PipelineExecutorStreams, TheHostWaitsOnlyAtTheTail) {
   mine->SetHooks(nullptr);
 }
 
+INSTANTIATE_TEST_SUITE_P(Schedules, PipelineExecutorStreams,
+                         ::testing::Values(ScheduleKind::kOneFOneB, ScheduleKind::kZeroBubbleH1),
+                         [](const ::testing::TestParamInfo<ScheduleKind>& info) {
+                           return info.param == ScheduleKind::kOneFOneB ? "one_f_one_b" : "zb_h1";
+                         });
+
+// Hooks that take a unit's gradients as final after its backward (ZeRO's) cannot run ZB-H1: the
+// step fails at the first backward-input, naming it. Each rank alone, a one-stage pipeline, so
+// that no neighbour waits for the failed stage.
+TEST(PipelineExecutorRefusals, ZeroBubbleOverHooksWithoutSplitBackward) {
+  Comm& pipeline = Groups().pipeline();
+  auto alone = pipeline.Split(pipeline.rank(), 0);
+  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+  auto made_queue = zero::CommQueue::Create(TestDevice(), std::move(alone).value(), true);
+  ASSERT_TRUE(made_queue.ok());
+  ModelOptions options = SmallOptions(Family::kGpt2, 1, /*num_threads=*/1);
+  options.tie_embeddings = false;
+  HostAllocator host;
+  auto created = Model<float>::Create(options, host, sluice::testing::OpsFor<float>());
+  ASSERT_TRUE(created.ok());
+  Model<float>& model = **created;
+  model::UnitHooks fused_only;  // the defaults: no split backward
+  model.SetHooks(&fused_only);
+  Result<PipelineSchedule> zb = MakePipelineSchedule(ScheduleKind::kZeroBubbleH1, 1, 2);
+  ASSERT_TRUE(zb.ok());
+  auto made = PipelineExecutor<float>::Create(*zb, {&model}, **made_queue,
+                                              {.batch = kStageBatch, .seq = options.seq_len});
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  const std::vector<MicroBatchData> data = MakeMicroBatches(options, 2, 11);
+  PipelineStepHooks hooks;
+  hooks.load = [&](int micro, int) -> Result<PipelineMicroBatch> {
+    return PipelineMicroBatch{.tokens = data[micro].tokens.data(),
+                              .targets = data[micro].targets.data()};
+  };
+  Result<PipelineStepResult> step = (*made)->RunStep(hooks);
+  ASSERT_FALSE(step.ok());
+  EXPECT_EQ(step.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(step.status().message().find("backward-input of micro-batch 0, chunk 0"),
+            std::string::npos)
+      << step.status().ToString();
+  EXPECT_NE(step.status().message().find("SupportsSplitBackward"), std::string::npos)
+      << step.status().ToString();
+  model.SetHooks(nullptr);
+}
+
 // Two chunks of a 4-virtual-stage model per stage, built the way the executor expects them.
 struct TwoChunks {
   explicit TwoChunks(int stages) {
@@ -320,34 +409,10 @@ struct TwoChunks {
   std::vector<std::unique_ptr<Model<float>>> chunks;
 };
 
-TEST(PipelineExecutorRefusals, ZeroBubbleAndChunksOutOfOrder) {
+TEST(PipelineExecutorRefusals, ChunksOutOfOrder) {
   const int stages = TestWorld().size();
   const std::unique_ptr<zero::CommQueue> queue = PipelineQueue();
   TwoChunks t(stages);
-
-  // ZB-H1: one chunk per stage, two layers each.
-  ModelOptions options = SmallOptions(Family::kLlama, stages, /*num_threads=*/1);
-  HostAllocator host;
-  auto whole = Model<float>::Create(options, host, sluice::testing::OpsFor<float>());
-  ASSERT_TRUE(whole.ok());
-  const int stage = Groups().pipeline().rank();
-  std::unique_ptr<Model<float>> mine = StageOf(**whole, {stage, stage + 1}, host);
-  Result<PipelineSchedule> zb = MakePipelineSchedule(ScheduleKind::kZeroBubbleH1, stages, 4);
-  ASSERT_TRUE(zb.ok());
-  auto refused = PipelineExecutor<float>::Create(*zb, {mine.get()}, *queue,
-                                                 {.batch = kStageBatch, .seq = options.seq_len});
-  ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(refused.status().message().find("schedule zb-h1 splits each backward into "
-                                            "backward-input and backward-weight"),
-            std::string::npos)
-      << refused.status().ToString();
-  // The same stages run under 1F1B.
-  Result<PipelineSchedule> one = MakePipelineSchedule(ScheduleKind::kOneFOneB, stages, 4);
-  ASSERT_TRUE(one.ok());
-  EXPECT_TRUE(PipelineExecutor<float>::Create(*one, {mine.get()}, *queue,
-                                              {.batch = kStageBatch, .seq = options.seq_len})
-                  .ok());
 
   // Interleaved, the chunks swapped: each is another virtual stage than its place says.
   Result<PipelineSchedule> interleaved =

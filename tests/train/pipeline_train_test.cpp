@@ -1,0 +1,246 @@
+// The trainer with pipeline stages (engine/train/pipeline_step.h) under mpirun -np 2 and 4:
+// pipeline.stages 2 and 4, the gpipe and 1f1b schedules, 4 and 8 micro-batches
+// (gradient_accumulation_steps), ZeRO stages 0-3 over the data-parallel group, against the same
+// run with one stage on a world of the data-parallel ranks alone (a Split of this one: the ranks
+// of one pipeline coordinate), which reads the same batches.
+//
+// Bit for bit: each stage computes its layers as the whole model does, every schedule runs a
+// stage's backwards in micro-batch order (so the gradients accumulate in pp 1's order), and the
+// data-parallel sums have the same operands (two ranks at most: a + b is b + a in any reduction
+// algorithm). So with gradient_clipping off the losses, the validation loss and the updates are
+// pp 1's exactly; the gradient norm sums the same squares in another order (per stage, then
+// across the stages), so it is compared within 1e-12 relative, and with clipping on (its
+// coefficient follows the norm) the losses within 1e-6.
+//
+// Every run trains 20 steps and then evaluates.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "engine/parallel/process_grid.h"
+#include "engine/train/pipeline_step.h"
+#include "engine/train/trainer.h"
+#include "runtime/check.h"
+#include "tests/common/test_world.h"
+#include "tests/train/train_test_util.h"
+
+namespace sluice::train {
+namespace {
+
+using ::sluice::testing::TestWorld;
+using test_util::SameBits;
+using Curve = test_util::TrainedCurve;
+
+// The tiny GPT with 4 layers (one per stage at pp 4) and an untied head (pipeline_step.h).
+Config PipeConfig(int stages, int world_size, const std::vector<std::string>& more) {
+  const std::string corpus =
+      test_util::WriteFile(test_util::TempPath("corpus_rank" + std::to_string(TestWorld().rank())),
+                           test_util::SyntheticCorpus(64 * 1024));
+  ConfigSources sources;
+  sources.env.emplace();
+  sources.world_size = world_size;
+  sources.set_overrides = {
+      "model.n_layer=4", "checkpoint.save_final=false", "model.tie_embeddings=false",
+      "train_micro_batch_size_per_gpu=2", "pipeline.stages=" + std::to_string(stages),
+      // Several buckets and gathers per pass.
+      "zero_optimization.reduce_bucket_size=5000", "zero_optimization.allgather_bucket_size=8000",
+      "zero_optimization.stage3_prefetch_bucket_size=6000",
+      "zero_optimization.stage3_param_persistence_threshold=64"};
+  sources.set_overrides.insert(sources.set_overrides.end(), more.begin(), more.end());
+  Result<Config> config = LoadConfigFromText(
+      test_util::TinyGptYaml(corpus, test_util::TempPath("run")), ConfigFormat::kYaml, sources);
+  SLUICE_CHECK(config.ok()) << config.status().ToString();
+  return std::move(config).value();
+}
+
+Curve Train(const Config& config, Comm& world, int steps) {
+  Result<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(config, test_util::QuietTrainerOptions(&world));
+  SLUICE_CHECK(trainer.ok()) << trainer.status().ToString();
+  return test_util::TrainCurve(**trainer, steps);
+}
+
+// The ranks of this rank's pipeline coordinate: the data-parallel group of a pp-stage grid
+// (tensor 1: rank = data + D * pipeline).
+std::unique_ptr<Comm> DataWorld(int stages) {
+  const int data = TestWorld().size() / stages;
+  Result<std::unique_ptr<Comm>> comm =
+      TestWorld().Split(TestWorld().rank() / data, TestWorld().rank() % data);
+  SLUICE_CHECK(comm.ok()) << comm.status().ToString();
+  SLUICE_CHECK_EQ((*comm)->size(), data);
+  return std::move(comm).value();
+}
+
+double Relative(double a, double b) { return std::abs(a - b) / std::abs(b); }
+
+struct PipeCase {
+  int stages;
+  std::string schedule;
+  int micro_batches;
+  int zero_stage;
+};
+
+std::string Describe(const PipeCase& c) {
+  return "pp " + std::to_string(c.stages) + " " + c.schedule + ", " +
+         std::to_string(c.micro_batches) + " micro-batches, ZeRO " + std::to_string(c.zero_stage) +
+         " on " + std::to_string(TestWorld().size()) + " ranks";
+}
+
+constexpr int kSteps = 20;
+
+std::vector<std::string> Settings(const PipeCase& c, const std::vector<std::string>& more) {
+  std::vector<std::string> s = {"zero_optimization.stage=" + std::to_string(c.zero_stage),
+                                "gradient_accumulation_steps=" + std::to_string(c.micro_batches),
+                                "pipeline.schedule=" + c.schedule};
+  s.insert(s.end(), more.begin(), more.end());
+  return s;
+}
+
+// pp 1 runs, by (data-parallel size, ZeRO stage, micro-batches, steps, clipping): the schedule
+// does not change them.
+const Curve& Reference(const PipeCase& c, int steps, const std::vector<std::string>& more) {
+  static std::map<std::tuple<int, int, int, int, std::vector<std::string>>, Curve> cache;
+  const int data = TestWorld().size() / c.stages;
+  const auto key = std::make_tuple(data, c.zero_stage, c.micro_batches, steps, more);
+  auto found = cache.find(key);
+  if (found != cache.end()) return found->second;
+  std::unique_ptr<Comm> world = DataWorld(c.stages);
+  return cache[key] = Train(PipeConfig(1, data, Settings(c, more)), *world, steps);
+}
+
+class PipelineTrainTest : public ::testing::TestWithParam<PipeCase> {};
+
+// Clipping off: the updates are pp 1's bit for bit.
+TEST_P(PipelineTrainTest, MatchesOneStageBitForBit) {
+  const PipeCase c = GetParam();
+  if (TestWorld().size() % c.stages != 0) GTEST_SKIP() << "needs a multiple of pp ranks";
+  const std::vector<std::string> no_clip = {"gradient_clipping=0"};
+  const int steps = kSteps;
+  const Curve& reference = Reference(c, steps, no_clip);
+  const Curve run =
+      Train(PipeConfig(c.stages, TestWorld().size(), Settings(c, no_clip)), TestWorld(), steps);
+  const std::string what = Describe(c);
+  ASSERT_EQ(run.losses.size(), reference.losses.size());
+  for (size_t i = 0; i < run.losses.size(); ++i) {
+    EXPECT_TRUE(SameBits(run.losses[i], reference.losses[i]))
+        << what << ", step " << i + 1 << ": " << run.losses[i] << " vs " << reference.losses[i];
+    EXPECT_LE(Relative(run.grad_norms[i], reference.grad_norms[i]), 1e-12)
+        << what << ", step " << i + 1;
+    EXPECT_EQ(run.tokens[i], reference.tokens[i]) << what << ": the global batch's tokens";
+  }
+  EXPECT_TRUE(SameBits(run.val_loss, reference.val_loss))
+      << what << ": " << run.val_loss << " vs " << reference.val_loss;
+  EXPECT_LT(run.losses.back(), run.losses.front()) << what << ": the tiny GPT should learn";
+}
+
+std::vector<PipeCase> Cases() {
+  std::vector<PipeCase> cases;
+  for (int stages : {2, 4}) {
+    for (const char* schedule : {"gpipe", "1f1b"}) {
+      for (int zero_stage : {0, 1, 2, 3}) {
+        for (int micro_batches : {4, 8}) {
+          cases.push_back({stages, schedule, micro_batches, zero_stage});
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, PipelineTrainTest, ::testing::ValuesIn(Cases()),
+                         [](const auto& info) {
+                           const PipeCase& c = info.param;
+                           return "pp" + std::to_string(c.stages) + "_" +
+                                  (c.schedule == "1f1b" ? "OneFOneB" : "GPipe") + "_m" +
+                                  std::to_string(c.micro_batches) + "_zero" +
+                                  std::to_string(c.zero_stage);
+                         });
+
+// gradient_clipping 1 clips these steps by a coefficient computed from the norm, whose last bits
+// follow the order of its sums: within 1e-6 of pp 1.
+TEST(PipelineTrainClipTest, ClippedLossesWithinTolerance) {
+  const PipeCase c{2, "1f1b", 4, 2};
+  const int steps = kSteps;
+  const Curve& reference = Reference(c, steps, {});
+  const Curve run = Train(PipeConfig(2, TestWorld().size(), Settings(c, {})), TestWorld(), steps);
+  for (size_t i = 0; i < run.losses.size(); ++i) {
+    EXPECT_LE(Relative(run.losses[i], reference.losses[i]), 1e-6)
+        << Describe(c) << ", step " << i + 1;
+  }
+  EXPECT_LE(Relative(run.val_loss, reference.val_loss), 1e-6);
+}
+
+// A tied LM head cannot be split from the embeddings: refused on every rank, naming the keys.
+TEST(PipelineTrainRefusalTest, TiedEmbeddingsAreRefused) {
+  Config config = PipeConfig(2, TestWorld().size(), {"model.tie_embeddings=true"});
+  Result<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(config, test_util::QuietTrainerOptions(&TestWorld()));
+  ASSERT_FALSE(trainer.ok());
+  EXPECT_NE(trainer.status().message().find("model.tie_embeddings"), std::string::npos)
+      << trainer.status().ToString();
+}
+
+// A checkpoint of a pipelined run: each stage saves its own layers under their whole-model
+// names. Saved at pp 2 halfway, it resumes at pp 2 (the unbroken run's losses bit for bit) and at
+// pp 1 with every rank a data-parallel replica and the same global batch (within 1e-6: the
+// data-parallel sums take other operands).
+TEST(PipelineCheckpointTest, ASavedPipelineResumesAtAnotherStageCount) {
+  const int world = TestWorld().size();
+  const int data_saved = world / 2;
+  constexpr int kMicroBatches = 4;  // at pp 2; global batch 2 x data_saved x 4 sequences
+  const std::string run_dir = test_util::TempPath("pipelined_run");
+  const std::string corpus = test_util::TempPath("pipelined_corpus");
+  if (TestWorld().rank() == 0) {
+    std::filesystem::remove_all(run_dir);
+    test_util::WriteFile(corpus, test_util::SyntheticCorpus(64 * 1024));
+  }
+  ASSERT_TRUE(TestWorld().Barrier().ok());
+  auto config = [&](int stages, int accumulation) {
+    return PipeConfig(
+        stages, world,
+        {"run.dir=" + run_dir, "data.train_path=" + corpus, "zero_optimization.stage=1",
+         "gradient_accumulation_steps=" + std::to_string(accumulation)});
+  };
+  constexpr int kHalf = 5;
+  const Curve straight = Train(config(2, kMicroBatches), TestWorld(), 2 * kHalf);
+  std::string step_dir;
+  {
+    Result<std::unique_ptr<Trainer>> trainer =
+        Trainer::Create(config(2, kMicroBatches), test_util::QuietTrainerOptions(&TestWorld()));
+    ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+    test_util::TrainCurve(**trainer, kHalf);
+    Result<std::filesystem::path> saved = (*trainer)->SaveCheckpoint();
+    ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+    step_dir = saved->string();
+  }
+  for (const int stages : {2, 1}) {
+    // The same global batch at the other data-parallel size.
+    const int accumulation = kMicroBatches * data_saved / (world / stages);
+    TrainerOptions options = test_util::QuietTrainerOptions(&TestWorld());
+    options.resume = step_dir;
+    Result<std::unique_ptr<Trainer>> trainer =
+        Trainer::Create(config(stages, accumulation), options);
+    ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+    ASSERT_EQ((*trainer)->steps_done(), kHalf);
+    const Curve rest = test_util::TrainCurve(**trainer, kHalf);
+    for (int i = 0; i < kHalf; ++i) {
+      const double expected = straight.losses[static_cast<size_t>(kHalf + i)];
+      if (stages == 2) {
+        EXPECT_TRUE(SameBits(rest.losses[static_cast<size_t>(i)], expected))
+            << "resumed at pp 2, step " << kHalf + i + 1;
+      } else {
+        EXPECT_LE(Relative(rest.losses[static_cast<size_t>(i)], expected), 1e-6)
+            << "resumed at pp 1, step " << kHalf + i + 1;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sluice::train
