@@ -156,11 +156,16 @@ TEST(CliTest, TrainDryRunPrintsThePlanAndWritesNothing) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(Contains(r, "ranks       4 (srun: ")) << r.output;
 
-  // The process grid's model-parallel sizes, which the layers cannot use yet.
+  // The process grid: the layers split over 2 tensor ranks, and a split the heads refuse.
   r = RunSluice("train --config " + config +
                 " --dry-run --ranks 4 --set tensor_parallel.autotp_size=2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r, "ranks       4 (--ranks): data 2 x tensor 2 x pipeline 1")) << r.output;
+  r = RunSluice("train --config " + config +
+                " --dry-run --ranks 4 --set tensor_parallel.autotp_size=4");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_TRUE(Contains(r, "not split across tensor-parallel ranks yet")) << r.output;
+  EXPECT_TRUE(Contains(r, "model.n_head = 2 does not split over tensor_parallel.autotp_size = 4"))
+      << r.output;
 
   // A failing pre-flight check is the run's error, and exits 1.
   r = RunSluice("train --config " + config + " --dry-run --set device.memory_limit=16KiB");
