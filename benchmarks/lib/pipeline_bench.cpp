@@ -368,140 +368,173 @@ struct Environment {
   model::ModelOptions model;
 };
 
-Result<CaseResult> RunCase(const PipelineBenchOptions& options, Environment& env,
-                           const ScheduleCase& sc, int m, const PipelineCosts& isolated) {
-  const int p = env.world.size();
-  const int rank = env.world.rank();
-  SLUICE_ASSIGN_OR_RETURN(PipelineSchedule schedule,
-                          parallel::MakePipelineSchedule(sc.kind, p, m, sc.chunks));
-  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<Stage> stage,
-                          Stage::Create(env.model, p, rank, sc.chunks, env.host, env.ops));
-  SLUICE_ASSIGN_OR_RETURN(auto executor, parallel::PipelineExecutor<float>::Create(
-                                             schedule, stage->chunk_ptrs(), env.queue,
-                                             {.batch = options.batch, .seq = options.seq}));
-  const int64_t rows = options.batch * options.seq;
+// One schedule and M, ready to step: its chunks, executor and micro-batches.
+struct CaseRun {
+  PipelineSchedule schedule;
+  std::unique_ptr<Stage> stage;
+  std::unique_ptr<parallel::PipelineExecutor<float>> executor;
   std::vector<std::vector<int32_t>> tokens;
   std::vector<std::vector<int32_t>> targets;
+  parallel::PipelineStepHooks hooks;
+  std::vector<PipeInstruction> mine;  // this rank's compute instructions, in order
+  size_t most = 0;                    // the longest compute list of any stage
+  CaseResult result;
+};
+
+Result<std::unique_ptr<CaseRun>> PrepareCase(const PipelineBenchOptions& options, Environment& env,
+                                             const ScheduleCase& sc, int m,
+                                             const PipelineCosts& isolated) {
+  const int p = env.world.size();
+  const int rank = env.world.rank();
+  auto run = std::make_unique<CaseRun>();
+  SLUICE_ASSIGN_OR_RETURN(run->schedule, parallel::MakePipelineSchedule(sc.kind, p, m, sc.chunks));
+  const PipelineSchedule& schedule = run->schedule;
+  SLUICE_ASSIGN_OR_RETURN(run->stage,
+                          Stage::Create(env.model, p, rank, sc.chunks, env.host, env.ops));
+  SLUICE_ASSIGN_OR_RETURN(run->executor, parallel::PipelineExecutor<float>::Create(
+                                             schedule, run->stage->chunk_ptrs(), env.queue,
+                                             {.batch = options.batch, .seq = options.seq}));
+  const int64_t rows = options.batch * options.seq;
+  auto& tokens = run->tokens;
+  auto& targets = run->targets;
   for (int i = 0; i < m; ++i) {
     tokens.push_back(RandomIds(rows, options.vocab, 100 + 2 * i));
     targets.push_back(RandomIds(rows, options.vocab, 101 + 2 * i));
   }
   const int last = schedule.virtual_stages() - 1;
-  parallel::PipelineStepHooks hooks;
-  hooks.load = [&](int micro, int chunk) -> Result<parallel::PipelineMicroBatch> {
-    const int k = schedule.VirtualStage(rank, chunk);
+  CaseRun* self = run.get();
+  run->hooks.load = [self, rank, last](int micro,
+                                       int chunk) -> Result<parallel::PipelineMicroBatch> {
+    const int k = self->schedule.VirtualStage(rank, chunk);
     parallel::PipelineMicroBatch batch;
-    if (k == 0) batch.tokens = tokens[micro].data();
-    if (k == last) batch.targets = targets[micro].data();
+    if (k == 0) batch.tokens = self->tokens[micro].data();
+    if (k == last) batch.targets = self->targets[micro].data();
     return batch;
   };
   // Each rank's compute instructions in its list's order, and which chunk's spans they take.
-  std::vector<PipeInstruction> mine;
+  std::vector<PipeInstruction>& mine = run->mine;
   for (const PipeInstruction& in : schedule.stage_instructions[rank]) {
     if (parallel::IsCompute(in.op)) mine.push_back(in);
   }
-  size_t most = 0;
+  size_t& most = run->most;
   for (const auto& list : schedule.stage_instructions) {
     most = std::max<size_t>(most, std::count_if(list.begin(), list.end(), [](const auto& in) {
                               return parallel::IsCompute(in.op);
                             }));
   }
 
-  CaseResult result{.schedule = sc, .micro_batches = m};
+  CaseResult& result = run->result;
+  result.schedule = sc;
+  result.micro_batches = m;
   SLUICE_ASSIGN_OR_RETURN(ScheduleTimeline sim, parallel::SimulateSchedule(schedule, isolated));
   result.simulated = sim.bubble_fraction;
   result.simulated_makespan = sim.makespan;
   result.theory = Theory(sc, p, m, isolated);
-  for (int step = 0; step < options.warmup + options.steps; ++step) {
-    SLUICE_RETURN_IF_ERROR(env.world.Barrier());
-    const int64_t begin = TraceClockNs();
-    SLUICE_ASSIGN_OR_RETURN(parallel::PipelineStepResult ran, executor->RunStep(hooks));
-    const double wall_ms = static_cast<double>(TraceClockNs() - begin) / kNsPerMs;
-    if (!std::isfinite(ran.loss)) {
-      return DataLossError("{} M={} step {}: the loss is {}", sc.name, m, step, ran.loss);
-    }
-    // This rank's spans, matched to its compute instructions: 5 doubles each (op, micro, chunk,
-    // start, end), padded to the longest list, then the step's wall time.
-    std::vector<std::vector<Span>> spans;
-    std::vector<size_t> next(stage->chunks(), 0);
-    for (int c = 0; c < stage->chunks(); ++c) spans.push_back(stage->clock(c).Take());
-    std::vector<double> record(most * 5 + 1, -1.0);
-    for (size_t i = 0; i < mine.size(); ++i) {
-      const PipeInstruction& in = mine[i];
-      const size_t j = next[in.chunk]++;
-      if (j >= spans[in.chunk].size() || spans[in.chunk][j].kind != ComputeOf(in.op)) {
-        return InternalError(
-            "{} M={}: stage {} chunk {}: its clock saw {} computes, which do not match the "
-            "schedule's {} at compute {}",
-            sc.name, m, rank, in.chunk, spans[in.chunk].size(), in.Describe(), i);
-      }
-      const Span& s = spans[in.chunk][j];
-      record[5 * i] = static_cast<double>(in.op);
-      record[5 * i + 1] = in.micro;
-      record[5 * i + 2] = in.chunk;
-      record[5 * i + 3] = static_cast<double>(s.start_ns) / kNsPerMs;
-      record[5 * i + 4] = static_cast<double>(s.end_ns) / kNsPerMs;
-    }
-    record.back() = wall_ms;
-    for (auto& chunk : stage->chunk_ptrs()) chunk->ZeroGrads();
-    SLUICE_ASSIGN_OR_RETURN(std::vector<double> all, GatherDoubles(env.world, record));
-    if (step < options.warmup || rank != 0) continue;
+  return run;
+}
 
-    StepFigures f;
-    std::vector<std::vector<TimedInstruction>> compute(p);
-    for (int r = 0; r < p; ++r) {
-      const double* base = all.data() + static_cast<size_t>(r) * record.size();
-      for (size_t i = 0; i < most && base[5 * i] >= 0; ++i) {
-        TimedInstruction t;
-        t.instruction = {static_cast<PipeOp>(static_cast<int>(base[5 * i])),
-                         static_cast<int>(base[5 * i + 1]), static_cast<int>(base[5 * i + 2])};
-        t.start = base[5 * i + 3];
-        t.end = base[5 * i + 4];
-        compute[r].push_back(t);
-      }
-      f.wall_ms = std::max(f.wall_ms, base[record.size() - 1]);
-    }
-    SLUICE_ASSIGN_OR_RETURN(ScheduleTimeline measured,
-                            parallel::MeasuredTimeline(schedule, std::move(compute)));
-    f.makespan_ms = measured.makespan;
-    f.bubble = measured.bubble_fraction;
-    for (const auto& st : measured.stages) f.stage_bubbles.push_back(st.bubble_fraction);
-    const std::vector<double> delays = parallel::ExposedTransferDelays(schedule, measured);
-    f.exposed_delay_ms = Median(delays);
-    f.in_step_costs = InStepCosts(schedule, measured);
-    SLUICE_ASSIGN_OR_RETURN(
-        ScheduleTimeline in_step,
-        parallel::SimulateSchedule(schedule,
-                                   MeanCosts(f.in_step_costs, std::max(0.0, f.exposed_delay_ms))));
-    f.simulated_in_step = in_step.bubble_fraction;
-    result.steps.push_back(std::move(f));
+// Step `step` of a case (warm-up steps first): collective; rank 0 keeps the timed steps' figures.
+Status StepCase(const PipelineBenchOptions& options, Environment& env, CaseRun& run, int step) {
+  const int p = env.world.size();
+  const int rank = env.world.rank();
+  const PipelineSchedule& schedule = run.schedule;
+  const ScheduleCase& sc = run.result.schedule;
+  const int m = run.result.micro_batches;
+  const std::vector<PipeInstruction>& mine = run.mine;
+  const size_t most = run.most;
+  Stage* stage = run.stage.get();
+  CaseResult& result = run.result;
+  SLUICE_RETURN_IF_ERROR(env.world.Barrier());
+  const int64_t begin = TraceClockNs();
+  SLUICE_ASSIGN_OR_RETURN(parallel::PipelineStepResult ran, run.executor->RunStep(run.hooks));
+  const double wall_ms = static_cast<double>(TraceClockNs() - begin) / kNsPerMs;
+  if (!std::isfinite(ran.loss)) {
+    return DataLossError("{} M={} step {}: the loss is {}", sc.name, m, step, ran.loss);
   }
-  if (rank == 0) {
-    const auto median_of = [&](auto field) {
-      std::vector<double> values;
-      for (const StepFigures& f : result.steps) values.push_back(field(f));
-      return Median(values);
-    };
-    StepFigures& med = result.median;
-    med.wall_ms = median_of([](const StepFigures& f) { return f.wall_ms; });
-    med.makespan_ms = median_of([](const StepFigures& f) { return f.makespan_ms; });
-    med.bubble = median_of([](const StepFigures& f) { return f.bubble; });
-    med.simulated_in_step = median_of([](const StepFigures& f) { return f.simulated_in_step; });
-    med.exposed_delay_ms = median_of([](const StepFigures& f) { return f.exposed_delay_ms; });
-    for (int r = 0; r < p; ++r) {
-      med.stage_bubbles.push_back(
-          median_of([r](const StepFigures& f) { return f.stage_bubbles[r]; }));
-      StageCosts c;
-      c.forward = median_of([r](const StepFigures& f) { return f.in_step_costs[r].forward; });
-      c.backward = median_of([r](const StepFigures& f) { return f.in_step_costs[r].backward; });
-      c.backward_input =
-          median_of([r](const StepFigures& f) { return f.in_step_costs[r].backward_input; });
-      c.backward_weight =
-          median_of([r](const StepFigures& f) { return f.in_step_costs[r].backward_weight; });
-      med.in_step_costs.push_back(c);
+  // This rank's spans, matched to its compute instructions: 5 doubles each (op, micro, chunk,
+  // start, end), padded to the longest list, then the step's wall time.
+  std::vector<std::vector<Span>> spans;
+  std::vector<size_t> next(stage->chunks(), 0);
+  for (int c = 0; c < stage->chunks(); ++c) spans.push_back(stage->clock(c).Take());
+  std::vector<double> record(most * 5 + 1, -1.0);
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const PipeInstruction& in = mine[i];
+    const size_t j = next[in.chunk]++;
+    if (j >= spans[in.chunk].size() || spans[in.chunk][j].kind != ComputeOf(in.op)) {
+      return InternalError(
+          "{} M={}: stage {} chunk {}: its clock saw {} computes, which do not match the "
+          "schedule's {} at compute {}",
+          sc.name, m, rank, in.chunk, spans[in.chunk].size(), in.Describe(), i);
     }
+    const Span& s = spans[in.chunk][j];
+    record[5 * i] = static_cast<double>(in.op);
+    record[5 * i + 1] = in.micro;
+    record[5 * i + 2] = in.chunk;
+    record[5 * i + 3] = static_cast<double>(s.start_ns) / kNsPerMs;
+    record[5 * i + 4] = static_cast<double>(s.end_ns) / kNsPerMs;
   }
-  return result;
+  record.back() = wall_ms;
+  for (auto& chunk : stage->chunk_ptrs()) chunk->ZeroGrads();
+  SLUICE_ASSIGN_OR_RETURN(std::vector<double> all, GatherDoubles(env.world, record));
+  if (step < options.warmup || rank != 0) return OkStatus();
+
+  StepFigures f;
+  std::vector<std::vector<TimedInstruction>> compute(p);
+  for (int r = 0; r < p; ++r) {
+    const double* base = all.data() + static_cast<size_t>(r) * record.size();
+    for (size_t i = 0; i < most && base[5 * i] >= 0; ++i) {
+      TimedInstruction t;
+      t.instruction = {static_cast<PipeOp>(static_cast<int>(base[5 * i])),
+                       static_cast<int>(base[5 * i + 1]), static_cast<int>(base[5 * i + 2])};
+      t.start = base[5 * i + 3];
+      t.end = base[5 * i + 4];
+      compute[r].push_back(t);
+    }
+    f.wall_ms = std::max(f.wall_ms, base[record.size() - 1]);
+  }
+  SLUICE_ASSIGN_OR_RETURN(ScheduleTimeline measured,
+                          parallel::MeasuredTimeline(schedule, std::move(compute)));
+  f.makespan_ms = measured.makespan;
+  f.bubble = measured.bubble_fraction;
+  for (const auto& st : measured.stages) f.stage_bubbles.push_back(st.bubble_fraction);
+  const std::vector<double> delays = parallel::ExposedTransferDelays(schedule, measured);
+  f.exposed_delay_ms = Median(delays);
+  f.in_step_costs = InStepCosts(schedule, measured);
+  SLUICE_ASSIGN_OR_RETURN(
+      ScheduleTimeline in_step,
+      parallel::SimulateSchedule(schedule,
+                                 MeanCosts(f.in_step_costs, std::max(0.0, f.exposed_delay_ms))));
+  f.simulated_in_step = in_step.bubble_fraction;
+  result.steps.push_back(std::move(f));
+  return OkStatus();
+}
+
+// The medians over the timed steps (rank 0).
+void FinishCase(CaseRun& run, int p) {
+  CaseResult& result = run.result;
+  const auto median_of = [&](auto field) {
+    std::vector<double> values;
+    for (const StepFigures& f : result.steps) values.push_back(field(f));
+    return Median(values);
+  };
+  StepFigures& med = result.median;
+  med.wall_ms = median_of([](const StepFigures& f) { return f.wall_ms; });
+  med.makespan_ms = median_of([](const StepFigures& f) { return f.makespan_ms; });
+  med.bubble = median_of([](const StepFigures& f) { return f.bubble; });
+  med.simulated_in_step = median_of([](const StepFigures& f) { return f.simulated_in_step; });
+  med.exposed_delay_ms = median_of([](const StepFigures& f) { return f.exposed_delay_ms; });
+  for (int r = 0; r < p; ++r) {
+    med.stage_bubbles.push_back(
+        median_of([r](const StepFigures& f) { return f.stage_bubbles[r]; }));
+    StageCosts c;
+    c.forward = median_of([r](const StepFigures& f) { return f.in_step_costs[r].forward; });
+    c.backward = median_of([r](const StepFigures& f) { return f.in_step_costs[r].backward; });
+    c.backward_input =
+        median_of([r](const StepFigures& f) { return f.in_step_costs[r].backward_input; });
+    c.backward_weight =
+        median_of([r](const StepFigures& f) { return f.in_step_costs[r].backward_weight; });
+    med.in_step_costs.push_back(c);
+  }
 }
 
 nlohmann::json CostsJson(const StageCosts& c) {
@@ -623,13 +656,22 @@ Status RunPipelineBenchCommand(const PipelineBenchOptions& options) {
   const size_t hidden = static_cast<size_t>(options.batch * options.seq * options.d_model);
   SLUICE_ASSIGN_OR_RETURN(double latency, MeasureLatency(*world, hidden, options.latency_reps));
 
-  std::vector<CaseResult> results;
+  // Every case's steps in turn, step by step, so that the load other work puts on the machine
+  // falls on all schedules alike and their ratios compare steps of the same moments.
+  std::vector<std::unique_ptr<CaseRun>> runs;
   for (int m : options.micro_batches) {
     for (const ScheduleCase& c : cases) {
-      SLUICE_ASSIGN_OR_RETURN(CaseResult r,
-                              RunCase(options, env, c, m, MeanCosts(costs[c.chunks], latency)));
-      results.push_back(std::move(r));
+      SLUICE_ASSIGN_OR_RETURN(runs.emplace_back(),
+                              PrepareCase(options, env, c, m, MeanCosts(costs[c.chunks], latency)));
     }
+  }
+  for (int step = 0; step < options.warmup + options.steps; ++step) {
+    for (auto& run : runs) SLUICE_RETURN_IF_ERROR(StepCase(options, env, *run, step));
+  }
+  std::vector<CaseResult> results;
+  for (auto& run : runs) {
+    if (rank == 0) FinishCase(*run, p);
+    results.push_back(std::move(run->result));
   }
   if (rank != 0) return OkStatus();
 

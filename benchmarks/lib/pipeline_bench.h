@@ -12,7 +12,8 @@
 //             state): forward, backward, backward-input and backward-weight of one micro-batch,
 //             medians over --cost-reps, for the chunks of v = 1 and of v = --chunks; and the p2p
 //             latency, half the median round trip of one hidden state between ranks 0 and 1.
-//   steps     for each schedule and each M, --warmup untimed steps, then --steps timed ones. A
+//   steps     for each schedule and each M, --warmup untimed steps, then --steps timed ones, the
+//             cases taking turns step by step (other work on the machine falls on all alike). A
 //             compute's start and end are stamped on its chunk's stream (host functions
 //             enqueued by unit hooks before the compute's first unit and after its last), so a
 //             stage's busy time is its compute as the stream ran it, and what the stream spent
