@@ -24,9 +24,9 @@ Status ValidateModelStage(const ModelOptions& options, const ModelStage& stage) 
   if (options.tie_embeddings && first != last) {
     return InvalidArgumentError(
         "pipeline stage of decoder layers [{}, {}) of {} holds the {} but not the {}, and the LM "
-        "head is tied to the token embedding (model.tie_word_embeddings): a split model would "
+        "head is tied to the token embedding (model.tie_embeddings): a split model would "
         "need two copies of the table kept in sync, which is not supported; set "
-        "model.tie_word_embeddings: false, or keep the embeddings and the head on one stage",
+        "model.tie_embeddings: false, or keep the embeddings and the head on one stage",
         begin, end, options.n_layer, first ? "token embedding" : "LM head",
         first ? "LM head" : "token embedding");
   }

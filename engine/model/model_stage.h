@@ -13,7 +13,7 @@
 // not the other (first != last) is refused: it would need its own copy of the table, kept equal
 // to the first stage's by a broadcast at init and a sum of the two copies' gradients before every
 // optimizer step (Megatron's "embedding group", DeepSpeed's ReduceTiedGrads), which nothing in
-// Sluice does yet. Untie the head (model.tie_word_embeddings: false) to split such a model.
+// Sluice does yet. Untie the head (model.tie_embeddings: false) to split such a model.
 #pragma once
 
 #include <cstdint>

@@ -499,8 +499,8 @@ TEST(ModelStageSpecTest, BadRangesAndSplitTiesAreRefused) {
     EXPECT_TRUE(create(options, ok).ok()) << ok.begin_layer << ", " << ok.end_layer;
   }
   options.tie_embeddings = true;
-  ExpectError(create(options, {0, 2}), StatusCode::kInvalidArgument, "tie_word_embeddings");
-  ExpectError(create(options, {2, 4}), StatusCode::kInvalidArgument, "tie_word_embeddings");
+  ExpectError(create(options, {0, 2}), StatusCode::kInvalidArgument, "model.tie_embeddings");
+  ExpectError(create(options, {2, 4}), StatusCode::kInvalidArgument, "model.tie_embeddings");
   EXPECT_TRUE(create(options, {1, 3}).ok());  // holds neither
   EXPECT_TRUE(create(options, {0, 4}).ok());  // holds both
 }
