@@ -74,15 +74,15 @@ ZeroEngine::~ZeroEngine() {
 namespace {
 
 // What the engine runs on a GPU so far: one rank at stages 0-2 without offload, its collectives
-// on NCCL. Stage 3 still has host code on device memory (its unpacking of the gathered units);
+// on NCCL. Stage 3's gathers are stream work now but have not been run on a GPU;
 // fp16's rounding runs as ops on the stream but has not been run on a GPU. Each refusal names
 // the setting to change.
 Status CheckGpuSupported(const ZeroOptions& options, const Comm& world) {
   const char* missing = nullptr;
   if (options.stage > 2) {
     missing =
-        "zero_optimization.stage 3 (its unpacking of the gathered parameters runs on the host "
-        "yet): set zero_optimization.stage 0, 1 or 2";
+        "zero_optimization.stage 3 (its gathers run as stream work but have not been run on a "
+        "GPU yet): set zero_optimization.stage 0, 1 or 2";
   } else if (world.size() > 1) {
     missing =
         "more than one rank (every rank would need a GPU of its own, and several GPUs are "
