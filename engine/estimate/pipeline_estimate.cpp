@@ -126,8 +126,7 @@ Result<PipelineEstimate> EstimatePipeline(const Config& config, int data_paralle
     if (model.tie_embeddings && o.stages > 1 && r == o.stages - 1) {
       s.estimate.notes.push_back(
           "tied embeddings: the last stage holds a copy of the token table for the LM head, its "
-          "gradient summed with the first stage's before each step (Megatron's embedding group); "
-          "Sluice's stages do not build this yet (model.tie_embeddings: false unties them)");
+          "gradient summed with the first stage's before each step (Megatron's embedding group)");
     }
     p.stages.push_back(std::move(s));
   }

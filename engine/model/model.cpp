@@ -66,8 +66,15 @@ class Model<T>::Impl final : public ParameterBinding<T>, public UnitScope {
       units_.push_back(final_norm_.get());
       registry.BeginUnit("lm_head");
       std::unique_ptr<Linear<T>> head;
-      if (o.tie_embeddings) {  // ValidateModelStage: the embeddings are on this stage too
-        head = Linear<T>::Tied(builder_, "lm_head", embeddings_->token_weight_param());
+      if (o.tie_embeddings) {
+        // Away from the embeddings the head reads a copy of the token table of its own, which the
+        // pipeline keeps equal to the first stage's (ParameterInfo::mirror).
+        const int table =
+            IsFirstStage(stage)
+                ? embeddings_->token_weight_param()
+                : registry.AddMirror(root + (gpt2 ? ".wte" : ".embed_tokens") + ".weight",
+                                     Shape{o.vocab_size, o.d_model}, InitKind::kNormal);
+        head = Linear<T>::Tied(builder_, "lm_head", table);
       } else {
         head = std::make_unique<Linear<T>>(builder_, "lm_head", o.d_model, o.vocab_size, false);
       }

@@ -128,7 +128,7 @@ class Model {
                                                BufferAllocator& allocator, ops::OpsBackend& ops,
                                                ModelStorage storage = ModelStorage::kFlat,
                                                Comm* tensor_comm = nullptr);
-  // The pipeline stage `stage` of that model; InvalidArgument for a range or tie that
+  // The pipeline stage `stage` of that model; InvalidArgument for a range that
   // ValidateModelStage refuses.
   static Result<std::unique_ptr<Model>> CreateStage(const ModelOptions& options,
                                                     const ModelStage& stage,

@@ -19,17 +19,6 @@ Status ValidateModelStage(const ModelOptions& options, const ModelStage& stage) 
         "<= begin < end <= model.n_layer = {} (at least one layer each)",
         begin, end, why, options.n_layer);
   }
-  const bool first = IsFirstStage(stage);
-  const bool last = IsLastStage(options, stage);
-  if (options.tie_embeddings && first != last) {
-    return InvalidArgumentError(
-        "pipeline stage of decoder layers [{}, {}) of {} holds the {} but not the {}, and the LM "
-        "head is tied to the token embedding (model.tie_embeddings): a split model would "
-        "need two copies of the table kept in sync, which is not supported; set "
-        "model.tie_embeddings: false, or keep the embeddings and the head on one stage",
-        begin, end, options.n_layer, first ? "token embedding" : "LM head",
-        first ? "LM head" : "token embedding");
-  }
   return OkStatus();
 }
 

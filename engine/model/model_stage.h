@@ -9,11 +9,10 @@
 // results bit for bit. A stage's parameters keep their Hugging Face names, so a checkpoint or a
 // whole model's values map onto a stage by name.
 //
-// Tied embeddings. A tied LM head reads the token table. A stage that holds one of the two but
-// not the other (first != last) is refused: it would need its own copy of the table, kept equal
-// to the first stage's by a broadcast at init and a sum of the two copies' gradients before every
-// optimizer step (Megatron's "embedding group", DeepSpeed's ReduceTiedGrads), which nothing in
-// Sluice does yet. Untie the head (model.tie_embeddings: false) to split such a model.
+// Tied embeddings. A tied LM head reads the token table. A last stage without the embeddings
+// holds its own copy of the table under the table's name (ParameterInfo::mirror), initialized as
+// the first stage's; the ZeRO engine sums the two copies' gradients before every optimizer step
+// (Megatron's "embedding group", DeepSpeed's ReduceTiedGrads), so they stay equal.
 #pragma once
 
 #include <cstdint>
@@ -31,8 +30,7 @@ struct ModelStage {
 
 // The stage that is the whole model: [0, n_layer).
 ModelStage WholeModelStage(const ModelOptions& options);
-// OK, or InvalidArgument naming the range and what to change: 0 <= begin < end <= n_layer, and
-// no tied LM head on a stage with one of the embeddings and the head.
+// OK, or InvalidArgument naming the range and what to change: 0 <= begin < end <= n_layer.
 Status ValidateModelStage(const ModelOptions& options, const ModelStage& stage);
 inline bool IsFirstStage(const ModelStage& stage) { return stage.begin_layer == 0; }
 inline bool IsLastStage(const ModelOptions& options, const ModelStage& stage) {

@@ -37,6 +37,12 @@ int ParameterRegistry::Add(std::string name, Shape shape, InitKind init) {
   return index;
 }
 
+int ParameterRegistry::AddMirror(std::string name, Shape shape, InitKind init) {
+  const int index = Add(std::move(name), std::move(shape), init);
+  parameters_[static_cast<size_t>(index)].mirror = true;
+  return index;
+}
+
 int ParameterRegistry::AddAlias(std::string name, int target) {
   SLUICE_CHECK(!units_.empty()) << "alias " << name << " added before any unit";
   SLUICE_CHECK(!Find(name).has_value()) << "duplicate parameter name " << name;
@@ -64,8 +70,9 @@ ParameterRegistry ParameterRegistry::GlobalRegistry() const {
     global.BeginUnit(unit.name);
     for (const int p : unit.params) {
       const ParameterInfo& info = parameters_[static_cast<size_t>(p)];
-      const int index = info.is_alias()
-                            ? global.AddAlias(info.name, info.tied_to)
+      const int index = info.is_alias() ? global.AddAlias(info.name, info.tied_to)
+                        : info.mirror
+                            ? global.AddMirror(info.name, info.sharding.global_shape, info.init)
                             : global.Add(info.name, info.sharding.global_shape, info.init);
       SLUICE_CHECK_EQ(index, p) << info.name << ": registered out of unit order";
     }

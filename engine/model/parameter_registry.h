@@ -52,6 +52,10 @@ struct ParameterInfo {
   int unit = -1;  // index into ParameterRegistry::units()
   InitKind init = InitKind::kNormal;
   int tied_to = -1;  // alias: index of the parameter whose storage this one shares
+  // A copy of the parameter of this name that another pipeline stage owns (the last stage's token
+  // table for a tied LM head): initialized alike, its gradient summed with the owner's before each
+  // step, saved by the owner alone, not counted twice in the gradient norm.
+  bool mirror = false;
   // Which piece of which global tensor `shape` is (whole without tensor parallelism).
   parallel::TensorSharding sharding;
 
@@ -84,6 +88,9 @@ class ParameterRegistry {
   int Add(std::string name, Shape shape, InitKind init);
   // Appends an alias of parameter `target` to the current unit.
   int AddAlias(std::string name, int target);
+  // Appends a mirror (ParameterInfo::mirror) of the parameter `name` of global shape `shape` that
+  // another pipeline stage holds, with storage of its own, as Add.
+  int AddMirror(std::string name, Shape shape, InitKind init);
 
   const std::vector<ParameterInfo>& parameters() const { return parameters_; }
   const ParameterInfo& parameter(int index) const;

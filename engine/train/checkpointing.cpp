@@ -573,7 +573,7 @@ Result<TrainingProgress> LoadTrainingCheckpoint(const fs::path& step_dir, zero::
 Result<int64_t> ModelTensorsOverStages(const model::ParameterRegistry& registry, Comm& pipeline) {
   int64_t mine = 0;
   for (const model::ParameterInfo& p : registry.parameters()) {
-    if (!p.is_alias()) ++mine;
+    if (!p.is_alias() && !p.mirror) ++mine;  // a mirror is its owner's tensor
   }
   if (pipeline.size() == 1) return mine;
   SLUICE_ASSIGN_OR_RETURN(const double total,

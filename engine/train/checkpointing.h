@@ -100,7 +100,8 @@ struct ResumeChecks {
   int64_t model_tensors = 0;
 };
 
-// The parameter tensors (aliases aside) of the whole model whose pipeline stage `registry` is:
+// The parameter tensors (aliases and mirrors aside) of the whole model whose pipeline stage
+// `registry` is:
 // the stages' counts added over `pipeline` (the stages of this rank's tensor and data
 // coordinates). Collective over it.
 Result<int64_t> ModelTensorsOverStages(const model::ParameterRegistry& registry, Comm& pipeline);

@@ -27,13 +27,15 @@ Result<model::ModelStage> PipelineStageOf(const Config& config, const model::Mod
                                           int stage) {
   const int stages = config.parallel.pipeline;
   if (stages <= 1) return model::WholeModelStage(options);
-  if (options.tie_embeddings) {
-    return InvalidArgumentError(
-        "pipeline.stages = {} with model.tie_embeddings true: the LM head reads the token table, "
-        "which the first stage holds and the last would need a copy of, its gradient summed with "
-        "the first stage's before each step; Sluice's stages do not keep such a copy yet: set "
-        "model.tie_embeddings: false (an untied head) or pipeline.stages: 1",
-        stages);
+  if (options.tie_embeddings && config.zero.stage >= 2) {
+    // The two copies' gradients are summed once per step, before a stage 0-1 reduction; stages
+    // 2-3 reduce every micro-batch's.
+    return UnimplementedError(
+        "pipeline.stages = {} with model.tie_embeddings true at zero_optimization.stage {}: the "
+        "last stage's copy of the token table has its gradient summed with the first stage's once "
+        "per step, which ZeRO stages 2 and 3 (reducing every micro-batch) do not do yet; use "
+        "zero_optimization.stage 0 or 1, or model.tie_embeddings: false",
+        stages, config.zero.stage);
   }
   SLUICE_ASSIGN_OR_RETURN(const parallel::PartitionMethod method,
                           parallel::ParsePartitionMethod(config.parallel.partition_method,

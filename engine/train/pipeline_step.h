@@ -34,9 +34,10 @@
 // stages' files together are the whole model's checkpoint, which resumes at any pipeline, tensor
 // and data size (checkpointing.h, ModelTensorsOverStages).
 //
-// Not yet: tied embeddings across the first and last stage (model.tie_embeddings true with more
-// than one stage is refused: the last stage would need its own copy of the token table and a sum
-// of the two copies' gradients before each step), interleaved and zero-bubble schedules in the
+// Tied embeddings: the last stage's head reads a copy of the token table (ParameterInfo::mirror)
+// whose gradient the ZeRO engine sums with the first stage's once per step (ZeRO stages 0-1).
+//
+// Not yet: a tied head at ZeRO stages 2-3 (refused), interleaved and zero-bubble schedules in the
 // trainer (one chunk per stage; the ZeRO engine's hooks do not take a split backward), the GPU
 // (pipeline transfers run on MPI only).
 #pragma once

@@ -10,6 +10,7 @@
 
 #include "engine/model/init.h"
 #include "engine/parallel/sequence_parallel_grads.h"
+#include "engine/parallel/tensor_layout.h"
 #include "engine/zero/allreduce_reducer.h"
 #include "engine/zero/device_segments.h"
 #include "engine/zero/offload_options.h"
@@ -138,32 +139,69 @@ Result<std::unique_ptr<ZeroEngine>> ZeroEngine::CreateOver(const ZeroOptions& op
   // Swap files are named by the rank in the world: data ranks repeat across tensor peers.
   engine->world_rank_ = groups != nullptr ? groups->world().rank() : data.rank();
   if (groups != nullptr && groups->model_parallel().size() > 1) {
-    engine->model_parallel_ = &groups->model_parallel();
-    // Tensor rank 0 counts every parameter it holds; its peers only their pieces of split ones.
-    if (groups->coords().tensor != 0) {
-      for (const model::ParameterInfo& info : model.registry().parameters()) {
-        engine->counted_.push_back(info.sharding.split());
-      }
-    }
-    // Sequence parallelism leaves the norms' gradients partial over the tensor ranks.
-    const std::vector<int> partial = parallel::PartialGradParameters(model.registry());
-    if (!partial.empty()) {
-      Result<std::unique_ptr<parallel::TensorComm>> comm =
-          parallel::TensorComm::Create(groups->tensor(), device);
-      if (!comm.ok()) {
-        return Status(comm.status())
-            .WithContext("creating the communicator of the sequence-parallel gradients");
-      }
-      engine->sp_comm_ = std::move(comm).value();
-      engine->partial_grads_of_unit_.resize(model.registry().units().size());
-      for (const int p : partial) {
-        const size_t unit = static_cast<size_t>(model.registry().parameter(p).unit);
-        engine->partial_grads_of_unit_[unit].push_back(p);
-      }
-    }
+    SLUICE_RETURN_IF_ERROR(engine->SetUpModelParallel(*groups));
   }
   SLUICE_RETURN_IF_ERROR(engine->Build(data));
   return engine;
+}
+
+// What the tensor and pipeline peers of this data rank share: which parameters each accounts for
+// (the norm, checkpoints), the sequence-parallel partial gradients summed over the tensor group,
+// and a tied LM head's table, whose first- and last-stage copies' gradients are summed.
+Status ZeroEngine::SetUpModelParallel(const parallel::ProcessGroups& groups) {
+  model_parallel_ = &groups.model_parallel();
+  const model::ParameterRegistry& registry = model_->registry();
+  bool every = true;
+  for (const model::ParameterInfo& info : registry.parameters()) {
+    // Tensor rank 0 counts every parameter it holds, its peers only their pieces of split ones; a
+    // mirror is its owner's to count.
+    const bool counts = (groups.coords().tensor == 0 || info.sharding.split()) && !info.mirror;
+    counted_.push_back(counts);
+    every = every && counts;
+  }
+  if (every) counted_.clear();
+
+  // Sequence parallelism leaves the norms' gradients partial over the tensor ranks.
+  const std::vector<int> partial = parallel::PartialGradParameters(registry);
+  if (!partial.empty()) {
+    Result<std::unique_ptr<parallel::TensorComm>> comm =
+        parallel::TensorComm::Create(groups.tensor(), *device_);
+    if (!comm.ok()) {
+      return Status(comm.status())
+          .WithContext("creating the communicator of the sequence-parallel gradients");
+    }
+    sp_comm_ = std::move(comm).value();
+    partial_grads_of_unit_.resize(registry.units().size());
+    for (const int p : partial) {
+      partial_grads_of_unit_[static_cast<size_t>(registry.parameter(p).unit)].push_back(p);
+    }
+  }
+
+  // A tied head split from the embeddings: the first stage's table and the last stage's mirror.
+  const int stages = groups.grid().shape().pipeline;
+  if (model_->options().tie_embeddings && stages > 1) {
+    const int stage = groups.coords().pipeline;
+    const bool holds = stage == 0 || stage == stages - 1;
+    Result<std::unique_ptr<Comm>> ends = groups.pipeline().Split(holds ? 0 : -1, stage);
+    if (!ends.ok()) {
+      return Status(ends.status()).WithContext("creating the tied embeddings' communicator");
+    }
+    if (holds) {
+      tied_ends_ = std::move(ends).value();
+      Result<std::unique_ptr<parallel::TensorComm>> comm =
+          parallel::TensorComm::Create(*tied_ends_, *device_);
+      if (!comm.ok()) {
+        return Status(comm.status()).WithContext("creating the tied embeddings' communicator");
+      }
+      tied_comm_ = std::move(comm).value();
+      for (int p = 0; p < static_cast<int>(registry.parameters().size()); ++p) {
+        const model::ParameterInfo& info = registry.parameter(p);
+        if (!info.is_alias() && parallel::IsVocabTable(info.name)) tied_param_ = p;
+      }
+      SLUICE_CHECK_GE(tied_param_, 0) << "no token table on pipeline stage " << stage;
+    }
+  }
+  return OkStatus();
 }
 
 Status ZeroEngine::Build(Comm& world) {
@@ -477,6 +515,18 @@ Status ZeroEngine::SumPartialGrads(int unit) {
       *sp_comm_, compute(), model_->registry(), [this](int p) { return binding_.Grad(p); }, params);
 }
 
+// The copies of a tied table on the first and last stage: the sum of their gradients, averaged
+// over the data-parallel group already (the sums commute), once per step at the end of its last
+// pass: earlier, the last stage's compute would wait for the first stage's embedding backward,
+// which waits for the gradient the last stage has yet to send. ZeRO stages 0-1 only
+// (PipelineStageOf refuses the others).
+Status ZeroEngine::SumTiedGrads() {
+  if (tied_comm_ == nullptr) return OkStatus();
+  const model::ParameterInfo& info = model_->registry().parameter(tied_param_);
+  return tied_comm_->AllReduce<float>(compute(), full_grads_.data_as<float>() + info.offset,
+                                      info.numel, "pp.tied " + info.name);
+}
+
 Status ZeroEngine::BeforePassEnd() {
   if (pass_kind_ == PassKind::kTrain) SLUICE_RETURN_IF_ERROR(FinishReductions());
   return OkStatus();
@@ -486,6 +536,7 @@ Status ZeroEngine::FinishReductions() {
   SLUICE_RETURN_IF_ERROR(reducer_->EndPass());
   // A pipelined pass ends after all of the step's micro-batches.
   const bool boundary = pipelined_ || micro_batches_ + 1 == options_.gradient_accumulation_steps;
+  if (boundary) SLUICE_RETURN_IF_ERROR(SumTiedGrads());
   if (options_.stage == 1 && boundary) {
     // The averaged full gradients are complete: keep this rank's partitions for the step, as
     // device work on the compute stream (Step reads them there, after it).

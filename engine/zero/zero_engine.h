@@ -212,6 +212,8 @@ class ZeroEngine {
   // reducer_->BeginPass, remembering whether the pass is the step's last.
   Status BeginReduction(bool boundary);
   Status SumPartialGrads(int unit);
+  Status SetUpModelParallel(const parallel::ProcessGroups& groups);
+  Status SumTiedGrads();
   // A micro-batch of a pipelined pass finished its backward (its first unit's): the reductions
   // of one ForwardBackward pass end there, and the next micro-batch's begin.
   Status EndPipelinedMicroBatch();
@@ -271,7 +273,12 @@ class ZeroEngine {
   std::unique_ptr<parallel::TensorComm> sp_comm_;
   std::vector<std::vector<int>> partial_grads_of_unit_;
   bool boundary_ = false;  // the reducer's pass is the step's last micro-batch
-  int world_rank_ = 0;     // names this rank's swap files
+  // A tied LM head split over the pipeline (first and last stage only): those two stages' group,
+  // and this stage's copy of the table.
+  std::unique_ptr<Comm> tied_ends_;
+  std::unique_ptr<parallel::TensorComm> tied_comm_;
+  int tied_param_ = -1;
+  int world_rank_ = 0;  // names this rank's swap files
   // A pipelined pass is open (BeginPipelinedPass), and the micro-batches it back-propagated.
   bool pipelined_ = false;
   int64_t pipelined_backwards_ = 0;

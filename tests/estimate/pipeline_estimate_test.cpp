@@ -27,7 +27,7 @@ using parallel::ScheduleKind;
 using testing::BaseYaml;
 using testing::LoadYaml;
 
-// BaseYaml's GPT-2 with `n_layer` layers and an untied head (stages cannot share the table yet).
+// BaseYaml's GPT-2 with `n_layer` layers, its head untied unless `tied`.
 std::string Yaml(int n_layer, const std::string& zero = "stage: 0", bool tied = false) {
   std::string yaml = BaseYaml(zero);
   for (auto [from, to] :

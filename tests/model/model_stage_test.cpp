@@ -483,7 +483,7 @@ void ExpectError(const Status& status, StatusCode code, const std::string& needl
   EXPECT_NE(status.message().find(needle), std::string::npos) << status.ToString();
 }
 
-TEST(ModelStageSpecTest, BadRangesAndSplitTiesAreRefused) {
+TEST(ModelStageSpecTest, BadRangesAreRefused) {
   ModelOptions options = SmallOptions(Family::kLlama, 4);
   options.tie_embeddings = false;
   HostAllocator host;
@@ -498,11 +498,48 @@ TEST(ModelStageSpecTest, BadRangesAndSplitTiesAreRefused) {
   for (ModelStage ok : {ModelStage{0, 4}, ModelStage{0, 1}, ModelStage{1, 3}, ModelStage{3, 4}}) {
     EXPECT_TRUE(create(options, ok).ok()) << ok.begin_layer << ", " << ok.end_layer;
   }
+}
+
+// A tied head away from the embeddings reads a mirror of the token table: the table's name and
+// shape, in the head's unit, initialized as the whole model's table.
+TEST(ModelStageSpecTest, ATiedHeadAwayFromTheEmbeddingsReadsAMirrorOfTheTable) {
+  ModelOptions options = SmallOptions(Family::kLlama, 4);
   options.tie_embeddings = true;
-  ExpectError(create(options, {0, 2}), StatusCode::kInvalidArgument, "model.tie_embeddings");
-  ExpectError(create(options, {2, 4}), StatusCode::kInvalidArgument, "model.tie_embeddings");
-  EXPECT_TRUE(create(options, {1, 3}).ok());  // holds neither
-  EXPECT_TRUE(create(options, {0, 4}).ok());  // holds both
+  HostAllocator host;
+  Result<std::unique_ptr<Model<float>>> whole =
+      Model<float>::Create(options, host, sluice::testing::OpsFor<float>());
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  (*whole)->InitializeParameters(3);
+  Result<std::unique_ptr<Model<float>>> last =
+      Model<float>::CreateStage(options, {2, 4}, host, sluice::testing::OpsFor<float>());
+  ASSERT_TRUE(last.ok()) << last.status().ToString();
+  (*last)->InitializeParameters(3);
+  const ParameterRegistry& registry = (*last)->registry();
+  const std::optional<int> mirror = registry.Find("model.embed_tokens.weight");
+  ASSERT_TRUE(mirror.has_value());
+  const ParameterInfo& info = registry.parameter(*mirror);
+  EXPECT_TRUE(info.mirror);
+  EXPECT_FALSE(info.is_alias());
+  EXPECT_EQ(registry.units()[static_cast<size_t>(info.unit)].name, "lm_head");
+  const std::optional<int> head = registry.Find("lm_head.weight");
+  ASSERT_TRUE(head.has_value());
+  EXPECT_EQ(registry.parameter(*head).tied_to, *mirror) << "the head reads the mirror";
+  const int table = *(*whole)->registry().Find("model.embed_tokens.weight");
+  for (int64_t e = 0; e < info.numel; e += 37) {
+    ASSERT_EQ((*last)->ParameterValue(*mirror, e), (*whole)->ParameterValue(table, e)) << e;
+  }
+  // The first stage holds the table itself, and a stage with neither holds nothing of it.
+  Result<std::unique_ptr<Model<float>>> first =
+      Model<float>::CreateStage(options, {0, 2}, host, sluice::testing::OpsFor<float>());
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_FALSE((*first)
+                   ->registry()
+                   .parameter(*(*first)->registry().Find("model.embed_tokens.weight"))
+                   .mirror);
+  Result<std::unique_ptr<Model<float>>> middle =
+      Model<float>::CreateStage(options, {1, 3}, host, sluice::testing::OpsFor<float>());
+  ASSERT_TRUE(middle.ok());
+  EXPECT_FALSE((*middle)->registry().Find("model.embed_tokens.weight").has_value());
 }
 
 // A stage of layers [0, 2) and one of [2, 4) of a 4-layer Llama, and buffers to run them.

@@ -217,36 +217,41 @@ INSTANTIATE_TEST_SUITE_P(
              (c.accumulation > 1 ? "_gas" + std::to_string(c.accumulation) : "");
     });
 
-// The 3D grid: tensor 2 x pipeline 2 x the data size the world leaves (np 4: 1, np 8: 2), ZeRO 3
-// with the optimizer offloaded to the CPU, with and without sequence parallelism; the GPT-2's head
-// untied (a pipeline keeps the embeddings and the head on different stages).
+// The 3D grid: tensor 2 x pipeline 2 x the data size the world leaves (np 4: 1, np 8: 2). ZeRO 3
+// with the optimizer offloaded to the CPU, with and without sequence parallelism, the GPT-2's
+// head untied; and ZeRO 1 with the head tied across the stages (the last stage's copy of the
+// table, its gradient summed with the first stage's).
 TEST(TensorParallelGridTest, TensorPipelineDataGridMatchesTheSingleRankRun) {
   if (TestWorld().size() < 4) GTEST_SKIP() << "needs tensor 2 x pipeline 2 ranks";
   const int data = TestWorld().size() / 4;
-  for (const bool sequence_parallel : {false, true}) {
-    std::vector<std::string> sets = {"pipeline.stages=2", "model.tie_embeddings=false",
-                                     "zero_optimization.stage=3",
-                                     "zero_optimization.offload_optimizer.device=cpu"};
-    if (sequence_parallel) sets.push_back("tensor_parallel.sequence_parallel=true");
+  struct GridCase {
+    std::string what;
+    std::vector<std::string> sets;
+    bool tied;
+  };
+  const std::vector<std::string> zero3 = {"zero_optimization.stage=3",
+                                          "zero_optimization.offload_optimizer.device=cpu"};
+  std::vector<GridCase> cases = {{"ZeRO 3, cpu offload", zero3, false},
+                                 {"ZeRO 3, cpu offload, sequence parallel", zero3, false},
+                                 {"ZeRO 1, tied head", {"zero_optimization.stage=1"}, true}};
+  cases[1].sets.push_back("tensor_parallel.sequence_parallel=true");
+  for (const GridCase& c : cases) {
+    const std::string tie = std::string("model.tie_embeddings=") + (c.tied ? "true" : "false");
+    std::vector<std::string> sets = ModelOverrides("gpt2", 2);
     // Two micro-batches per step through the two stages.
+    for (const std::string& set :
+         {std::string("tensor_parallel.autotp_size=2"), std::string("pipeline.stages=2"), tie,
+          "train_micro_batch_size_per_gpu=" + std::to_string(kGlobalBatch / data / 2),
+          std::string("gradient_accumulation_steps=2")}) {
+      sets.push_back(set);
+    }
+    sets.insert(sets.end(), c.sets.begin(), c.sets.end());
     const Config config = LoadConfig(
-        test_util::TinyGptYaml(Corpus(), test_util::TempPath("grid3d")),
-        [&] {
-          std::vector<std::string> all = ModelOverrides("gpt2", 2);
-          all.push_back("tensor_parallel.autotp_size=2");
-          all.push_back("train_micro_batch_size_per_gpu=" +
-                        std::to_string(kGlobalBatch / data / 2));
-          all.push_back("gradient_accumulation_steps=2");
-          all.insert(all.end(), sets.begin(), sets.end());
-          return all;
-        }(),
-        TestWorld().size());
+        test_util::TinyGptYaml(Corpus(), test_util::TempPath("grid3d")), sets, TestWorld().size());
     std::unique_ptr<Trainer> trainer = MakeTrainer(config, TestWorld());
     const Curve run = test_util::TrainCurve(*trainer, kSteps);
-    const Curve& reference = Reference("gpt2", 2, {"model.tie_embeddings=false"});
-    const std::string what = std::string("tp 2 x pp 2 x dp ") + std::to_string(data) +
-                             ", ZeRO 3, cpu offload" +
-                             (sequence_parallel ? ", sequence parallel" : "");
+    const Curve& reference = Reference("gpt2", 2, {tie});
+    const std::string what = "tp 2 x pp 2 x dp " + std::to_string(data) + ", " + c.what;
     ExpectNear(run.losses, reference.losses, 0, what + " loss");
     ExpectNear(run.grad_norms, reference.grad_norms, 0, what + " gradient norm", kNormTolerance);
   }
