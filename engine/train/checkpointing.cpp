@@ -120,9 +120,10 @@ zero::ZeroRangeReader ThroughGlobalRuns(const model::ParameterRegistry& registry
                                                  float* dst) -> Status {
     const std::vector<parallel::GlobalRun> runs =
         parallel::GlobalRunsOf(registry.parameter(param).sharding, begin, end);
-    if (runs.size() == 1)
-      return global(param, runs[0].global_begin, runs[0].global_begin + runs[0].count, dst);
     if (runs.empty()) return OkStatus();
+    if (runs.size() == 1) {
+      return global(param, runs[0].global_begin, runs[0].global_begin + runs[0].count, dst);
+    }
     const int64_t first = runs.front().global_begin;
     const int64_t last = runs.back().global_begin + runs.back().count;
     std::vector<float> span(static_cast<size_t>(last - first));
