@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "engine/zero/partition_copy.h"
+
 namespace sluice::zero {
 
 std::vector<ops::CopySegment> ExtractOwnedSegments(const ShardLayout& layout) {
@@ -19,9 +21,9 @@ std::vector<ops::CopySegment> ExtractOwnedSegments(const ShardLayout& layout) {
 }
 
 std::vector<ops::CopySegment> UnpackGatheredSegments(const ShardLayout& layout,
-                                                     std::span<const int> run, int64_t header) {
-  int64_t piece = header;
-  for (int index : run) piece += layout.partitions()[static_cast<size_t>(index)].partition;
+                                                     std::span<const int> run, int64_t header,
+                                                     std::span<const int64_t> param_offset) {
+  const int64_t piece = header + RunElements(layout, run);
   std::vector<ops::CopySegment> segments;
   for (int r = 0; r < layout.world(); ++r) {
     int64_t at = r * piece + header;
@@ -29,9 +31,12 @@ std::vector<ops::CopySegment> UnpackGatheredSegments(const ShardLayout& layout,
       const PartitionInfo& p = layout.partitions()[static_cast<size_t>(index)];
       const ShardSpan owned = layout.Owned(p, r);
       if (owned.count > 0) {
-        segments.push_back({.src_offset = at,
-                            .dst_offset = p.full_offset + static_cast<int64_t>(owned.offset),
-                            .count = static_cast<int64_t>(owned.count)});
+        segments.push_back(
+            {.src_offset = at,
+             .dst_offset = (param_offset.empty() ? p.full_offset
+                                                 : param_offset[static_cast<size_t>(p.param)]) +
+                           static_cast<int64_t>(owned.offset),
+             .count = static_cast<int64_t>(owned.count)});
       }
       at += p.partition;
     }

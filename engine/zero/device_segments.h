@@ -19,9 +19,12 @@ namespace sluice::zero {
 
 // ExtractOwned: full flat buffer -> this rank's shard.
 std::vector<ops::CopySegment> ExtractOwnedSegments(const ShardLayout& layout);
-// UnpackGathered over `run` with `header` elements per rank piece: gathered -> full flat buffer.
+// UnpackGathered over `run` with `header` elements per rank piece: gathered -> the full flat
+// buffer, or, given `param_offset`, a dense buffer where parameter p starts at param_offset[p]
+// (a stage-3 unit's own buffer).
 std::vector<ops::CopySegment> UnpackGatheredSegments(const ShardLayout& layout,
-                                                     std::span<const int> run, int64_t header = 0);
+                                                     std::span<const int> run, int64_t header = 0,
+                                                     std::span<const int64_t> param_offset = {});
 
 // PackForReduceScatter, one list per partition of `run` (in run order): that partition's full
 // gradients -> every rank's piece of the bucket, zeros in its padding.

@@ -8,28 +8,6 @@
 
 namespace sluice::zero {
 
-std::vector<ops::CopySegment> UnpackRunSegments(const ShardLayout& layout, std::span<const int> run,
-                                                std::span<const int64_t> dense_offset,
-                                                int64_t header) {
-  const int64_t piece = header + RunElements(layout, run);
-  std::vector<ops::CopySegment> segments;
-  for (int r = 0; r < layout.world(); ++r) {
-    int64_t at = r * piece + header;
-    for (int index : run) {
-      const PartitionInfo& p = layout.partitions()[static_cast<size_t>(index)];
-      const ShardSpan owned = layout.Owned(p, r);
-      if (owned.count > 0) {
-        segments.push_back({.src_offset = at,
-                            .dst_offset = dense_offset[static_cast<size_t>(p.param)] +
-                                          static_cast<int64_t>(owned.offset),
-                            .count = static_cast<int64_t>(owned.count)});
-      }
-      at += p.partition;
-    }
-  }
-  return segments;
-}
-
 Result<std::unique_ptr<GatherPlan>> GatherPlan::Create(
     Stream& stream, const std::vector<std::vector<ops::CopySegment>>& unpack, int tags, int world) {
   std::unique_ptr<GatherPlan> plan(new GatherPlan());

@@ -23,12 +23,6 @@
 
 namespace sluice::zero {
 
-// UnpackGathered over `run` with `header` elements per rank piece, into a dense buffer where
-// parameter p starts at dense_offset[p.param]: gathered -> dense.
-std::vector<ops::CopySegment> UnpackRunSegments(const ShardLayout& layout, std::span<const int> run,
-                                                std::span<const int64_t> dense_offset,
-                                                int64_t header);
-
 class GatherPlan {
  public:
   // Uploads `unpack` (one segment list per run) to `stream`'s device (complete on return) and

@@ -7,6 +7,7 @@
 #include <bit>
 #include <string>
 
+#include "engine/zero/device_segments.h"
 #include "engine/zero/offload_options.h"
 #include "engine/zero/rank_agreement.h"
 #include "engine/zero/zero_placement.h"
@@ -149,10 +150,11 @@ Result<std::unique_ptr<ParameterCoordinator>> ParameterCoordinator::Create(
   // and the NVMe path's word (whose tag is known once its read completes) comes after them.
   std::vector<std::vector<ops::CopySegment>> unpack;
   for (const Group& g : c->groups_) {
-    unpack.push_back(UnpackRunSegments(layout, layout.units()[static_cast<size_t>(g.unit)].gathered,
-                                       c->dense_offset_, /*header=*/1));
+    unpack.push_back(UnpackGatheredSegments(layout,
+                                            layout.units()[static_cast<size_t>(g.unit)].gathered,
+                                            /*header=*/1, c->dense_offset_));
   }
-  unpack.push_back(UnpackRunSegments(layout, layout.persistent(), c->dense_offset_, 1));
+  unpack.push_back(UnpackGatheredSegments(layout, layout.persistent(), 1, c->dense_offset_));
   const int runs = static_cast<int>(unpack.size());
   SLUICE_ASSIGN_OR_RETURN(c->plan_,
                           GatherPlan::Create(queue.stream(), unpack, runs + 1, layout.world()));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/model/model.h"
+#include "engine/zero/device_segments.h"
 #include "engine/zero/partition_copy.h"
 #include "offload/dtype_convert.h"
 #include "tests/common/test_ops.h"
@@ -73,7 +74,7 @@ TEST(GatherPlan, UnpacksWhatUnpackGatheredUnpacks) {
     ASSERT_FALSE(runs.runs.back().empty()) << "the threshold keeps some parameters persistent";
     std::vector<std::vector<ops::CopySegment>> lists;
     for (const std::vector<int>& run : runs.runs) {
-      lists.push_back(UnpackRunSegments(layout, run, runs.dense_offset, kHeader));
+      lists.push_back(UnpackGatheredSegments(layout, run, kHeader, runs.dense_offset));
     }
     auto plan = GatherPlan::Create(**stream, lists, static_cast<int>(lists.size()), layout.world());
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
