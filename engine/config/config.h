@@ -122,6 +122,8 @@ struct ModelConfig {
   double norm_eps{};
   bool tie_embeddings{};
   DType dtype{};
+  // How the linear layers multiply fp32 matrices: fp32, tf32 or bf16 (ops::ParseMatmulPrecision).
+  std::string matmul_precision{};
   std::optional<std::string> init_from;
   double init_std{};
   // Checkpoint decoder blocks; the activation_checkpointing section says how.

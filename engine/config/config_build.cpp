@@ -263,6 +263,7 @@ void BuildModel(const SettingValues& v, Config* c) {
   m.tie_embeddings = v.GetBool("model.tie_embeddings");
   const std::string& dtype = v.GetString("model.dtype");
   m.dtype = dtype == "bf16" ? DType::kBF16 : dtype == "f16" ? DType::kF16 : DType::kF32;
+  m.matmul_precision = v.GetString("model.matmul_precision");
   m.init_from = v.FindString("model.init_from");
   m.init_std = v.GetFloat("model.init_std");
   m.activation_checkpointing = v.GetBool("model.activation_checkpointing");

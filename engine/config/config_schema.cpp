@@ -454,6 +454,12 @@ void AddModel(SettingsRegistry& r) {
       .Derived("bf16 if bf16.enabled, f16 if fp16.enabled, else f32")
       .Allowed({"bf16", "f16", "f32"})
       .Auto("from the bf16/fp16 sections");
+  r.Add("model.matmul_precision", T::kEnum,
+        "How the linear layers multiply fp32 matrices, as PyTorch's float32_matmul_precision: "
+        "fp32 exactly; tf32 or bf16 with the inputs rounded to that type and fp32 accumulation, "
+        "on a GPU's tensor cores (cuda only)")
+      .Default(std::string("fp32"))
+      .Allowed({"fp32", "tf32", "bf16"});
   r.Add("model.init_from", T::kString,
         "Initial weights: a safetensors file, index or folder (its config.json fills the model "
         "settings left unset), or a Sluice checkpoint (weights only, fresh optimizer)")

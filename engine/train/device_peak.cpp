@@ -125,12 +125,22 @@ PeakFlops MeasureCpuGemmPeak(int threads) {
   return it->second;
 }
 
-Result<RunPeak> MeasureRunPeak(Comm& world, const Device& device, int cpu_threads) {
+Result<RunPeak> MeasureRunPeak(Comm& world, const Device& device, int cpu_threads,
+                               ops::MatmulPrecision matmul) {
   RunPeak run;
   run.ranks = world.size();
   if (device.kind() == DeviceKind::kCuda) {
-    // The model computes in fp32 on the GPU (cuBLASLt without TF32): the fp32 rate is its peak.
-    std::optional<PeakFlops> table = CudaPeakFromTable(device.product(), Precision::kF32);
+    // The model computes in fp32 on the GPU; its products run at the rate of their matmul
+    // precision: fp32 without tensor cores, bf16 on them, TF32 at half the bf16 rate (as every
+    // NVIDIA datasheet since Ampere gives it).
+    const bool tensor_cores = matmul != ops::MatmulPrecision::kFp32;
+    std::optional<PeakFlops> table =
+        CudaPeakFromTable(device.product(), tensor_cores ? Precision::kBF16 : Precision::kF32);
+    if (table.has_value() && matmul == ops::MatmulPrecision::kTf32) {
+      table->flops_per_s /= 2;
+      table->dtype = "tf32";
+      table->source += "; TF32 at half the bf16 rate";
+    }
     if (table.has_value()) {
       run.rank = *table;
     } else {

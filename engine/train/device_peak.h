@@ -18,6 +18,7 @@
 #include "engine/train/precision.h"
 #include "runtime/comm.h"
 #include "runtime/device.h"
+#include "runtime/ops/ops_backend.h"
 #include "runtime/status.h"
 
 namespace sluice::train {
@@ -48,6 +49,7 @@ struct RunPeak {
   double total_flops_per_s = 0.0;  // summed over the ranks; 0 when any rank's is unknown
   int ranks = 1;
 };
-Result<RunPeak> MeasureRunPeak(Comm& world, const Device& device, int cpu_threads);
+Result<RunPeak> MeasureRunPeak(Comm& world, const Device& device, int cpu_threads,
+                               ops::MatmulPrecision matmul = ops::MatmulPrecision::kFp32);
 
 }  // namespace sluice::train

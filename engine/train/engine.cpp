@@ -70,6 +70,10 @@ Status Engine::BuildModel(const Config& config) {
   allocator_ = std::make_unique<model::DeviceAllocator>(*device_);
   SLUICE_ASSIGN_OR_RETURN(ops_,
                           ops::CreateOpsBackend(*device_, {.cpu_threads = config.device.threads}));
+  SLUICE_ASSIGN_OR_RETURN(matmul_precision_,
+                          ops::ParseMatmulPrecision(config.model.matmul_precision));
+  SLUICE_RETURN_IF_ERROR(
+      ops_->SetMatmulPrecision(matmul_precision_).WithContext("model.matmul_precision"));
 
   SLUICE_ASSIGN_OR_RETURN(model::ModelOptions model_options,
                           ModelOptionsFromConfig(config, PrecisionOf(config.model.dtype)));

@@ -85,6 +85,8 @@ class Engine {
   Device& device() const { return *device_; }
   model::Model<float>& model() const { return *model_; }
   zero::ZeroEngine& zero() const { return *zero_; }
+  // How the linear layers multiply fp32 matrices (model.matmul_precision).
+  ops::MatmulPrecision matmul_precision() const { return matmul_precision_; }
 
  private:
   Engine(const Config& config, Comm& world);
@@ -100,6 +102,7 @@ class Engine {
   std::unique_ptr<Device> device_;
   std::unique_ptr<model::DeviceAllocator> allocator_;
   std::unique_ptr<ops::OpsBackend> ops_;
+  ops::MatmulPrecision matmul_precision_ = ops::MatmulPrecision::kFp32;
   std::unique_ptr<model::Model<float>> model_;
   std::unique_ptr<zero::ZeroEngine> zero_;
   // pipeline.stages > 1: model_ is this rank's stage, and the steps run through the pipeline.

@@ -149,7 +149,8 @@ Status Trainer::Build() {
       "checking the run directory"));
   SLUICE_ASSIGN_OR_RETURN(engine_, Engine::Create(config_, *world_, grid));
   // What MFU is measured against: the GEMM this run computes with, on its threads.
-  SLUICE_ASSIGN_OR_RETURN(peak_, MeasureRunPeak(*world_, engine_->device(), num_threads_));
+  SLUICE_ASSIGN_OR_RETURN(
+      peak_, MeasureRunPeak(*world_, engine_->device(), num_threads_, engine_->matmul_precision()));
   SLUICE_RETURN_IF_ERROR(AgreeAcrossRanks(*world_, OpenData(), "opening the data"));
   SLUICE_RETURN_IF_ERROR(LoadStartingState());
   TakePeaks(nullptr);

@@ -84,17 +84,17 @@ struct MatmulCall {
 
 struct PlanKey {
   int64_t m, n, k, lda, ldb, ldd, aux_ld;
-  int32_t trans_a, trans_b, ab_type, d_type, epilogue;
+  int32_t trans_a, trans_b, ab_type, d_type, epilogue, compute;
   uint32_t align_a, align_b, align_d, align_bias, align_aux;
 
   auto Tie() const {
     return std::tie(m, n, k, lda, ldb, ldd, aux_ld, trans_a, trans_b, ab_type, d_type, epilogue,
-                    align_a, align_b, align_d, align_bias, align_aux);
+                    compute, align_a, align_b, align_d, align_bias, align_aux);
   }
   bool operator<(const PlanKey& other) const { return Tie() < other.Tie(); }
 };
 
-PlanKey KeyOf(const MatmulCall& call) {
+PlanKey KeyOf(const MatmulCall& call, cublasComputeType_t compute) {
   return PlanKey{call.m,
                  call.n,
                  call.k,
@@ -107,6 +107,7 @@ PlanKey KeyOf(const MatmulCall& call) {
                  static_cast<int32_t>(call.ab_type),
                  static_cast<int32_t>(call.d_type),
                  static_cast<int32_t>(call.epilogue),
+                 static_cast<int32_t>(compute),
                  AlignmentOf(call.a),
                  AlignmentOf(call.b),
                  AlignmentOf(call.d),
@@ -160,6 +161,7 @@ struct GemmContext::Impl {
   size_t workspace_bytes = 0;
   bool owns_workspace = false;
   bool force_unfused = false;
+  Fp32Math fp32_math = Fp32Math::kStrict;
   int64_t heuristic_queries = 0;
   int64_t unfused_epilogues = 0;
   std::map<PlanKey, std::unique_ptr<Plan>> plans;
@@ -189,10 +191,25 @@ LaunchStatus SetPointers(Plan& plan, const MatmulCall& call) {
   return LaunchStatus::Ok();
 }
 
+// fp32 inputs take the context's Fp32Math; bf16 inputs always accumulate in plain fp32.
+cublasComputeType_t ComputeTypeOf(const GemmContext::Impl& ctx, const MatmulCall& call) {
+  if (call.ab_type != CUDA_R_32F) return CUBLAS_COMPUTE_32F;
+  switch (ctx.fp32_math) {
+    case Fp32Math::kTf32:
+      return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case Fp32Math::kBf16:
+      return CUBLAS_COMPUTE_32F_FAST_16BF;
+    case Fp32Math::kStrict:
+      break;
+  }
+  return CUBLAS_COMPUTE_32F;
+}
+
 LaunchStatus BuildPlan(GemmContext::Impl& ctx, const MatmulCall& call, const PlanKey& key,
                        std::unique_ptr<Plan>* out) {
   auto plan = std::make_unique<Plan>();
-  SLUICE_CUBLAS_LAUNCH_TRY(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  SLUICE_CUBLAS_LAUNCH_TRY(cublasLtMatmulDescCreate(
+      &plan->desc, static_cast<cublasComputeType_t>(key.compute), CUDA_R_32F));
   const cublasOperation_t op_a = call.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = call.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   SLUICE_CUBLAS_LAUNCH_TRY(SetDesc(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a));
@@ -266,7 +283,7 @@ LaunchStatus BuildPlan(GemmContext::Impl& ctx, const MatmulCall& call, const Pla
 LaunchStatus RunMatmul(GemmContext::Impl& ctx, const MatmulCall& call, cudaStream_t stream,
                        bool* refused) {
   *refused = false;
-  const PlanKey key = KeyOf(call);
+  const PlanKey key = KeyOf(call, ComputeTypeOf(ctx, call));
   auto found = ctx.plans.find(key);
   if (found == ctx.plans.end()) {
     std::unique_ptr<Plan> plan;
@@ -398,6 +415,8 @@ int64_t GemmContext::heuristic_queries() const { return impl_->heuristic_queries
 int64_t GemmContext::unfused_epilogues() const { return impl_->unfused_epilogues; }
 size_t GemmContext::cached_plans() const { return impl_->plans.size(); }
 void GemmContext::set_force_unfused_epilogues(bool force) { impl_->force_unfused = force; }
+void GemmContext::set_fp32_math(Fp32Math math) { impl_->fp32_math = math; }
+Fp32Math GemmContext::fp32_math() const { return impl_->fp32_math; }
 void* GemmContext::workspace() const { return impl_->workspace; }
 size_t GemmContext::workspace_bytes() const { return impl_->workspace_bytes; }
 

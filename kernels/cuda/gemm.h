@@ -3,9 +3,11 @@
 // kernels/ref/ops_linear.h: dx is overwritten, dw and db are accumulated (+=), a null gradient
 // pointer skips that gradient. All matrices are row-major and densely packed.
 //
-// Precision: every product uses CUBLAS_COMPUTE_32F (fp32 accumulation, never TF32, so the fp32
-// path matches the reference to ~1e-5). With T = __nv_bfloat16 the activations, weight, bias and
-// dx are bf16, the parameter gradients dw and db are fp32 (cuBLASLt's bf16 A/B with fp32 C/D).
+// Precision: by default every product uses CUBLAS_COMPUTE_32F (fp32 accumulation, never TF32, so
+// the fp32 path matches the reference to ~1e-5). A context's Fp32Math may trade that for tensor
+// cores on fp32 data, as PyTorch's float32_matmul_precision does: TF32 or bf16 inputs (rounded
+// by cuBLAS), fp32 accumulation and output. With T = __nv_bfloat16 the activations, weight, bias
+// and dx are bf16, the parameter gradients dw and db are fp32 (cuBLASLt's bf16 A/B with fp32 C/D).
 //
 // Row-major [R, C] with leading dimension C is, to column-major cuBLASLt, the matrix [C, R]: its
 // transpose. Each product is therefore issued as its transpose (see gemm.cpp for the mapping of
@@ -32,6 +34,11 @@
 #include "kernels/cuda/launch_status.h"
 
 namespace sluice::kernels::cuda {
+
+// How products of fp32 matrices are computed: strictly in fp32, or with the inputs rounded to TF32
+// (CUBLAS_COMPUTE_32F_FAST_TF32) or bf16 (CUBLAS_COMPUTE_32F_FAST_16BF) on the tensor cores;
+// fp32 accumulation and output either way.
+enum class Fp32Math { kStrict, kTf32, kBf16 };
 
 class GemmContext {
  public:
@@ -60,6 +67,9 @@ class GemmContext {
   size_t cached_plans() const;
   // Tests: never ask cuBLASLt for a bias / GELU epilogue, always take the fallback.
   void set_force_unfused_epilogues(bool force);
+  // The math of fp32 products planned from now on (plans are cached per math); kStrict by default.
+  void set_fp32_math(Fp32Math math);
+  Fp32Math fp32_math() const;
 
   void* workspace() const;
   size_t workspace_bytes() const;

@@ -150,6 +150,34 @@ Status OpsBackend::CheckCompute(std::string_view op, std::string_view name, cons
   return OkStatus();
 }
 
+std::string_view MatmulPrecisionName(MatmulPrecision precision) {
+  switch (precision) {
+    case MatmulPrecision::kFp32:
+      return "fp32";
+    case MatmulPrecision::kTf32:
+      return "tf32";
+    case MatmulPrecision::kBf16:
+      return "bf16";
+  }
+  return "?";
+}
+
+Result<MatmulPrecision> ParseMatmulPrecision(std::string_view name) {
+  for (MatmulPrecision p :
+       {MatmulPrecision::kFp32, MatmulPrecision::kTf32, MatmulPrecision::kBf16}) {
+    if (name == MatmulPrecisionName(p)) return p;
+  }
+  return InvalidArgumentError("matmul precision '{}': expected fp32, tf32 or bf16", name);
+}
+
+Status OpsBackend::SetMatmulPrecision(MatmulPrecision precision) {
+  if (precision == MatmulPrecision::kFp32) return OkStatus();
+  return UnimplementedError(
+      "matmul precision {} is not supported by the {} ops backend, which multiplies fp32 "
+      "matrices in fp32 only: use fp32 (TF32 and bf16 tensor-core products need a cuda device)",
+      MatmulPrecisionName(precision), name());
+}
+
 Status OpsBackend::LinearForward(Stream& stream, const LinearForwardArgs& a) {
   constexpr std::string_view kOp = "LinearForward";
   ArgCheck check(kOp, device(), "x", a.x, CheckCompute(kOp, "x", a.x));

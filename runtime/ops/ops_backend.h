@@ -238,6 +238,14 @@ struct AdamStepArgs {
   float grad_scale = 1.0f;  // loss-scale inverse times clip coefficient
 };
 
+// How the linear layers multiply fp32 matrices, a run-time choice like PyTorch's
+// float32_matmul_precision: kFp32 exactly; kTf32 / kBf16 with the inputs rounded to TF32 / bf16
+// and fp32 accumulation and output, on a GPU's tensor cores.
+enum class MatmulPrecision { kFp32, kTf32, kBf16 };
+std::string_view MatmulPrecisionName(MatmulPrecision precision);
+// "fp32", "tf32" or "bf16" (the model.matmul_precision setting).
+Result<MatmulPrecision> ParseMatmulPrecision(std::string_view name);
+
 class OpsBackend {
  public:
   virtual ~OpsBackend() = default;
@@ -253,6 +261,9 @@ class OpsBackend {
   // Whether the ops take a piece of the vocabulary (VocabShard, CrossEntropyShard*): the host
   // columns; not cuda yet, whose calls with a piece are Unimplemented.
   virtual bool SupportsVocabShards() const { return true; }
+  // Sets the math of the fp32 products enqueued from now on (kFp32 until set). The host columns
+  // compute in fp32 only and refuse the others (Unimplemented, naming the precision).
+  virtual Status SetMatmulPrecision(MatmulPrecision precision);
 
   // Drops the scratch memory kept for `stream` (freed on it, stream-ordered). Call before
   // destroying a stream the backend outlives.

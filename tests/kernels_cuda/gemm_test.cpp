@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -26,6 +27,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kernels/ref/ops_activation.h"
@@ -698,6 +700,55 @@ TEST(CudaGemm, GeneralGemmMatchesReference) {
                           0.0f, ++seed);
   CheckGemm<float, float>(*ctx, {false, false, GemmDtype::kF32, GemmDtype::kF32}, 5, 6, 0, 2, 1.0f,
                           1.0f, ++seed);
+}
+
+// Fp32Math kTf32 / kBf16: fp32 data multiplied on the tensor cores with the inputs rounded to
+// TF32 / bf16 (unit roundoff u = 2^-11 / 2^-8, or twice that if cuBLAS truncates) and fp32
+// accumulation. Each term x·w is then off by at most ~2·(2u) of |x·w|, so the bound is
+// 4u·Σ|x||w| per output against the exact sum. And the mode must take effect: its error is far
+// above the strict mode's (~1e-7), on the same context, whose plans are cached per math.
+TEST(CudaGemm, FastFp32MathStaysWithinTheRoundingOfItsInputs) {
+  SLUICE_SKIP_WITHOUT_GPU();
+  auto ctx = MakeContext();
+  ASSERT_NE(ctx, nullptr);
+  TestStream stream;
+  const int64_t rows = 64, in = 256, out = 96;
+  Rng rng(77);
+  const std::vector<float> x = rng.Uniform(rows * in);
+  const std::vector<float> w = rng.Uniform(out * in);
+  DeviceArray<float> dx(x), dw(w), dy(static_cast<size_t>(rows * out));
+  // The largest error relative to Σ|x||w|, for the math the context has now.
+  const auto worst_error = [&]() -> double {
+    const LaunchStatus launched = LinearForward<float>(*ctx, dx.data(), dw.data(), nullptr,
+                                                       dy.data(), rows, in, out, stream.get());
+    EXPECT_TRUE(launched.ok()) << launched.ToString();
+    const std::vector<float> y = dy.Download();
+    double worst = 0.0;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t o = 0; o < out; ++o) {
+        double exact = 0.0, magnitude = 0.0;
+        for (int64_t k = 0; k < in; ++k) {
+          const double term = double(x[r * in + k]) * double(w[o * in + k]);
+          exact += term;
+          magnitude += std::fabs(term);
+        }
+        worst = std::max(worst, std::fabs(double(y[r * out + o]) - exact) / magnitude);
+      }
+    }
+    return worst;
+  };
+  const double strict = worst_error();
+  EXPECT_LT(strict, 1e-6);
+  for (const auto& [math, u] : {std::pair{Fp32Math::kTf32, std::ldexp(1.0, -11)},
+                                std::pair{Fp32Math::kBf16, std::ldexp(1.0, -8)}}) {
+    ctx->set_fp32_math(math);
+    EXPECT_EQ(ctx->fp32_math(), math);
+    const double fast = worst_error();
+    EXPECT_LE(fast, 4 * u) << "math " << static_cast<int>(math);
+    EXPECT_GT(fast, 10 * strict) << "math " << static_cast<int>(math) << " did not take effect";
+  }
+  ctx->set_fp32_math(Fp32Math::kStrict);
+  EXPECT_EQ(worst_error(), strict) << "the strict plan is cached apart from the fast ones";
 }
 
 }  // namespace

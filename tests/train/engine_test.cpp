@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/data/data_loader.h"
 #include "engine/train/lr_schedule.h"
@@ -128,6 +129,27 @@ TEST(EngineTest, PlanRefusesAGridTheWorldCannotHold) {
   ASSERT_FALSE(grid.ok());
   EXPECT_NE(grid.status().message().find("pipeline.stages 3"), std::string::npos)
       << grid.status().ToString();
+}
+
+// Tensor-core matmul precisions are a GPU's: the cpu device refuses them naming the setting and
+// the precision; fp32 is taken.
+TEST(EngineTest, TheCpuDeviceRefusesAMatmulPrecisionBelowFp32) {
+  for (const char* precision : {"tf32", "bf16"}) {
+    Config config = TinyGptConfig({std::string("model.matmul_precision=") + precision});
+    Result<parallel::ProcessGrid> grid = PlanEngine(&config, 1);
+    ASSERT_TRUE(grid.ok()) << grid.status().ToString();
+    Result<std::unique_ptr<Comm>> world = CreateTrainWorld(config);
+    ASSERT_TRUE(world.ok()) << world.status().ToString();
+    Result<std::unique_ptr<Engine>> engine = Engine::Create(config, **world, *grid);
+    ASSERT_FALSE(engine.ok()) << precision;
+    EXPECT_EQ(engine.status().code(), StatusCode::kUnimplemented);
+    for (const std::string& named : std::vector<std::string>{
+             "model.matmul_precision", std::string("precision ") + precision, "cpu ops backend"}) {
+      EXPECT_NE(engine.status().message().find(named), std::string::npos)
+          << named << " in " << engine.status().ToString();
+    }
+  }
+  EXPECT_NE(Drive(TinyGptConfig({"model.matmul_precision=fp32"})), nullptr);
 }
 
 }  // namespace

@@ -66,6 +66,18 @@ kernels::AttentionDims Dims(const Tensor& q, const Tensor& k) {
           .head_dim = q.dim(3)};
 }
 
+kc::Fp32Math Fp32MathOf(MatmulPrecision precision) {
+  switch (precision) {
+    case MatmulPrecision::kTf32:
+      return kc::Fp32Math::kTf32;
+    case MatmulPrecision::kBf16:
+      return kc::Fp32Math::kBf16;
+    case MatmulPrecision::kFp32:
+      break;
+  }
+  return kc::Fp32Math::kStrict;
+}
+
 class CudaOpsBackend : public OpsBackend {
  public:
   explicit CudaOpsBackend(Device& device) : OpsBackend(device), scratch_(device) {}
@@ -205,6 +217,13 @@ class CudaOpsBackend : public OpsBackend {
   // The vocabulary-parallel kernels (kernels/ref/ops_vocab_shard.h) exist on the host columns
   // only so far.
   bool SupportsVocabShards() const override { return false; }
+
+  Status SetMatmulPrecision(MatmulPrecision precision) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    fp32_math_ = Fp32MathOf(precision);
+    for (auto& [id, state] : gemm_) state.context->set_fp32_math(fp32_math_);
+    return OkStatus();
+  }
   static Status NoVocabShards(std::string_view op) {
     return UnimplementedError(
         "{}: the cuda ops backend has no kernels for a piece of the vocabulary (tensor "
@@ -447,6 +466,7 @@ class CudaOpsBackend : public OpsBackend {
         "cuBLASLt context for " + stream.name(),
         kc::GemmContext::Create(state.workspace.data(), state.workspace.size(), &state.context)));
     kc::GemmContext* context = state.context.get();
+    context->set_fp32_math(fp32_math_);
     gemm_.emplace(stream.id(), std::move(state));
     return context;
   }
@@ -454,6 +474,7 @@ class CudaOpsBackend : public OpsBackend {
   ScratchPool scratch_;
   std::mutex mu_;
   std::unordered_map<uint64_t, GemmState> gemm_;  // by stream id
+  kc::Fp32Math fp32_math_ = kc::Fp32Math::kStrict;
 };
 
 }  // namespace
