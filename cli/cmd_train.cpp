@@ -117,10 +117,10 @@ Result<int> RunTrain(const TrainOptions& options) {
 
 void AddTrainCommand(CLI::App& parent) {
   auto options = std::make_shared<TrainOptions>();
-  CLI::App* cmd = parent.add_subcommand(
-      "train",
-      "Train a model with ZeRO on the CPU device, on every MPI rank (mpirun or sluice launch; one "
-      "rank without); writes metrics.jsonl and a summary");
+  CLI::App* cmd = parent.add_subcommand("train",
+                                        "Train a model with ZeRO on the CPU device or a GPU, on "
+                                        "every MPI rank (mpirun or sluice launch; one "
+                                        "rank without); writes metrics.jsonl and a summary");
   cmd->add_option("--config", options->config,
                   "Config file (.yaml, .yml or .json; DeepSpeed keys plus model/data/device/run); "
                   "repeatable: later files win key by key (e.g. --config base.yaml --config "

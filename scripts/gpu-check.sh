@@ -103,6 +103,36 @@ if [[ -x $root/bin/sluice && -f data/demo_corpus.txt ]]; then
   done
 fi
 
+# Issue 19's offload comparison: the same 271M-parameter Llama (configs/llama_gpu_offload.yaml)
+# without offload (fp32, TF32 and bf16 products), then with bf16 products at stage 3, with
+# ZeRO-Offload (stage 2, the optimizer in pinned host memory), at stage 3 with the optimizer and
+# then the parameters too on the host, and on NVMe (a swap folder on this machine's disk). The
+# stage-2 offload run writes a Perfetto trace.
+if [[ -x $root/bin/sluice && -f data/demo_corpus.txt ]]; then
+  swap=$(mktemp -d /tmp/sluice-swap.XXXXXX)
+  offload_run() {  # offload_run NAME OVERRIDES...
+    local name=$1
+    shift
+    local sets=()
+    for o in "$@"; do sets+=(--set "$o"); done
+    step "train_offload_$name" 90 "$root/bin/sluice" train --config configs/llama_gpu_offload.yaml \
+      --run-dir "$out/offload_$name" --overwrite --progress plain "${sets[@]}"
+  }
+  z=zero_optimization
+  bf16=model.matmul_precision=bf16
+  offload_run none
+  offload_run none_tf32 model.matmul_precision=tf32
+  offload_run none_bf16 $bf16
+  offload_run stage2_cpu_opt_bf16 $bf16 $z.stage=2 $z.offload_optimizer.device=cpu run.trace=true
+  offload_run stage3_bf16 $bf16 $z.stage=3
+  offload_run stage3_cpu_opt_bf16 $bf16 $z.stage=3 $z.offload_optimizer.device=cpu
+  offload_run stage3_cpu_all_bf16 $bf16 $z.stage=3 $z.offload_optimizer.device=cpu \
+    $z.offload_param.device=cpu
+  offload_run stage3_nvme_all_bf16 $bf16 $z.stage=3 $z.offload_optimizer.device=nvme \
+    $z.offload_optimizer.nvme_path="$swap" $z.offload_param.device=nvme $z.offload_param.nvme_path="$swap"
+  rm -rf "$swap"
+fi
+
 if [[ -x $root/bin/bench_kernels ]]; then
   step bench_kernels 240 "$root/bin/bench_kernels" --json "$out/bench_kernels.json"
 fi

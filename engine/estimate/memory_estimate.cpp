@@ -169,6 +169,12 @@ struct OptimizerPlacement {
   Count offloaded;
 };
 
+bool SplitsOptimizer(const Context& c) {
+  const OffloadOptimizerConfig& oo = c.z->offload_optimizer;
+  return oo.device != OffloadDevice::kNone && oo.partial() &&
+         !(oo.ratio_auto && c.auto_offloads_all);
+}
+
 OptimizerPlacement PlaceOptimizer(const Context& c, const Count& elements) {
   const OffloadOptimizerConfig& oo = c.z->offload_optimizer;
   OptimizerPlacement place;
@@ -176,7 +182,7 @@ OptimizerPlacement PlaceOptimizer(const Context& c, const Count& elements) {
     place.device = elements;
     return place;
   }
-  place.split = oo.partial() && !(oo.ratio_auto && c.auto_offloads_all);
+  place.split = SplitsOptimizer(c);
   if (!place.split) {
     place.offloaded = elements;
     return place;
@@ -390,6 +396,14 @@ void AddZeroEngine(const Context& c, ItemList& items, std::vector<std::string>& 
     consider(kF32 * reducer.staging_elements,
              fmt::format("4 B x the largest reduce-scatter bucket (N x its partitions) = 4 x {}",
                          FormatCount(reducer.staging_elements)));
+    if (z.offload_optimizer.device != OffloadDevice::kNone && !SplitsOptimizer(c)) {
+      // The reduced piece of each bucket is copied out to pinned memory and added into the host
+      // gradient shard there (engine/zero/reduce_scatter_reducer.h).
+      items.Add("reduced gradient bucket copied out for the host shard", MemoryTier::kHostPinned,
+                MemoryCategory::kGrads, kF32 * (reducer.staging_elements / c.n),
+                fmt::format("4 B x this rank's piece of the largest bucket = 4 x {}",
+                            FormatCount(reducer.staging_elements / c.n)));
+    }
     if (z.overlap_comm) {
       notes.push_back(
           "overlap_comm: the gradient buckets are assumed to complete as fast as the backward "

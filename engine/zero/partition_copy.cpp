@@ -52,6 +52,8 @@ void AccumulateIntoShard(const ShardLayout& layout, std::span<const int> run, co
   for (int index : run) {
     const PartitionInfo& p = layout.partitions()[static_cast<size_t>(index)];
     float* out = grad_shard + p.shard_offset;
+    // Each element is one addition: any split over threads gives the same bits.
+#pragma omp parallel for schedule(static) if (p.partition >= (int64_t{1} << 20))
     for (int64_t i = 0; i < p.partition; ++i) out[i] += piece[i];
     piece += p.partition;
   }

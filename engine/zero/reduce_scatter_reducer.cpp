@@ -13,7 +13,8 @@ namespace sluice::zero {
 ReduceScatterReducer::ReduceScatterReducer(const model::ParameterRegistry& registry,
                                            const ShardLayout& layout, CommQueue& queue,
                                            Stream& compute, ZeroBinding& binding, float* grad_shard,
-                                           int64_t bucket_size, ops::OpsBackend* ops)
+                                           bool shard_on_host, int64_t bucket_size,
+                                           ops::OpsBackend& ops)
     : registry_(&registry),
       layout_(&layout),
       queue_(&queue),
@@ -23,7 +24,8 @@ ReduceScatterReducer::ReduceScatterReducer(const model::ParameterRegistry& regis
       bucket_size_(bucket_size),
       writes_(StorageUnitsReadBy(registry)),
       unit_grads_(registry.units().size()),
-      ops_(ops) {}
+      ops_(&ops),
+      shard_on_host_(shard_on_host) {}
 
 ReduceScatterReducer::~ReduceScatterReducer() {
   // Buckets still queued read the unit buffers.
@@ -126,45 +128,61 @@ Status ReduceScatterReducer::Flush() {
   SLUICE_RETURN_IF_ERROR(queue_->OrderAfter(*compute_));
   Bucket bucket = std::move(open_);
   open_ = Bucket();
-  const ShardLayout* layout = layout_;
-  const int64_t piece = RunElements(*layout, bucket.run);
-  const size_t total = static_cast<size_t>(piece) * static_cast<size_t>(layout->world());
-  float* grad_shard = grad_shard_;
-  const int rank = layout->rank();
-  std::vector<const float*> by_param(registry_->parameters().size(), nullptr);
-  for (size_t i = 0; i < bucket.run.size(); ++i) {
-    by_param[static_cast<size_t>(layout->partitions()[static_cast<size_t>(bucket.run[i])].param)] =
-        bucket.sources[i];
-  }
-  SLUICE_ASSIGN_OR_RETURN(
-      void* staging, queue_->Staging(total * sizeof(float), "a gradient reduce-scatter bucket"));
+  const int64_t piece = RunElements(*layout_, bucket.run);
+  const int64_t total = piece * layout_->world();
+  SLUICE_ASSIGN_OR_RETURN(void* staging, queue_->Staging(static_cast<size_t>(total) * sizeof(float),
+                                                         "a gradient reduce-scatter bucket"));
   float* full = static_cast<float*>(staging);
-  if (ops_ != nullptr) {
-    SLUICE_RETURN_IF_ERROR(FlushOnDevice(bucket, piece, full));
-    for (DeviceBuffer& source : bucket.release) source.FreeAsync(queue_->stream());
-    ++stats_.buckets;
-    stats_.reduced_elements += bucket.numel;
-    return OkStatus();
+  if (shard_on_host_ && host_piece_.empty()) {
+    SLUICE_ASSIGN_OR_RETURN(
+        host_piece_, queue_->device().AllocatePinnedHost(LargestStagingBytes() / layout_->world(),
+                                                         MemoryCategory::kGrads));
   }
-  auto op = [layout, run = bucket.run, by_param = std::move(by_param), total, piece, rank,
-             grad_shard, full](Comm& comm) -> Status {
-    PackForReduceScatter(
-        *layout, run,
-        [&by_param](const PartitionInfo& p) { return by_param[static_cast<size_t>(p.param)]; },
-        full);
-    float* mine = full + static_cast<size_t>(rank) * static_cast<size_t>(piece);
-    Status status = comm.ReduceScatter(full, mine, total, DType::kF32, ReduceOp::kAvg);
-    if (status.ok()) AccumulateIntoShard(*layout, run, mine, grad_shard);
-    return status;
+  SLUICE_ASSIGN_OR_RETURN(const BucketMoves* moves, MovesFor(bucket.run));
+  Stream& stream = queue_->stream();
+  Device& device = queue_->device();
+  const int index = device.index();
+  const Tensor staging_view(full, DType::kF32, {total}, MemoryTier::kDevice, index);
+  for (size_t i = 0; i < bucket.run.size(); ++i) {
+    const PartitionInfo& p = layout_->partitions()[static_cast<size_t>(bucket.run[i])];
+    SLUICE_RETURN_IF_ERROR(
+        ops_->CopySegments(stream,
+                           Tensor(const_cast<float*>(bucket.sources[i]), DType::kF32, {p.numel},
+                                  MemoryTier::kDevice, index),
+                           staging_view, moves->packs[i]->list()));
+  }
+  float* mine = full + layout_->rank() * piece;
+  const auto accumulate = [&](Stream& s) -> Status {
+    if (!shard_on_host_) {
+      return ops_->AccumulateSegments(
+          s, Tensor(mine, DType::kF32, {piece}, MemoryTier::kDevice, index),
+          Tensor(grad_shard_, DType::kF32, {layout_->shard_elements()}, MemoryTier::kDevice, index),
+          moves->accumulate->list());
+    }
+    float* host_piece = host_piece_.data_as<float>();
+    SLUICE_RETURN_IF_ERROR(device.CopyAsync(
+        host_piece, mine, static_cast<size_t>(piece) * sizeof(float), CopyKind::kD2H, s));
+    return device.LaunchHostFunc(
+        s,
+        [layout = layout_, run = bucket.run, host_piece, grad_shard = grad_shard_] {
+          AccumulateIntoShard(*layout, run, host_piece, grad_shard);
+          return OkStatus();
+        },
+        "accumulate a reduced gradient bucket into the host shard");
   };
-  SLUICE_ASSIGN_OR_RETURN(
-      CommTicket ticket,
-      queue_->Enqueue(fmt::format("reduce_scatter grads ({} params, {} elements)",
-                                  bucket.run.size(), bucket.numel),
-                      total * sizeof(float), std::move(op)));
+  SLUICE_ASSIGN_OR_RETURN(CommTicket ticket,
+                          queue_->Enqueue(
+                              fmt::format("reduce_scatter grads ({} params, {} elements)",
+                                          bucket.run.size(), bucket.numel),
+                              static_cast<uint64_t>(total) * sizeof(float),
+                              [full, mine, total](Comm& comm) {
+                                return comm.ReduceScatter(full, mine, static_cast<size_t>(total),
+                                                          DType::kF32, ReduceOp::kAvg);
+                              },
+                              accumulate));
   // Read by the packing, after the backward that wrote them (the comm stream is ordered after
   // it): free once the comm stream is past the packing.
-  for (DeviceBuffer& source : bucket.release) source.FreeAsync(queue_->stream());
+  for (DeviceBuffer& source : bucket.release) source.FreeAsync(stream);
   in_flight_.push_back(std::move(ticket));
   ++stats_.buckets;
   stats_.reduced_elements += bucket.numel;
@@ -187,41 +205,6 @@ Result<const ReduceScatterReducer::BucketMoves*> ReduceScatterReducer::MovesFor(
       DeviceSegments::Create(queue_->stream(), AccumulateIntoShardSegments(*layout_, run),
                              "a gradient accumulation"));
   return &moves_.emplace(run, std::move(moves)).first->second;
-}
-
-Status ReduceScatterReducer::FlushOnDevice(const Bucket& bucket, int64_t piece, float* full) {
-  SLUICE_ASSIGN_OR_RETURN(const BucketMoves* moves, MovesFor(bucket.run));
-  Stream& stream = queue_->stream();
-  const int index = queue_->device().index();
-  const int64_t total = piece * layout_->world();
-  const Tensor staging(full, DType::kF32, {total}, MemoryTier::kDevice, index);
-  for (size_t i = 0; i < bucket.run.size(); ++i) {
-    const PartitionInfo& p = layout_->partitions()[static_cast<size_t>(bucket.run[i])];
-    SLUICE_RETURN_IF_ERROR(
-        ops_->CopySegments(stream,
-                           Tensor(const_cast<float*>(bucket.sources[i]), DType::kF32, {p.numel},
-                                  MemoryTier::kDevice, index),
-                           staging, moves->packs[i]->list()));
-  }
-  float* mine = full + layout_->rank() * piece;
-  const auto accumulate = [&](Stream& s) {
-    return ops_->AccumulateSegments(
-        s, Tensor(mine, DType::kF32, {piece}, MemoryTier::kDevice, index),
-        Tensor(grad_shard_, DType::kF32, {layout_->shard_elements()}, MemoryTier::kDevice, index),
-        moves->accumulate->list());
-  };
-  SLUICE_ASSIGN_OR_RETURN(CommTicket ticket,
-                          queue_->Enqueue(
-                              fmt::format("reduce_scatter grads ({} params, {} elements)",
-                                          bucket.run.size(), bucket.numel),
-                              static_cast<uint64_t>(total) * sizeof(float),
-                              [full, mine, total](Comm& comm) {
-                                return comm.ReduceScatter(full, mine, static_cast<size_t>(total),
-                                                          DType::kF32, ReduceOp::kAvg);
-                              },
-                              accumulate));
-  in_flight_.push_back(std::move(ticket));
-  return OkStatus();
 }
 
 Status ReduceScatterReducer::EndPass() {

@@ -4,8 +4,10 @@
 // (reduce_bucket_size elements at most, a bigger parameter alone); a full bucket is, on the comm
 // stream: packed rank-major by partition (shard_layout.h), reduce-scattered (averaged), and this
 // rank's piece added into its fp32 gradient shard, which so accumulates the micro-batches in
-// fp32 (CopySegments and AccumulateSegments for a device shard). A unit's gradient buffer is freed
-// on the comm stream once its last bucket has been packed.
+// fp32. The packing is CopySegments; a device shard takes the piece by AccumulateSegments, the
+// offloaded optimizer's host shard by a copy into pinned memory and host code on it (ZeRO-Offload's
+// bucketed device-to-host gradient copies). A unit's gradient buffer is freed on the comm stream
+// once its last bucket has been packed.
 #pragma once
 
 #include <cstdint>
@@ -28,13 +30,11 @@ namespace sluice::zero {
 class ReduceScatterReducer final : public GradientReducer {
  public:
   // `grad_shard` (layout.shard_elements() floats) and everything else must outlive the reducer.
-  // `compute` is the stream the backward accumulates the unit gradients on. With `ops` the shard
-  // is device memory: the packing and the accumulation are ops-table work on the comm stream
-  // (segment lists built once per bucket); without, it is the offloaded optimizer's host shard,
-  // packed and accumulated by host code next to the collective.
+  // `compute` is the stream the backward accumulates the unit gradients on. `shard_on_host`: the
+  // shard is the offloaded optimizer's host memory, else device memory.
   ReduceScatterReducer(const model::ParameterRegistry& registry, const ShardLayout& layout,
                        CommQueue& queue, Stream& compute, ZeroBinding& binding, float* grad_shard,
-                       int64_t bucket_size, ops::OpsBackend* ops);
+                       bool shard_on_host, int64_t bucket_size, ops::OpsBackend& ops);
   ~ReduceScatterReducer() override;
 
   Status BeginPass(bool boundary) override;
@@ -78,10 +78,11 @@ class ReduceScatterReducer final : public GradientReducer {
     std::unique_ptr<DeviceSegments> accumulate;
   };
   Result<const BucketMoves*> MovesFor(const std::vector<int>& run);
-  Status FlushOnDevice(const Bucket& bucket, int64_t piece, float* full);
 
   Bucket open_;
-  ops::OpsBackend* ops_;                           // null: the shard is host memory
+  ops::OpsBackend* ops_;
+  bool shard_on_host_;
+  PinnedBuffer host_piece_;  // a host shard's reduced piece, copied out of the staging buffer
   std::map<std::vector<int>, BucketMoves> moves_;  // by the bucket's run
   std::deque<CommTicket> in_flight_;
   int64_t live_gradient_elements_ = 0;

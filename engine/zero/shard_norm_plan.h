@@ -26,6 +26,10 @@ struct NormBlocks {
 };
 NormBlocks BuildNormBlocks(const ShardLayout& layout, const NormCounted& counted = {});
 
+// LocalSquaredSum of a shard in host memory with LocalSquaredSum's bits: each block summed in
+// order by one of `threads` threads, the block sums added in block order.
+double HostSquaredSum(const NormBlocks& blocks, const float* grad_shard, int threads);
+
 class ShardNormPlan {
  public:
   // Uploads the layout's blocks of the counted parameters to `stream`'s device (complete on

@@ -16,7 +16,9 @@ Result<std::unique_ptr<StepGuard>> StepGuard::Create(const StepGuardOptions& opt
                                                      ops::OpsBackend& ops, Stream& compute,
                                                      CommQueue& queue) {
   std::unique_ptr<StepGuard> guard(new StepGuard(options, layout, ops, compute, queue));
-  if (!grads_on_host) {
+  if (grads_on_host) {
+    guard->host_blocks_ = BuildNormBlocks(layout, options.counted);
+  } else {
     SLUICE_ASSIGN_OR_RETURN(guard->norm_plan_,
                             ShardNormPlan::Create(compute, layout, options.counted));
     if (options.param_dtype == DType::kF16) {
@@ -61,7 +63,7 @@ Result<double> StepGuard::LocalSquaredSum(float* grads) {
   if (norm_plan_ != nullptr) return norm_plan_->LocalSquaredSum(*ops_, *compute_, grads);
   // The offloaded optimizer's host shard: the host sums it once the passes wrote it.
   SLUICE_RETURN_IF_ERROR(compute_->Synchronize());
-  return zero::LocalSquaredSum(*layout_, grads, options_.counted);
+  return HostSquaredSum(host_blocks_, grads, options_.num_threads);
 }
 
 Result<double> StepGuard::SumOverModelParallel(double data_sum) {

@@ -87,6 +87,7 @@ class StepGuard {
   Stream* compute_;
   CommQueue* queue_;
   std::unique_ptr<ShardNormPlan> norm_plan_;  // device-resident gradients only
+  NormBlocks host_blocks_;                    // host-resident gradients only
   DeviceBuffer f16_block_;                    // fp16 with device-resident gradients only
 };
 

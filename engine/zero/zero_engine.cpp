@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -74,31 +73,14 @@ ZeroEngine::~ZeroEngine() {
 
 namespace {
 
-// What the engine runs on a GPU so far: one rank at stages 0-2 without offload, its collectives
-// on NCCL. Stage 3's gathers are stream work now but have not been run on a GPU;
-// fp16's rounding runs as ops on the stream but has not been run on a GPU. Each refusal names
-// the setting to change.
-Status CheckGpuSupported(const ZeroOptions& options, const Comm& world) {
-  const char* missing = nullptr;
-  if (options.stage > 2) {
-    missing =
-        "zero_optimization.stage 3 (its gathers run as stream work but have not been run on a "
-        "GPU yet): set zero_optimization.stage 0, 1 or 2";
-  } else if (world.size() > 1) {
-    missing =
-        "more than one rank (every rank would need a GPU of its own, and several GPUs are "
-        "not tested yet): run one rank";
-  } else if (options.offload_optimizer.device != OffloadDevice::kNone ||
-             options.offload_param.device != OffloadDevice::kNone) {
-    missing =
-        "offload_optimizer / offload_param (the offload tiers are CPU-only yet): set their "
-        "device to none";
-  } else if (options.param_dtype == DType::kF16) {
-    missing = "fp16 (not run on a GPU yet): use bf16 or fp32";
-  }
-  if (missing == nullptr) return OkStatus();
+// What the engine runs on a GPU so far: one rank, every ZeRO stage, offload to host and NVMe and
+// every parameter dtype, its collectives on NCCL. Several ranks need a GPU each and have not
+// been run; the refusal names the setting to change.
+Status CheckGpuSupported(const Comm& world) {
+  if (world.size() <= 1) return OkStatus();
   return UnimplementedError(
-      "training on a cuda device runs one rank at ZeRO stages 0-2 so far; not yet: {}", missing);
+      "training on a cuda device runs one rank so far (every rank would need a GPU of its own, "
+      "and several GPUs are not tested yet): run one rank");
 }
 
 }  // namespace
@@ -130,7 +112,7 @@ Result<std::unique_ptr<ZeroEngine>> ZeroEngine::CreateOver(const ZeroOptions& op
     return FailedPreconditionError(
         "the ZeRO engine owns the parameters: create the model with ModelStorage::kExternal");
   }
-  if (device.kind() != DeviceKind::kCpu) SLUICE_RETURN_IF_ERROR(CheckGpuSupported(options, data));
+  if (device.kind() != DeviceKind::kCpu) SLUICE_RETURN_IF_ERROR(CheckGpuSupported(data));
   if (&model.ops().device() != &device) {
     return InvalidArgumentError("the model runs on device {}, the ZeRO engine was given {}",
                                 model.ops().device().name(), device.name());
@@ -313,9 +295,9 @@ Status ZeroEngine::Build(Comm& world) {
         GradientScalingFor(options_.prescale_gradients, options_.gradient_predivide_factor,
                            world.size()));
   } else {
-    reducer_ = std::make_unique<ReduceScatterReducer>(
-        registry, layout_, *queue_, compute(), binding_, grad_shard_data_,
-        options_.reduce_bucket_size, grads_on_host ? nullptr : &model_->ops());
+    reducer_ = std::make_unique<ReduceScatterReducer>(registry, layout_, *queue_, compute(),
+                                                      binding_, grad_shard_data_, grads_on_host,
+                                                      options_.reduce_bucket_size, model_->ops());
   }
   if (stage <= 2) {
     SLUICE_ASSIGN_OR_RETURN(
@@ -687,7 +669,7 @@ Status ZeroEngine::ZeroGradients() {
     SLUICE_RETURN_IF_ERROR(
         device_->MemsetAsync(grad_shard_.data(), 0, grad_shard_.size(), compute()));
   }
-  if (!host_grad_shard_.empty()) std::memset(host_grad_shard_.data(), 0, host_grad_shard_.size());
+  if (!host_grad_shard_.empty()) host_grad_shard_.Zero(options_.num_threads);
   return OkStatus();
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -14,6 +15,7 @@
 #include "offload/checksum.h"
 #include "offload/chunked_checksum.h"
 #include "offload/extent_allocator.h"
+#include "offload/host_shard_buffer.h"
 #include "offload/swap_format.h"
 #include "tests/offload/test_support.h"
 
@@ -37,6 +39,21 @@ TEST(AlignedBufferTest, IsAlignedZeroedAndRoundedUp) {
   EXPECT_EQ(AlignedBuffer::Allocate(0).status().code(), StatusCode::kInvalidArgument);
   AlignedBuffer moved = std::move(large).value();
   EXPECT_EQ(moved.size(), 4u << 20);
+}
+
+// Zero clears every byte, the tail of a last partial chunk included, on one thread or several.
+TEST(HostShardBufferTest, ZeroClearsEveryByteOnAnyThreadCount) {
+  const size_t bytes = (size_t{3} << 20) + 4100;  // three 1 MiB chunks and a ragged tail
+  Result<HostShardBuffer> buffer =
+      HostShardBuffer::Allocate(bytes, MemoryCategory::kGrads, "a test shard");
+  ASSERT_TRUE(buffer.ok()) << buffer.status().ToString();
+  auto* data = buffer->data_as<uint8_t>();
+  for (int threads : {1, 3, 0}) {
+    std::memset(data, 0xA5, bytes);
+    buffer->Zero(threads);
+    EXPECT_EQ(std::count(data, data + bytes, 0), static_cast<std::ptrdiff_t>(bytes))
+        << threads << " threads";
+  }
 }
 
 TEST(ChecksumTest, StreamingEqualsOneShotAndSeesOneBitFlips) {

@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -291,6 +293,32 @@ TEST(ShardGradNorm, ThePlanOnTheDeviceSumsLikeTheHost) {
     Result<double> sum = (*plan)->LocalSquaredSum(ops, **stream, on_device->data_as<float>());
     ASSERT_TRUE(sum.ok()) << sum.status().ToString();
     EXPECT_EQ(*sum, LocalSquaredSum(layout, shard.data())) << "rank " << layout.rank();
+  }
+}
+
+// The offloaded optimizer's host shard: the blocks summed in parallel, each block in order on one
+// thread, the block sums in block order: LocalSquaredSum's bits at any thread count.
+TEST(ShardGradNorm, TheParallelHostSumSumsLikeTheSerialOne) {
+  const auto net = NormTestModel();
+  const model::ParameterRegistry& registry = net->registry();
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1e-2f);
+  std::vector<float> grads(static_cast<size_t>(registry.total_elements()));
+  for (float& g : grads) g = normal(rng);
+  for (const ShardLayout& layout :
+       {ShardLayout::Build(registry, 1, 0, 100), ShardLayout::Build(registry, 3, 0, -1),
+        ShardLayout::Build(registry, 3, 2, -1)}) {
+    std::vector<float> shard(static_cast<size_t>(layout.shard_elements()), 0.0f);
+    ExtractOwned(layout, grads.data(), shard.data());
+    const NormBlocks blocks = BuildNormBlocks(layout);
+    ASSERT_GT(blocks.blocks(), 1);
+    const double serial = LocalSquaredSum(layout, shard.data());
+    for (int threads : {0, 1, 2, 3, 7}) {
+      EXPECT_EQ(HostSquaredSum(blocks, shard.data(), threads), serial)
+          << "rank " << layout.rank() << ", " << threads << " threads";
+    }
+    shard[shard.size() / 2] = std::numeric_limits<float>::infinity();
+    EXPECT_FALSE(std::isfinite(HostSquaredSum(blocks, shard.data(), 2)));
   }
 }
 

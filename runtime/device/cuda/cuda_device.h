@@ -1,7 +1,7 @@
 // The CUDA device: the Device contract of runtime/device.h over the CUDA runtime. Stream-ordered
 // memory comes from the device's default pool (cudaMallocAsync / cudaFreeAsync), pinned memory
-// from cudaHostAlloc, host functions run through cudaLaunchHostFunc. The capacity is
-// min(device.memory_limit, GPU memory) and is enforced by Sluice's own count of live
+// from whole pages locked by cudaHostRegister, host functions run through cudaLaunchHostFunc. The
+// capacity is min(device.memory_limit, GPU memory) and is enforced by Sluice's own count of live
 // allocations (the pool reuses freed memory by itself).
 #pragma once
 
