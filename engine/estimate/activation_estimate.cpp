@@ -6,6 +6,7 @@
 
 #include "engine/estimate/count_format.h"
 #include "engine/estimate/model_layout.h"
+#include "engine/model/head_layout.h"
 #include "kernels/ref/ops_attention.h"
 
 namespace sluice::estimate {
@@ -21,7 +22,6 @@ ActivationEstimate EstimateActivations(const model::ModelOptions& o, int64_t mic
   const int64_t r = micro_batch * seq;  // rows: one per token
   const int64_t d = o.d_model;
   const int64_t h = o.n_head;
-  const int64_t kv = o.n_kv_head * (d / o.n_head);
   // Tensor parallelism (tensor_plan.h): inside the attention and MLP regions a rank holds its
   // heads and its d_ff columns, so their activations are 1/t; what leaves a region (the
   // row-parallel projection's [R, d] partial sums), the norms and the residual stream stay whole,
@@ -33,11 +33,13 @@ ActivationEstimate EstimateActivations(const model::ModelOptions& o, int64_t mic
   const int64_t rs = sp ? r / t : r;  // rows of the norms and the residual stream
   const int64_t f = o.d_ff / t;       // this rank's MLP columns
   const int64_t hl = h / t;           // heads
-  const int64_t kvl = kv / t;         // key/value width
-  const int64_t dl = d / t;           // query width
+  // Key/value heads: this rank's share, or one replicated head when there are fewer than ranks.
+  const int64_t kv_heads = model::KvHeadsPerTensorRank(o.n_kv_head, t);
+  const int64_t kvl = kv_heads * (d / h);  // key/value width
+  const int64_t dl = d / t;                // query width
   const int64_t v = t > 1 && vocab_parallel ? (o.vocab_size + t - 1) / t : o.vocab_size;
   const int64_t workspace = kernels::AttentionWorkspaceElements(
-      {micro_batch, seq, o.n_head / t, o.n_kv_head / t, d / o.n_head});
+      {micro_batch, seq, o.n_head / t, kv_heads, d / o.n_head});
 
   // Saved elements (see the modules' Forward): norms keep y and their statistics; linears their
   // output; attention q, k, v, its output and the log-sum-exp per head; the block its two

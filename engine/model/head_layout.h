@@ -52,13 +52,15 @@ inline std::string TensorSplitError(int64_t n_head, int64_t n_kv_head, int64_t d
         "rank takes n_head / size whole heads",
         n_head, tensor);
   }
-  if (n_kv_head % tensor != 0) {
-    // Megatron replicates the key/value heads when there are fewer than ranks, all-gathering
-    // q/k/v and reduce-scattering their gradients; not built here.
+  // Fewer key/value heads than ranks: each is replicated on tensor / n_kv_head consecutive ranks
+  // (Megatron's and vLLM's scheme; tensor_layout.h), which needs whole groups of ranks per head.
+  if (n_kv_head % tensor != 0 && tensor % n_kv_head != 0) {
     return fmt::format(
         "model.n_kv_head = {} does not split over tensor_parallel.autotp_size = {}: key/value "
-        "heads are split over the tensor ranks, and replicating them where there are fewer "
-        "than ranks is not supported; use a size that divides n_kv_head",
+        "heads are split over the tensor ranks when there are at least as many as ranks "
+        "(n_kv_head a multiple of the size) and replicated over groups of ranks when there are "
+        "fewer (the size a multiple of n_kv_head); use a size that divides n_kv_head or that "
+        "n_kv_head divides",
         n_kv_head, tensor);
   }
   if (d_ff % tensor != 0) {
@@ -68,6 +70,12 @@ inline std::string TensorSplitError(int64_t n_head, int64_t n_kv_head, int64_t d
         d_ff, tensor);
   }
   return "";
+}
+
+// The key/value heads a tensor rank holds when TensorSplitError accepts the split: its share
+// n_kv_head / tensor of them, or one replicated head when there are fewer heads than ranks.
+inline int64_t KvHeadsPerTensorRank(int64_t n_kv_head, int64_t tensor) {
+  return tensor <= 1 ? n_kv_head : n_kv_head >= tensor ? n_kv_head / tensor : 1;
 }
 
 }  // namespace sluice::model

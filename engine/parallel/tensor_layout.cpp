@@ -7,7 +7,7 @@
 namespace sluice::parallel {
 namespace {
 
-enum class Style : uint8_t { kColumn, kFusedQkv, kRow };
+enum class Style : uint8_t { kColumn, kFusedQkv, kKeyValue, kRow };
 
 struct Rule {
   std::string_view module_suffix;  // of the Linear's name
@@ -21,8 +21,8 @@ constexpr std::array<Rule, 11> kRules = {{
     {".mlp.c_fc", Style::kColumn},
     {".mlp.c_proj", Style::kRow},
     {".self_attn.q_proj", Style::kColumn},
-    {".self_attn.k_proj", Style::kColumn},
-    {".self_attn.v_proj", Style::kColumn},
+    {".self_attn.k_proj", Style::kKeyValue},
+    {".self_attn.v_proj", Style::kKeyValue},
     {".self_attn.o_proj", Style::kRow},
     {".mlp.gate_proj", Style::kColumn},
     {".mlp.up_proj", Style::kColumn},
@@ -74,6 +74,13 @@ TensorLayout TensorLayoutOf(const model::ModelOptions& options, bool vocab_paral
   layout.sequence_parallel = options.sequence_parallel;
   layout.q_rows = options.d_model;
   layout.kv_rows = options.n_head > 0 ? options.n_kv_head * (options.d_model / options.n_head) : 0;
+  // Fewer key/value heads than ranks (TensorSplitError made the size a multiple of them): one
+  // head per rank, each replicated on size / n_kv_head ranks, which own query heads that use it
+  // (query head q uses key/value head q / (n_head / n_kv_head); rank r holds query heads
+  // [r n_head / size, (r + 1) n_head / size), all of which use head r / (size / n_kv_head)).
+  if (options.n_kv_head > 0 && options.n_kv_head < options.tensor_parallel_size) {
+    layout.kv_pieces = options.n_kv_head;
+  }
   return layout;
 }
 
@@ -95,6 +102,11 @@ Result<TensorSharding> TensorShardingOf(const TensorLayout& layout, std::string_
     }
     switch (rule->style) {
       case Style::kColumn:
+        return SplitTensor(global, 0, layout.size, layout.rank);
+      case Style::kKeyValue:
+        if (layout.kv_pieces > 0) {
+          return SplitTensorShared(global, 0, layout.kv_pieces, layout.size, layout.rank);
+        }
         return SplitTensor(global, 0, layout.size, layout.rank);
       case Style::kFusedQkv:
         return SplitTensor(global, 0, layout.size, layout.rank,

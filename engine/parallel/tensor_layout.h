@@ -3,7 +3,8 @@
 // column-parallel projections split along dim 0, GPT-2's fused q/k/v per block, row-parallel
 // weights along dim 1 with their biases replicated, the token table and LM head along the
 // vocabulary in balanced pieces, everything else replicated, the norms' gradients partial under
-// sequence parallelism) as one pure function: TensorParallelPlan::ShardingOf answers with it for a
+// sequence parallelism; Llama's key/value heads shared by groups of ranks when there are fewer of
+// them than ranks) as one pure function: TensorParallelPlan::ShardingOf answers with it for a
 // model it builds, and the memory estimator (engine/estimate) counts a tensor rank's pieces with
 // it before anything is built.
 //
@@ -31,6 +32,9 @@ struct TensorLayout {
   bool sequence_parallel = false;  // the norms' gradients are partial sums
   int64_t q_rows = 0;              // GPT-2's fused c_attn: its q block's rows (d_model)
   int64_t kv_rows = 0;             // and its k and v blocks' (n_kv_head x head_dim)
+  // Llama's k_proj and v_proj split into n_kv_head pieces of one head when there are fewer heads
+  // than ranks, each shared by size / n_kv_head consecutive ranks; 0: split like any column.
+  int64_t kv_pieces = 0;
 };
 
 // The layout of tensor rank options.tensor_parallel_rank of options.tensor_parallel_size.

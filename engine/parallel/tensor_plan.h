@@ -5,7 +5,8 @@
 // What each tensor rank holds (ShardingOf, the registry's sharding rule), by Hugging Face name:
 //   column-parallel, split along the output (weight dim 0, bias too): attn.c_attn (GPT-2's fused
 //     q/k/v rows split per q, k and v, so a rank holds its own heads of each), self_attn.q_proj,
-//     k_proj, v_proj, mlp.c_fc, mlp.gate_proj, mlp.up_proj;
+//     k_proj, v_proj (shared by groups of ranks when there are fewer key/value heads than ranks),
+//     mlp.c_fc, mlp.gate_proj, mlp.up_proj;
 //   row-parallel, split along the input (weight dim 1): attn.c_proj, self_attn.o_proj,
 //     mlp.c_proj, mlp.down_proj; their bias is replicated, and only tensor rank 0 adds it to its
 //     partial sum (the others leave it out, Linear::OmitBiasInForward), so the sum adds it once
@@ -13,8 +14,14 @@
 //   vocabulary-parallel, split along the vocabulary (dim 0) in pieces as even as possible:
 //     transformer.wte, model.embed_tokens, lm_head (GPT-2's tied head reads the split table);
 //   everything else replicated: position table, norms.
-// Heads split over the ranks: n_head and n_kv_head must both divide by the size (grouped-query
-// attention with fewer key/value heads than ranks is refused by ValidateModelOptions), and d_ff.
+// Heads split over the ranks: n_head and d_ff must divide by the size, and n_kv_head must divide
+// by it or divide it (ValidateModelOptions). With fewer key/value heads than ranks, Llama's
+// k_proj and v_proj are split into one head per piece, each piece shared by the size / n_kv_head
+// consecutive ranks whose query heads use it (Megatron's replication; tensor_layout.h): a rank
+// holds n_head / size query heads and a copy of their one key/value head. Each holder's gradient
+// of the shared piece is its own query heads' part, summed over the share group before the
+// data-parallel reduction (TensorSharding::shared, sequence_parallel_grads.h); the input gradient
+// needs nothing more: f's backward all-reduce sums every rank's part already.
 //
 // What runs (Parallelize): each decoder block's attention and MLP are wrapped in a
 // TensorParallelRegion, f before and g after (tensor_region.h): per block and pass two

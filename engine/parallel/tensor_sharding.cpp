@@ -80,6 +80,8 @@ std::string TensorSharding::ToString() const {
   std::string text = fmt::format("split dim {} of {} {} ways, piece {}", dim,
                                  global_shape.ToString(), degree, rank);
   if (!blocks.empty()) text += fmt::format(" (blocks {})", fmt::join(blocks, "+"));
+  if (shared()) text += fmt::format(", shared by {} ranks (replica {})", replicas, replica);
+  if (partial_grad) text += ", partial gradients";
   return text;
 }
 
@@ -126,6 +128,31 @@ Result<TensorSharding> SplitTensor(const Shape& global, int dim, int64_t degree,
                                 fmt::join(s.blocks, "+"), dim, global.ToString());
   }
   if (degree == 1) s.dim = -1;  // one piece: the whole tensor
+  return s;
+}
+
+Result<TensorSharding> SplitTensorShared(const Shape& global, int dim, int64_t pieces,
+                                         int64_t tensor_size, int64_t tensor_rank) {
+  if (pieces < 1 || tensor_size < 1 || tensor_size % pieces != 0) {
+    return InvalidArgumentError(
+        "a tensor of shape {} cannot be shared over {} tensor ranks in {} pieces: each piece "
+        "needs a whole group of ranks",
+        global.ToString(), tensor_size, pieces);
+  }
+  if (tensor_rank < 0 || tensor_rank >= tensor_size) {
+    return InvalidArgumentError("tensor rank {} of {} does not exist (a tensor of shape {})",
+                                tensor_rank, tensor_size, global.ToString());
+  }
+  const int64_t replicas = tensor_size / pieces;
+  TensorSharding s;
+  if (pieces == 1) {
+    s = ReplicatedTensor(global, tensor_size);
+  } else {
+    SLUICE_ASSIGN_OR_RETURN(s, SplitTensor(global, dim, pieces, tensor_rank / replicas));
+    s.replicas = replicas;
+    s.replica = tensor_rank % replicas;
+  }
+  s.partial_grad = replicas > 1;
   return s;
 }
 

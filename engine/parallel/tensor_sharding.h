@@ -13,6 +13,11 @@
 // (size % degree) of them one longer (SplitTensorBalanced), so there are no padding rows, and
 // the global shape is the model's own.
 //
+// A piece may be shared: held by `replicas` consecutive tensor ranks (its share group), as
+// grouped-query attention's key/value projections are when there are fewer key/value heads than
+// tensor ranks (tensor_layout.h). Each holder's gradient is then a partial sum (partial_grad),
+// and the first holder (`replica` 0) counts the piece in the norm and saves it.
+//
 // Element e of the local tensor (row-major) is element GlobalIndex(e) of the global tensor, the
 // one a model without tensor parallelism holds. Initialization and checkpoints go through it, so
 // the rank's weights are bit for bit the slices of the whole model's (init.h).
@@ -33,13 +38,26 @@ struct TensorSharding {
   int64_t degree = 1;  // split: pieces; not split: tensor ranks holding a copy of the whole
   int64_t rank = 0;    // split: the piece this rank holds
   std::vector<int64_t> blocks;  // sizes along `dim` of the blocks split separately; empty: one
-  // Replicated, but each tensor rank's gradient is a partial sum over its own tokens (a norm's
-  // weight under sequence parallelism, tensor_plan.h): sum it over the tensor group before use
-  // (ReduceSequenceParallelGrads, sequence_parallel_grads.h).
+  // Split: the consecutive tensor ranks holding this same piece (its share group; 1: this rank
+  // alone), and this rank's place among them (0 counts and saves the piece).
+  int64_t replicas = 1;
+  int64_t replica = 0;
+  // Each holder's gradient is a partial sum: sum it over the ranks holding the same elements (the
+  // tensor group when replicated, the share group when shared) before use. A norm's weight under
+  // sequence parallelism (each rank's own tokens, tensor_plan.h); a shared key/value piece (each
+  // rank's own query heads). ReduceSequenceParallelGrads, sequence_parallel_grads.h.
   bool partial_grad = false;
 
   bool split() const { return dim >= 0 && degree > 1; }
   bool replicated() const { return dim < 0 && degree > 1; }
+  bool shared() const { return split() && replicas > 1; }
+  // Whether tensor rank `tensor_rank` (the one holding this layout) is the first of the ranks
+  // holding these elements, the one that counts them in the gradient norm and saves them: each
+  // piece's first holder; tensor rank 0 for a replicated tensor.
+  bool FirstHolder(int64_t tensor_rank) const {
+    if (split()) return replica == 0;
+    return !replicated() || tensor_rank == 0;
+  }
   // The shape this rank holds.
   Shape LocalShape() const;
   // Split in one block: where this rank's piece starts along `dim`, and its length.
@@ -47,7 +65,8 @@ struct TensorSharding {
   int64_t PieceSize() const;
   // The global row-major index of local row-major element `local`.
   int64_t GlobalIndex(int64_t local) const;
-  // "split dim 0 of [96, 32] 2 ways, piece 1 (blocks 32+32+32)", "replicated on 2 ranks",
+  // "split dim 0 of [96, 32] 2 ways, piece 1 (blocks 32+32+32)", "split dim 0 of [8, 32] 2
+  // ways, piece 1, shared by 2 ranks (replica 0), partial gradients", "replicated on 2 ranks",
   // "replicated on 2 ranks, partial gradients", "whole".
   std::string ToString() const;
 };
@@ -61,6 +80,13 @@ TensorSharding ReplicatedTensor(const Shape& global, int64_t degree);
 // not divide by the degree or the blocks do not add up to the dimension.
 Result<TensorSharding> SplitTensor(const Shape& global, int dim, int64_t degree, int64_t rank,
                                    std::vector<int64_t> blocks = {});
+// `global` split along `dim` into `pieces` equal pieces, each shared by tensor_size / pieces
+// consecutive tensor ranks, with partial gradients; tensor rank `tensor_rank` holds piece
+// tensor_rank / (tensor_size / pieces). One piece: the whole tensor replicated on tensor_size
+// ranks, partial gradients. InvalidArgument naming the shape when pieces does not divide
+// tensor_size or the dimension.
+Result<TensorSharding> SplitTensorShared(const Shape& global, int dim, int64_t pieces,
+                                         int64_t tensor_size, int64_t tensor_rank);
 // `global` split along `dim` in one block into `degree` pieces as even as possible (the first
 // size % degree one longer), this rank's being `rank`. InvalidArgument naming the shape when the
 // dimension is shorter than the degree (a piece would be empty).

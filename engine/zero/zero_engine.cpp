@@ -135,9 +135,9 @@ Status ZeroEngine::SetUpModelParallel(const parallel::ProcessGroups& groups) {
   const model::ParameterRegistry& registry = model_->registry();
   bool every = true;
   for (const model::ParameterInfo& info : registry.parameters()) {
-    // Tensor rank 0 counts every parameter it holds, its peers only their pieces of split ones; a
-    // mirror is its owner's to count.
-    const bool counts = (groups.coords().tensor == 0 || info.sharding.split()) && !info.mirror;
+    // Tensor rank 0 counts every parameter it holds, its peers only their pieces of split ones,
+    // a shared piece its share group's first rank alone; a mirror is its owner's to count.
+    const bool counts = info.sharding.FirstHolder(groups.coords().tensor) && !info.mirror;
     counted_.push_back(counts);
     every = every && counts;
   }
@@ -156,6 +156,28 @@ Status ZeroEngine::SetUpModelParallel(const parallel::ProcessGroups& groups) {
     partial_grads_of_unit_.resize(registry.units().size());
     for (const int p : partial) {
       partial_grads_of_unit_[static_cast<size_t>(registry.parameter(p).unit)].push_back(p);
+    }
+  }
+  // Key/value heads shared by groups of tensor ranks (every tensor peer holds the same layers, so
+  // all of the tensor group split it, or none).
+  const std::vector<int> shared =
+      parallel::PartialGradParameters(registry, {}, parallel::PartialOver::kShareGroup);
+  if (!shared.empty()) {
+    Result<std::unique_ptr<Comm>> group =
+        parallel::SplitShareGroup(groups.tensor(), parallel::ShareGroupSize(registry));
+    if (!group.ok()) {
+      return Status(group.status()).WithContext("creating the shared key/value heads' group");
+    }
+    share_group_ = std::move(group).value();
+    Result<std::unique_ptr<parallel::TensorComm>> comm =
+        parallel::TensorComm::Create(*share_group_, *device_);
+    if (!comm.ok()) {
+      return Status(comm.status()).WithContext("creating the shared key/value heads' group");
+    }
+    share_comm_ = std::move(comm).value();
+    shared_grads_of_unit_.resize(registry.units().size());
+    for (const int p : shared) {
+      shared_grads_of_unit_[static_cast<size_t>(registry.parameter(p).unit)].push_back(p);
     }
   }
 
@@ -489,12 +511,22 @@ Status ZeroEngine::BeginReduction(bool boundary) {
 
 // Before the data-parallel reduction sees a unit's gradients: stages 0-1 reduce the gradients
 // accumulated over the step in its last micro-batch, stages 2-3 each micro-batch's.
+// Both kinds, each over its own group: the tensor group's (sequence-parallel norms, a single
+// replicated key/value head) and the share group's (key/value heads shared by groups of ranks).
 Status ZeroEngine::SumPartialGrads(int unit) {
-  if (sp_comm_ == nullptr) return OkStatus();
-  const std::vector<int>& params = partial_grads_of_unit_[static_cast<size_t>(unit)];
-  if (params.empty() || (options_.stage <= 1 && !boundary_)) return OkStatus();
-  return parallel::ReduceSequenceParallelGrads<float>(
-      *sp_comm_, compute(), model_->registry(), [this](int p) { return binding_.Grad(p); }, params);
+  if (options_.stage <= 1 && !boundary_) return OkStatus();
+  const auto grad = [this](int p) { return binding_.Grad(p); };
+  const auto u = static_cast<size_t>(unit);
+  if (sp_comm_ != nullptr && !partial_grads_of_unit_[u].empty()) {
+    SLUICE_RETURN_IF_ERROR(parallel::ReduceSequenceParallelGrads<float>(
+        *sp_comm_, compute(), model_->registry(), grad, partial_grads_of_unit_[u]));
+  }
+  if (share_comm_ != nullptr && !shared_grads_of_unit_[u].empty()) {
+    SLUICE_RETURN_IF_ERROR(parallel::ReduceSequenceParallelGrads<float>(
+        *share_comm_, compute(), model_->registry(), grad, shared_grads_of_unit_[u],
+        parallel::PartialOver::kShareGroup));
+  }
+  return OkStatus();
 }
 
 // The copies of a tied table on the first and last stage: the sum of their gradients, averaged

@@ -98,8 +98,9 @@ class ZeroEngine {
                                                     Device& device);
   // The same over the data-parallel group of a process grid: the engine shards and reduces over
   // groups.data(), and completes the gradient norm and the overflow flag over
-  // groups.model_parallel(), where a parameter replicated across the tensor-parallel ranks (every
-  // parameter, until layers are split by tensor) is counted once, on tensor rank 0. Collective
+  // groups.model_parallel(), where a parameter replicated across the tensor-parallel ranks is
+  // counted once, on tensor rank 0, and a piece shared by a group of them once, on the group's
+  // first rank. Collective
   // over the world; `groups` must outlive the engine.
   static Result<std::unique_ptr<ZeroEngine>> Create(const ZeroOptions& options,
                                                     model::Model<float>& model,
@@ -265,13 +266,20 @@ class ZeroEngine {
   model::UnitHooks* user_hooks_ = nullptr;
   // The tensor × pipeline peers of this data rank (null when created over a plain world), and
   // the parameters this rank accounts for in the gradient norm (step_guard.h) and checkpoints:
-  // on tensor rank 0 all (empty), elsewhere only its pieces of split ones.
+  // those it is the first holder of (TensorSharding::FirstHolder): on tensor rank 0 all (empty),
+  // elsewhere its pieces of split ones, each shared piece on its share group's first rank only.
   Comm* model_parallel_ = nullptr;
   NormCounted counted_;
-  // Sequence parallelism: the tensor group, and each unit's parameters whose gradients are
-  // partial sums over it (summed before the data-parallel reduction).
+  // Sequence parallelism (and a single replicated key/value head): the tensor group, and each
+  // unit's parameters whose gradients are partial sums over it (summed before the data-parallel
+  // reduction).
   std::unique_ptr<parallel::TensorComm> sp_comm_;
   std::vector<std::vector<int>> partial_grads_of_unit_;
+  // Key/value heads shared by groups of tensor ranks: this rank's share group, and each unit's
+  // shared pieces, whose gradients are partial sums over it (summed with the others).
+  std::unique_ptr<Comm> share_group_;
+  std::unique_ptr<parallel::TensorComm> share_comm_;
+  std::vector<std::vector<int>> shared_grads_of_unit_;
   bool boundary_ = false;  // the reducer's pass is the step's last micro-batch
   // A tied LM head split over the pipeline (first and last stage only): those two stages' group,
   // and this stage's copy of the table.
