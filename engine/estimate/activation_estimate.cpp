@@ -38,8 +38,8 @@ ActivationEstimate EstimateActivations(const model::ModelOptions& o, int64_t mic
   const int64_t kvl = kv_heads * (d / h);  // key/value width
   const int64_t dl = d / t;                // query width
   const int64_t v = t > 1 && vocab_parallel ? (o.vocab_size + t - 1) / t : o.vocab_size;
-  const int64_t workspace = kernels::AttentionWorkspaceElements(
-      {micro_batch, seq, o.n_head / t, kv_heads, d / o.n_head});
+  const int64_t workspace =
+      kernels::AttentionWorkspaceElements({micro_batch, seq, o.n_head / t, kv_heads, d / o.n_head});
 
   // Saved elements (see the modules' Forward): norms keep y and their statistics; linears their
   // output; attention q, k, v, its output and the log-sum-exp per head; the block its two

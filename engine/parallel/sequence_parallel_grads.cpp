@@ -31,9 +31,8 @@ int64_t ShareGroupSize(const model::ParameterRegistry& registry) {
   int64_t size = 1;
   for (const int p : PartialGradParameters(registry, {}, PartialOver::kShareGroup)) {
     const TensorSharding& s = registry.parameter(p).sharding;
-    SLUICE_CHECK(size == 1 || size == s.replicas)
-        << registry.parameter(p).name << " is shared by " << s.replicas << " ranks, another by "
-        << size;
+    SLUICE_CHECK(size == 1 || size == s.replicas) << registry.parameter(p).name << " is shared by "
+                                                  << s.replicas << " ranks, another by " << size;
     size = s.replicas;
   }
   return size;
@@ -46,8 +45,8 @@ Result<std::unique_ptr<Comm>> SplitShareGroup(Comm& tensor, int64_t replicas) {
       tensor.Split(static_cast<int>(tensor.rank() / replicas), tensor.rank());
   if (!group.ok()) {
     return Status(group.status())
-        .WithContext(fmt::format("splitting {} into share groups of {} ranks", tensor.name(),
-                                 replicas));
+        .WithContext(
+            fmt::format("splitting {} into share groups of {} ranks", tensor.name(), replicas));
   }
   return group;
 }

@@ -44,8 +44,8 @@ TEST(TensorLayoutTest, KeyValueHeadsAreSharedWhenFewerThanRanks) {
   // Two key/value heads over four ranks: ranks 0-1 hold head 0 (global rows 0-3), 2-3 head 1.
   for (int64_t rank = 0; rank < 4; ++rank) {
     const model::ModelOptions o = Llama(2, 4, rank);
-    for (const char* name : {"model.layers.0.self_attn.k_proj.weight",
-                             "model.layers.0.self_attn.v_proj.weight"}) {
+    for (const char* name :
+         {"model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.v_proj.weight"}) {
       const TensorSharding s = KvOf(o, name);
       SCOPED_TRACE(std::string(name) + " rank " + std::to_string(rank) + ": " + s.ToString());
       EXPECT_TRUE(s.split());
@@ -140,10 +140,10 @@ TEST(TensorLayoutTest, HeadRulesAcceptSharedKeyValueHeadsAndNameTheKeys) {
   for (const auto& [n_head, kv, tensor] :
        std::vector<std::tuple<int64_t, int64_t, int64_t>>{{12, 3, 2}, {12, 3, 4}, {12, 6, 4}}) {
     const std::string error = model::TensorSplitError(n_head, kv, 64, tensor);
-    EXPECT_NE(error.find("model.n_kv_head = " + std::to_string(kv) +
-                         " does not split over tensor_parallel.autotp_size = " +
-                         std::to_string(tensor)),
-              std::string::npos)
+    EXPECT_NE(
+        error.find("model.n_kv_head = " + std::to_string(kv) +
+                   " does not split over tensor_parallel.autotp_size = " + std::to_string(tensor)),
+        std::string::npos)
         << error;
   }
   EXPECT_EQ(model::KvHeadsPerTensorRank(2, 4), 1);

@@ -1,6 +1,7 @@
 // Tensor parallelism through the trainer (engine/parallel/tensor_plan.h under the ZeRO engine),
-// under mpirun -np 2 and 4: every data x tensor grid the world holds, GPT-2 and Llama with
-// grouped-query attention, ZeRO stages 0 and 3, the optimizer on the device and offloaded to the
+// under mpirun -np 2, 4 and 8: every data x tensor grid the world holds, GPT-2 and Llama with
+// grouped-query attention (key/value heads split, and shared by groups of ranks when there are
+// fewer than ranks), ZeRO stages 0 and 3, the optimizer on the device and offloaded to the
 // CPU, 20 steps each against the single-rank run of the same global batches (built by each rank
 // on a world of its own, as trainer_mpi_test does). None of these is bitwise: a row-parallel
 // projection adds its tensor ranks' partial products in another order than the whole GEMM, and
@@ -93,12 +94,21 @@ Config LoadConfig(const std::string& yaml, const std::vector<std::string>& overr
   return std::move(config).value();
 }
 
-// The config of `grid` (micro-batches sized for the global batch) plus `more` (--set items).
-Config GridConfig(const Grid& grid, const std::string& family, const std::string& run_dir,
-                  std::vector<std::string> more = {}, int accumulation = 1) {
+// Llama with 8 query heads and `kv` key/value heads, fewer than the tensor ranks it is shared over
+// (tensor_layout.h): 2 at tp 4, 1 at tp 2 (a rank holds 2 or 4 query heads and one key/value
+// head; head_dim 4).
+std::vector<std::string> SharedKvOverrides(int kv) {
+  return {"model.n_head=8", "model.family=llama", "model.n_kv_head=" + std::to_string(kv)};
+}
+
+// The config of `grid` for the model of `model_sets` (micro-batches sized for the global batch)
+// plus `more` (--set items).
+Config GridConfigOf(const Grid& grid, const std::vector<std::string>& model_sets,
+                    const std::string& run_dir, std::vector<std::string> more = {},
+                    int accumulation = 1) {
   const int data = grid.data();
   const std::string& corpus = Corpus();
-  std::vector<std::string> sets = ModelOverrides(family, grid.tensor);
+  std::vector<std::string> sets = model_sets;
   sets.push_back("train_micro_batch_size_per_gpu=" +
                  std::to_string(kGlobalBatch / data / accumulation));
   sets.push_back("gradient_accumulation_steps=" + std::to_string(accumulation));
@@ -114,6 +124,12 @@ Config GridConfig(const Grid& grid, const std::string& family, const std::string
   return LoadConfig(test_util::TinyGptYaml(corpus, run_dir), sets, TestWorld().size());
 }
 
+Config GridConfig(const Grid& grid, const std::string& family, const std::string& run_dir,
+                  std::vector<std::string> more = {}, int accumulation = 1) {
+  return GridConfigOf(grid, ModelOverrides(family, grid.tensor), run_dir, std::move(more),
+                      accumulation);
+}
+
 std::unique_ptr<Trainer> MakeTrainer(const Config& config, Comm& world,
                                      std::optional<std::string> resume = std::nullopt) {
   TrainerOptions options = test_util::QuietTrainerOptions(&world);
@@ -123,12 +139,12 @@ std::unique_ptr<Trainer> MakeTrainer(const Config& config, Comm& world,
   return std::move(trainer).value();
 }
 
-// The single-rank tensor-parallel-free run of `family` (stage 0, the optimizer on the device),
-// on this rank alone; once per family and key/value head count.
-const Curve& Reference(const std::string& family, int tensor,
-                       const std::vector<std::string>& more = {}) {
+// The single-rank tensor-parallel-free run of the model of `model_sets` (stage 0, the optimizer
+// on the device), on this rank alone; once per model.
+const Curve& ReferenceOf(const std::vector<std::string>& model_sets,
+                         const std::vector<std::string>& more = {}) {
   static std::map<std::vector<std::string>, Curve> curves;
-  std::vector<std::string> key = ModelOverrides(family, tensor);
+  std::vector<std::string> key = model_sets;
   key.insert(key.end(), more.begin(), more.end());
   auto it = curves.find(key);
   if (it != curves.end()) return it->second;
@@ -143,6 +159,12 @@ const Curve& Reference(const std::string& family, int tensor,
       sets, 1);
   std::unique_ptr<Trainer> trainer = MakeTrainer(config, **self);
   return curves.emplace(key, test_util::TrainCurve(*trainer, kSteps)).first->second;
+}
+
+// The same for `family`, with its key/value head count at `tensor` (ModelOverrides).
+const Curve& Reference(const std::string& family, int tensor,
+                       const std::vector<std::string>& more = {}) {
+  return ReferenceOf(ModelOverrides(family, tensor), more);
 }
 
 double RelativeDifference(double a, double b) { return std::abs(a - b) / std::abs(b); }
@@ -257,6 +279,49 @@ TEST(TensorParallelGridTest, TensorPipelineDataGridMatchesTheSingleRankRun) {
   }
 }
 
+// Grouped-query attention with fewer key/value heads than tensor ranks: each rank holds its query
+// heads and a copy of the one key/value head they use, whose gradient is summed over the ranks
+// sharing it before the data-parallel reduction and counted once in the norm. Every grid of this
+// world (tp 4 with 2 key/value heads, tp 2 with 1), ZeRO 0 and 3, ZeRO 3 with the optimizer
+// offloaded to the CPU, and ZeRO 1 offloaded with sequence parallelism and two micro-batches (the
+// norms' partial gradients summed over the tensor group beside the key/value heads' over their
+// share groups).
+TEST(TensorParallelSharedKvTest, LossesMatchTheSingleRankRun) {
+  struct SharedCase {
+    std::string what;
+    std::vector<std::string> sets;
+    int accumulation = 1;
+  };
+  const std::vector<SharedCase> cases = {
+      {"stage 0", {"zero_optimization.stage=0"}},
+      {"stage 3", {"zero_optimization.stage=3"}},
+      {"stage 3, cpu offload",
+       {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=cpu"}},
+      {"stage 1, cpu offload, sequence parallel, accumulation 2",
+       {"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=cpu",
+        "tensor_parallel.sequence_parallel=true"},
+       2}};
+  for (const Grid& grid : TensorGrids()) {
+    const std::vector<std::string> model = SharedKvOverrides(grid.tensor / 2);
+    for (const SharedCase& c : cases) {
+      const Config config =
+          GridConfigOf(grid, model, test_util::TempPath("shared_kv"), c.sets, c.accumulation);
+      std::unique_ptr<Trainer> trainer = MakeTrainer(config, TestWorld());
+      EXPECT_EQ(trainer->model().options().tensor_parallel_size, grid.tensor);
+      const Curve run = test_util::TrainCurve(*trainer, kSteps);
+      const Curve& reference = ReferenceOf(model);
+      const std::string what = "llama 8 heads, " + std::to_string(grid.tensor / 2) +
+                               " key/value, " + c.what + ", " + grid.ToString();
+      ExpectNear(run.losses, reference.losses, 0, what + " loss");
+      ExpectNear(run.grad_norms, reference.grad_norms, 0, what + " gradient norm", kNormTolerance);
+      if (c.accumulation == 1) {
+        EXPECT_LE(RelativeDifference(run.val_loss, reference.val_loss), kTolerance) << what;
+      }
+      EXPECT_LT(run.losses.back(), run.losses.front()) << what << ": the tiny model should learn";
+    }
+  }
+}
+
 // Every rank sees the same fresh run directory.
 std::string FreshRunDir(const std::string& name) {
   const std::string dir = test_util::TempPath(name);
@@ -296,6 +361,43 @@ TEST(TensorParallelCheckpointTest, ASavedGridResumesOnEveryOtherGrid) {
       ExpectNear(rest.losses, Reference("gpt2", 2).losses, half,
                  "saved on " + saved_grid.ToString() + ", resumed on " + grid.ToString() +
                      " at stage " + std::to_string(stage));
+    }
+  }
+}
+
+// Saved with shared key/value heads on the widest tensor grid (tp 4 with 2 key/value heads, or tp 2
+// with 1) at stage 3 after half the steps, each piece once by its share group's first rank;
+// resumed at tp 1 and on every other grid (tp 2 with 2 key/value heads: split, not shared), at
+// stages 0 and 3: the second half goes on as the single-rank run does.
+TEST(TensorParallelCheckpointTest, SharedKeyValueHeadsResumeOnEveryOtherGrid) {
+  const int half = kSteps / 2;
+  const Grid saved_grid = TensorGrids().back();
+  const std::vector<std::string> model = SharedKvOverrides(saved_grid.tensor / 2);
+  const std::string run_dir = FreshRunDir("shared_kv_resharded");
+  std::string step_dir;
+  {
+    const Config config = GridConfigOf(saved_grid, model, run_dir, {"zero_optimization.stage=3"});
+    std::unique_ptr<Trainer> trainer = MakeTrainer(config, TestWorld());
+    const Curve first = test_util::TrainCurve(*trainer, half);
+    ExpectNear(first.losses, ReferenceOf(model).losses, 0, "shared key/value, before saving");
+    Result<std::filesystem::path> saved = trainer->SaveCheckpoint();
+    ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+    step_dir = saved->string();
+  }
+  std::vector<Grid> resumed_on = {{1}};
+  for (const Grid& g : TensorGrids()) {
+    if (g.tensor != saved_grid.tensor) resumed_on.push_back(g);
+  }
+  for (const Grid& grid : resumed_on) {
+    for (const int stage : {0, 3}) {
+      const Config config =
+          GridConfigOf(grid, model, run_dir, {"zero_optimization.stage=" + std::to_string(stage)});
+      std::unique_ptr<Trainer> trainer = MakeTrainer(config, TestWorld(), step_dir);
+      ASSERT_EQ(trainer->steps_done(), half);
+      const Curve rest = test_util::TrainCurve(*trainer, kSteps - half);
+      ExpectNear(rest.losses, ReferenceOf(model).losses, half,
+                 "shared key/value, saved on " + saved_grid.ToString() + ", resumed on " +
+                     grid.ToString() + " at stage " + std::to_string(stage));
     }
   }
 }
