@@ -38,19 +38,6 @@ bool IsNormParameter(const std::string& name) {
          name.starts_with("model.norm.");
 }
 
-// Sums the piece's partial gradients over the tensor group, as the engine will after a backward,
-// through a TensorComm of the test's own over the same ranks.
-template <typename T>
-void SumPartialGradients(const TensorSetup& setup, Model<T>& piece) {
-  auto comm = TensorComm::Create(setup.groups->tensor(), *SharedOps().device);
-  SLUICE_CHECK(comm.ok()) << comm.status().ToString();
-  const Status summed =
-      ReduceSequenceParallelGrads<T>(**comm, piece.stream(), piece.registry(), piece.grads_data());
-  SLUICE_CHECK(summed.ok()) << summed.ToString();
-  SLUICE_CHECK(piece.stream().Synchronize().ok());
-  SLUICE_CHECK((*comm)->Synchronize().ok());
-}
-
 struct GradientCheck {
   bool loss_as_plain = false;  // the loss bit for bit that of plain tensor parallelism
   int64_t as_plain = 0;        // parameters whose gradient is plain tensor parallelism's, bitwise

@@ -17,6 +17,8 @@
 #include "engine/model/buffer.h"
 #include "engine/model/model.h"
 #include "engine/parallel/process_groups.h"
+#include "engine/parallel/sequence_parallel_grads.h"
+#include "engine/parallel/tensor_comm.h"
 #include "runtime/device/device_factory.h"
 #include "runtime/ops/ops_factory.h"
 #include "runtime/trace.h"
@@ -155,6 +157,35 @@ void CopySlices(const Model<T>& whole, Model<T>& piece) {
     for (int64_t e = 0; e < params[p].numel; ++e) {
       piece.SetParameterValue(p, e, whole.ParameterValue(w, params[p].sharding.GlobalIndex(e)));
     }
+  }
+}
+
+// Sums the piece's partial gradients as the ZeRO engine does after a backward, through
+// communicators of the test's own over the same ranks: the replicated ones' over the tensor group
+// (sequence-parallel norms, a single key/value head), the shared key/value pieces' over their
+// share groups. Nothing when there are none.
+template <typename T>
+void SumPartialGradients(const TensorSetup& setup, Model<T>& piece) {
+  const model::ParameterRegistry& registry = piece.registry();
+  if (!PartialGradParameters(registry).empty()) {
+    auto comm = TensorComm::Create(setup.groups->tensor(), *SharedOps().device);
+    SLUICE_CHECK(comm.ok()) << comm.status().ToString();
+    const Status summed =
+        ReduceSequenceParallelGrads<T>(**comm, piece.stream(), registry, piece.grads_data());
+    SLUICE_CHECK(summed.ok()) << summed.ToString();
+    SLUICE_CHECK(piece.stream().Synchronize().ok());
+    SLUICE_CHECK((*comm)->Synchronize().ok());
+  }
+  if (!PartialGradParameters(registry, {}, PartialOver::kShareGroup).empty()) {
+    auto group = SplitShareGroup(setup.groups->tensor(), ShareGroupSize(registry));
+    SLUICE_CHECK(group.ok()) << group.status().ToString();
+    auto comm = TensorComm::Create(**group, *SharedOps().device);
+    SLUICE_CHECK(comm.ok()) << comm.status().ToString();
+    const Status summed = ReduceSequenceParallelGrads<T>(
+        **comm, piece.stream(), registry, piece.grads_data(), PartialOver::kShareGroup);
+    SLUICE_CHECK(summed.ok()) << summed.ToString();
+    SLUICE_CHECK(piece.stream().Synchronize().ok());
+    SLUICE_CHECK((*comm)->Synchronize().ok());
   }
 }
 
