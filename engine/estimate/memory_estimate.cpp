@@ -666,13 +666,21 @@ Result<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
   }
 
   if (tensor > 1) {
+    // Fewer key/value heads than ranks: each is copied to the tensor / n_kv_head ranks sharing it.
+    const int64_t kv = c.model.n_kv_head;
+    const std::string heads =
+        kv < tensor ? fmt::format(
+                          "its query heads, a copy of the key/value head it shares with "
+                          "{} other tensor rank(s)",
+                          tensor / kv - 1)
+                    : "its heads";
     e.notes.push_back(fmt::format(
         "tensor parallelism over {} ranks{}: this is tensor rank 0, holding {} of the {} "
-        "parameters (its heads, d_ff columns{}; the norms{} whole on every tensor rank); "
+        "parameters ({}, d_ff columns{}; the norms{} whole on every tensor rank); "
         "ZeRO shards them over the {} data-parallel rank(s); attention and MLP activations are "
         "1/{}{}",
         tensor, c.model.sequence_parallel ? " with sequence parallelism" : "", FormatCount(c.psi),
-        FormatCount(e.model_parameters),
+        FormatCount(e.model_parameters), heads,
         c.vocab_parallel ? " and the longest piece of the vocabulary" : "",
         std::string(c.vocab_parallel ? "" : ", token table, LM head") +
             (c.model.family == model::Family::kGpt2 ? ", positions and row-parallel biases" : ""),

@@ -96,6 +96,27 @@ TEST(EstimateTensorCliTest, TakesTheSizeFromTheConfigAndComposesWithPipelineStag
   EXPECT_EQ(j["grid"]["world"], 8);
 }
 
+// Fewer key/value heads than tensor ranks (2 over 4): each rank holds a copy of one head, as it
+// would with 4 heads split 4 ways, so its parameters are the same while the whole model has two
+// heads' k/v rows fewer per layer (4 layers x 2 projections x 2 heads x 16 x 128).
+TEST(EstimateTensorCliTest, CountsSharedKeyValueHeadsOncePerRank) {
+  const CommandResult r = RunSluice(Estimate("--tensor-parallel 4 --ranks 4"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("a copy of the key/value head it shares with 1 other tensor rank(s)"),
+            std::string::npos)
+      << r.output;
+  const nlohmann::json shared = Json("--tensor-parallel 4 --ranks 4");
+  const nlohmann::json split = Json("--tensor-parallel 4 --ranks 4 --set model.n_kv_head=4");
+  ASSERT_FALSE(shared.is_null());
+  ASSERT_FALSE(split.is_null());
+  EXPECT_EQ(shared["grid"]["tensor_rank_parameters"], split["grid"]["tensor_rank_parameters"]);
+  EXPECT_EQ(
+      split["model"]["parameters"].get<int64_t>() - shared["model"]["parameters"].get<int64_t>(),
+      4 * 2 * 2 * 16 * 128);
+  EXPECT_EQ(shared["per_rank"]["device"]["categories"]["activations"],
+            split["per_rank"]["device"]["categories"]["activations"]);
+}
+
 TEST(EstimateTensorCliTest, RefusesWhatTheGridCannotHold) {
   CommandResult r = RunSluice(Estimate("--tensor-parallel 2 --ranks 3"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -106,10 +127,12 @@ TEST(EstimateTensorCliTest, RefusesWhatTheGridCannotHold) {
   r = RunSluice(Estimate("--tensor-parallel 2 --pipeline-stages 2 --ranks 6"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("use --ranks 8"), std::string::npos) << r.output;
-  // 2 key/value heads do not split 4 ways.
-  r = RunSluice(Estimate("--tensor-parallel 4"));
+  // 6 key/value heads neither split 4 ways nor divide 4 (12 heads of 8 dimensions).
+  r =
+      RunSluice(Estimate("--tensor-parallel 4 --set model.d_model=96 --set model.n_head=12 "
+                         "--set model.n_kv_head=6"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("model.n_kv_head = 2 does not split over "
+  EXPECT_NE(r.output.find("model.n_kv_head = 6 does not split over "
                           "tensor_parallel.autotp_size = 4"),
             std::string::npos)
       << r.output;

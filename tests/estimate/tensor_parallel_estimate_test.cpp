@@ -62,7 +62,8 @@ struct Shape {
   bool tied;
 };
 
-// Every split is real at tensor sizes 2 and 4; odd vocabularies give balanced pieces.
+// Every split is real at tensor sizes 2 and 4; odd vocabularies give balanced pieces; key/value
+// heads are split, or shared where there are fewer than ranks.
 const std::vector<Shape>& Shapes() {
   static const std::vector<Shape> shapes = {
       // name             family               L  H  kv  d   ff   vocab seq B  tied
@@ -70,6 +71,10 @@ const std::vector<Shape>& Shapes() {
       {"gpt2_odd_vocab", model::Family::kGpt2, 3, 4, 4, 32, 128, 1001, 32, 3, false},
       {"llama_gqa", model::Family::kLlama, 3, 8, 4, 64, 160, 512, 32, 3, false},
       {"llama_small_vocab", model::Family::kLlama, 2, 8, 4, 64, 384, 66, 64, 1, true},
+      // Fewer key/value heads than ranks: one replicated at both sizes; two split at 2, shared
+      // by pairs of ranks at 4.
+      {"llama_one_kv", model::Family::kLlama, 2, 8, 1, 64, 128, 256, 32, 2, false},
+      {"llama_two_kv", model::Family::kLlama, 2, 8, 2, 64, 128, 256, 32, 2, false},
   };
   return shapes;
 }
@@ -130,6 +135,8 @@ TEST(TensorParallelEstimate, LayoutAndUnitsAreThoseOfTheModelThePlanBuilds) {
           EXPECT_EQ(mine->rank, info.sharding.rank);
           EXPECT_EQ(mine->blocks, info.sharding.blocks);
           EXPECT_EQ(mine->partial_grad, info.sharding.partial_grad);
+          EXPECT_EQ(mine->replicas, info.sharding.replicas);
+          EXPECT_EQ(mine->replica, info.sharding.replica);
           EXPECT_EQ(mine->LocalShape(), info.shape);
         }
         // The estimator's units: this rank's pieces, unit by unit, in trace order.
