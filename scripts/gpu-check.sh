@@ -107,7 +107,7 @@ fi
 # without offload (fp32, TF32 and bf16 products), then with bf16 products at stage 3, with
 # ZeRO-Offload (stage 2, the optimizer in pinned host memory), at stage 3 with the optimizer and
 # then the parameters too on the host, and on NVMe (a swap folder on this machine's disk). The
-# stage-2 offload run writes a Perfetto trace.
+# stage-2 offload run writes a Perfetto trace; a profiled run times every op on the device.
 if [[ -x $root/bin/sluice && -f data/demo_corpus.txt ]]; then
   swap=$(mktemp -d /tmp/sluice-swap.XXXXXX)
   offload_run() {  # offload_run NAME OVERRIDES...
@@ -123,9 +123,13 @@ if [[ -x $root/bin/sluice && -f data/demo_corpus.txt ]]; then
   offload_run none
   offload_run none_tf32 model.matmul_precision=tf32
   offload_run none_bf16 $bf16
+  offload_run none_bf16_profile $bf16 run.profile_ops=true  # device time per op in summary.json
   offload_run stage2_cpu_opt_bf16 $bf16 $z.stage=2 $z.offload_optimizer.device=cpu run.trace=true
   offload_run stage3_bf16 $bf16 $z.stage=3
   offload_run stage3_cpu_opt_bf16 $bf16 $z.stage=3 $z.offload_optimizer.device=cpu
+  # Buckets of d_model^2 instead of the whole model: their copies out overlap the backward.
+  offload_run stage3_cpu_opt_bf16_buckets $bf16 $z.stage=3 $z.offload_optimizer.device=cpu \
+    $z.reduce_bucket_size=auto
   offload_run stage3_cpu_all_bf16 $bf16 $z.stage=3 $z.offload_optimizer.device=cpu \
     $z.offload_param.device=cpu
   offload_run stage3_nvme_all_bf16 $bf16 $z.stage=3 $z.offload_optimizer.device=nvme \

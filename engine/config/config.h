@@ -162,6 +162,7 @@ struct RunConfig {
   std::string log_level{};
   double comm_timeout_s{};
   bool trace{};
+  bool profile_ops{};  // device time per op of the ops table (runtime/ops/profiled_ops_backend.h)
 };
 
 // DeepSpeed's tensorboard and csv_monitor sections (engine/train/monitor.h): rank 0 writes the

@@ -301,6 +301,7 @@ void BuildDeviceAndRun(const SettingValues& v, Config* c, Status* status) {
   c->run.log_level = v.GetString("run.log_level");
   c->run.comm_timeout_s = v.GetFloat("run.comm_timeout");
   c->run.trace = v.GetBool("run.trace");
+  c->run.profile_ops = v.GetBool("run.profile_ops");
 }
 
 void BuildMonitors(const SettingValues& v, Config* c) {

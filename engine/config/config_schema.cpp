@@ -545,6 +545,10 @@ void AddRun(SettingsRegistry& r) {
       .Max(kMaxCommTimeoutSeconds);
   r.Add("run.trace", T::kBool, "Write a Perfetto trace of every operation to run.dir")
       .Default(false);
+  r.Add("run.profile_ops", T::kBool,
+        "Time every op of the ops table on the device (two events per op) and report the device "
+        "time per op per training step in the summary (summary.json op_profile); slows the run")
+      .Default(false);
 }
 
 // DeepSpeed's monitors that write local files (engine/train/monitor.h); its defaults.

@@ -70,6 +70,11 @@ Status Engine::BuildModel(const Config& config) {
   allocator_ = std::make_unique<model::DeviceAllocator>(*device_);
   SLUICE_ASSIGN_OR_RETURN(ops_,
                           ops::CreateOpsBackend(*device_, {.cpu_threads = config.device.threads}));
+  if (config.run.profile_ops) {
+    auto profiled = std::make_unique<ops::ProfiledOpsBackend>(std::move(ops_));
+    op_profile_ = profiled.get();
+    ops_ = std::move(profiled);
+  }
   SLUICE_ASSIGN_OR_RETURN(matmul_precision_,
                           ops::ParseMatmulPrecision(config.model.matmul_precision));
   SLUICE_RETURN_IF_ERROR(

@@ -30,6 +30,7 @@
 #include "runtime/comm.h"
 #include "runtime/device.h"
 #include "runtime/ops/ops_backend.h"
+#include "runtime/ops/profiled_ops_backend.h"
 #include "runtime/status.h"
 
 namespace sluice::train {
@@ -85,6 +86,8 @@ class Engine {
   Device& device() const { return *device_; }
   model::Model<float>& model() const { return *model_; }
   zero::ZeroEngine& zero() const { return *zero_; }
+  // The ops table's device time per op, when run.profile_ops; else null.
+  ops::ProfiledOpsBackend* op_profile() const { return op_profile_; }
   // How the linear layers multiply fp32 matrices (model.matmul_precision).
   ops::MatmulPrecision matmul_precision() const { return matmul_precision_; }
 
@@ -103,6 +106,7 @@ class Engine {
   std::unique_ptr<model::DeviceAllocator> allocator_;
   std::unique_ptr<ops::OpsBackend> ops_;
   ops::MatmulPrecision matmul_precision_ = ops::MatmulPrecision::kFp32;
+  ops::ProfiledOpsBackend* op_profile_ = nullptr;  // ops_, when profiled
   std::unique_ptr<model::Model<float>> model_;
   std::unique_ptr<zero::ZeroEngine> zero_;
   // pipeline.stages > 1: model_ is this rank's stage, and the steps run through the pipeline.

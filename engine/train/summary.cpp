@@ -48,6 +48,38 @@ std::string ComputeRow(const TrainSummary& s) {
 
 }  // namespace
 
+// The ops that hold 99% of the profiled device time, then one line for the rest.
+std::string FormatOpProfile(const OpProfile& profile) {
+  double total = 0.0;
+  for (const ops::OpTime& t : profile.ops) total += t.total_ms;
+  const double steps = static_cast<double>(std::max<int64_t>(profile.steps, 1));
+  std::string out = fmt::format(
+      "device time per op (run.profile_ops, {} steps; ops on several streams may overlap):\n"
+      "  {:<26} {:>10} {:>12} {:>7}\n",
+      profile.steps, "op", "calls/step", "ms/step", "share");
+  double shown = 0.0;
+  int64_t rest_calls = 0;
+  double rest_ms = 0.0;
+  for (const ops::OpTime& t : profile.ops) {
+    if (total > 0 && shown >= 0.99 * total) {
+      rest_calls += t.calls;
+      rest_ms += t.total_ms;
+      continue;
+    }
+    shown += t.total_ms;
+    out += fmt::format("  {:<26} {:>10.1f} {:>12.3f} {:>6.1f}%\n", t.op,
+                       static_cast<double>(t.calls) / steps, t.total_ms / steps,
+                       total > 0 ? 100.0 * t.total_ms / total : 0.0);
+  }
+  if (rest_calls > 0) {
+    out += fmt::format("  {:<26} {:>10.1f} {:>12.3f} {:>6.1f}%\n", "(the rest)",
+                       static_cast<double>(rest_calls) / steps, rest_ms / steps,
+                       100.0 * rest_ms / total);
+  }
+  out += fmt::format("  {:<26} {:>10} {:>12.3f}\n", "total", "", total / steps);
+  return out;
+}
+
 std::string FormatSummaryTable(const TrainSummary& s) {
   std::string out = fmt::format("Training summary ({})\n", s.run_dir);
   out += Row("model", fmt::format("{}, {} parameters, {}", s.model,
@@ -102,6 +134,7 @@ std::string FormatSummaryTable(const TrainSummary& s) {
                            s.kernels.gemm_kernel, s.kernels.gemm_threads, s.kernels.openblas_core,
                            s.kernels.kernel_isa));
   }
+  if (s.op_profile.has_value()) out += FormatOpProfile(*s.op_profile);
   if (s.memory.has_value()) out += FormatMemoryReport(*s.memory);
   return out;
 }
@@ -150,6 +183,13 @@ nlohmann::ordered_json SummaryToJson(const TrainSummary& s) {
   json["initial_val_loss"] = Optional(s.initial_val_loss);
   json["final_val_loss"] = Optional(s.final_val_loss);
   json["final_loss_scale"] = Number(s.final_loss_scale);
+  if (s.op_profile.has_value()) {
+    nlohmann::ordered_json ops = nlohmann::ordered_json::array();
+    for (const ops::OpTime& t : s.op_profile->ops) {
+      ops.push_back({{"op", t.op}, {"calls", t.calls}, {"total_ms", Number(t.total_ms)}});
+    }
+    json["op_profile"] = {{"steps", s.op_profile->steps}, {"ops", std::move(ops)}};
+  }
   json["kernels"] = {{"cpu_gemm", s.kernels.cpu_gemm},
                      {"gemm_kernel", s.kernels.gemm_kernel},
                      {"gemm",

@@ -8,10 +8,12 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/train/device_peak.h"
 #include "engine/train/memory_report.h"
 #include "runtime/memory_kinds.h"
+#include "runtime/ops/profiled_ops_backend.h"
 
 namespace sluice::train {
 
@@ -28,16 +30,16 @@ struct PhaseTimes {
 // kernels/cpu/gemm.h's GemmKernel), the core OpenBLAS runs here (named even when it did not run:
 // the setting could be flipped) and the ISA of Sluice's own kernels (Adam, GemmFixed).
 struct ComputeKernels {
-  std::string cpu_gemm;         // device.cpu_gemm: "blas" or "deterministic"
-  std::string gemm_kernel;      // "oneDNN 2.6.3 avx512_core_amx", "GemmFixed avx512"
-  std::string gemm_library;     // "oneDNN", "OpenBLAS", "GemmFixed"
-  std::string gemm_version;     // "2.6.3"; "" for GemmFixed
-  std::string gemm_core;        // oneDNN's dispatch ISA, OpenBLAS's core, GemmFixed's variant
-  int gemm_threads = 0;         // the team a product got
-  std::string openblas_core;    // openblas_get_corename(), after Sluice set it for the CPU
+  std::string cpu_gemm;              // device.cpu_gemm: "blas" or "deterministic"
+  std::string gemm_kernel;           // "oneDNN 2.6.3 avx512_core_amx", "GemmFixed avx512"
+  std::string gemm_library;          // "oneDNN", "OpenBLAS", "GemmFixed"
+  std::string gemm_version;          // "2.6.3"; "" for GemmFixed
+  std::string gemm_core;             // oneDNN's dispatch ISA, OpenBLAS's core, GemmFixed's variant
+  int gemm_threads = 0;              // the team a product got
+  std::string openblas_core;         // openblas_get_corename(), after Sluice set it for the CPU
   std::string openblas_core_reason;  // "picked by OpenBLAS", "set by Sluice for avx512 (...)"
-  std::string openblas_config;  // openblas_get_config()
-  std::string kernel_isa;       // "avx512", "avx2", "scalar"
+  std::string openblas_config;       // openblas_get_config()
+  std::string kernel_isa;            // "avx512", "avx2", "scalar"
 };
 
 // Model FLOPs (flops.h) against the device's peak (device_peak.h).
@@ -49,6 +51,13 @@ struct FlopsSummary {
   std::optional<double> mfu;      // against total_peak_flops_per_s; unset when the peak is unknown
   PeakFlops peak;                 // one rank's (rank 0's)
   double total_peak_flops_per_s = 0.0;  // summed over the ranks
+};
+
+// Device time per op of the ops table over `steps` training steps (run.profile_ops), the largest
+// total first.
+struct OpProfile {
+  int64_t steps = 0;
+  std::vector<ops::OpTime> ops;
 };
 
 struct TrainSummary {
@@ -77,6 +86,7 @@ struct TrainSummary {
   double final_loss_scale = 1.0;
   ComputeKernels kernels;
   FlopsSummary flops;
+  std::optional<OpProfile> op_profile;  // run.profile_ops
 };
 
 inline constexpr int64_t kFinalLossWindow = 10;

@@ -320,6 +320,11 @@ Result<StepMetrics> Trainer::TrainStep() {
   }
   SLUICE_RETURN_IF_ERROR(scaler_.Update(/*overflow=*/step.overflow));
   m.step_time_s = TraceClockSeconds() - start;
+  // After the step's time is taken: the profile's waits are not the step's.
+  if (ops::ProfiledOpsBackend* profile = engine_->op_profile(); profile != nullptr) {
+    SLUICE_RETURN_IF_ERROR(profile->Collect().WithContext("run.profile_ops"));
+    ++profiled_steps_;
+  }
   SetStepThroughput(peak_.total_flops_per_s, &m);
   total_tokens_ += m.tokens;
   m.total_tokens = total_tokens_;
@@ -337,6 +342,10 @@ Result<double> Trainer::Evaluate() {
   Result<double> loss =
       engine_->Evaluate([&](data::Batch* batch) { return validation_->Next(batch); });
   if (!loss.ok()) return Status(loss.status()).WithContext("evaluating");
+  if (ops::ProfiledOpsBackend* profile = engine_->op_profile(); profile != nullptr) {
+    // The profile is of training steps: an evaluation's ops are waited for and left out.
+    SLUICE_RETURN_IF_ERROR(profile->Collect(/*count=*/false).WithContext("run.profile_ops"));
+  }
   TakePeaks(nullptr);
   return loss;
 }
@@ -468,6 +477,9 @@ Result<TrainSummary> Trainer::Run() {
   summary.phases.eval_s += initial_eval_s;
   SLUICE_ASSIGN_OR_RETURN(summary.memory, BuildMemoryReport(config_, *world_, run_peaks_));
   summary.wall_s = TraceClockSeconds() - start;
+  if (const ops::ProfiledOpsBackend* profile = engine_->op_profile(); profile != nullptr) {
+    summary.op_profile = OpProfile{profiled_steps_, profile->Times()};
+  }
   const PhaseTimes& p = summary.phases;
   summary.phases.other_s =
       std::max(0.0, summary.wall_s - p.forward_s - p.backward_s - p.optimizer_s - p.eval_s);

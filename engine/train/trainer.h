@@ -187,7 +187,8 @@ class Trainer {
   std::optional<data::DataLoader> loader_;
   std::optional<data::ValidationIterator> validation_;
   int64_t steps_done_ = 0;
-  int stop_signal_ = 0;  // the signal Run() stopped for, 0 when it ran every step
+  int64_t profiled_steps_ = 0;  // steps whose ops the profile counts (run.profile_ops)
+  int stop_signal_ = 0;         // the signal Run() stopped for, 0 when it ran every step
   std::filesystem::path resumed_from_;
   int64_t total_tokens_ = 0;
   int num_threads_ = 0;

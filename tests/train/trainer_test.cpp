@@ -10,7 +10,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 #include "engine/estimate/memory_estimate.h"
@@ -187,6 +189,49 @@ std::vector<nlohmann::json> ReadJsonLines(const std::string& path) {
   std::string line;
   while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
   return lines;
+}
+
+// run.profile_ops: every op of the table timed on its stream, per training step (evaluations
+// left out), in the summary; the losses of the unprofiled run bit for bit.
+TEST(TrainerTest, ProfilingTheOpsReportsTheirDeviceTimeAndChangesNoBits) {
+  const auto run = [](const std::vector<std::string>& overrides) {
+    Config config = TinyGptConfig(overrides);
+    std::filesystem::remove_all(config.run.dir);
+    Result<std::unique_ptr<Trainer>> trainer =
+        Trainer::Create(config, test_util::QuietTrainerOptions());
+    SLUICE_CHECK(trainer.ok()) << trainer.status().ToString();
+    Result<TrainSummary> summary = (*trainer)->Run();
+    SLUICE_CHECK(summary.ok()) << summary.status().ToString();
+    return *summary;
+  };
+  const std::vector<std::string> base = {"run.steps=3", "run.eval_interval=2"};
+  std::vector<std::string> with_profile = base;
+  with_profile.push_back("run.profile_ops=true");
+  const TrainSummary plain = run(base);
+  const TrainSummary profiled = run(with_profile);
+  EXPECT_TRUE(test_util::SameBits(profiled.final_train_loss, plain.final_train_loss));
+  ASSERT_TRUE(profiled.final_val_loss.has_value() && plain.final_val_loss.has_value());
+  EXPECT_TRUE(test_util::SameBits(*profiled.final_val_loss, *plain.final_val_loss));
+  EXPECT_FALSE(plain.op_profile.has_value());
+  ASSERT_TRUE(profiled.op_profile.has_value());
+  EXPECT_EQ(profiled.op_profile->steps, 3);
+  std::map<std::string, ops::OpTime> by_op;
+  for (const ops::OpTime& t : profiled.op_profile->ops) {
+    EXPECT_GE(t.total_ms, 0.0) << t.op;
+    EXPECT_EQ(t.calls % 3, 0) << t.op << ": the same ops every step, evaluations left out";
+    by_op[t.op] = t;
+  }
+  for (const char* op : {"LinearForward", "LinearBackward", "AttentionForward", "AttentionBackward",
+                         "LayerNormForward", "CrossEntropyForward", "AdamStep"}) {
+    EXPECT_TRUE(by_op.count(op)) << op << " not profiled";
+  }
+  // Every linear's forward has its backward (no checkpointing); the tiny GPT's forward has four
+  // per block (attention in, attention out, MLP in, MLP out) and the head.
+  EXPECT_EQ(by_op["LinearBackward"].calls, by_op["LinearForward"].calls);
+  EXPECT_EQ(by_op["LinearForward"].calls, 3 * (4 * TinyGptConfig().model.n_layer + 1));
+  const std::string table = FormatSummaryTable(profiled);
+  EXPECT_NE(table.find("device time per op"), std::string::npos) << table;
+  EXPECT_NE(SummaryToJson(profiled).dump().find("\"op_profile\""), std::string::npos);
 }
 
 TEST(TrainerTest, RunWritesMetricsConfigAndSummary) {
