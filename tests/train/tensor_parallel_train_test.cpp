@@ -17,10 +17,12 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/train/trainer.h"
 #include "runtime/check.h"
+#include "runtime/trace.h"
 #include "tests/common/test_world.h"
 #include "tests/train/train_test_util.h"
 
@@ -328,6 +330,96 @@ std::string FreshRunDir(const std::string& name) {
   if (TestWorld().rank() == 0) std::filesystem::remove_all(dir);
   SLUICE_CHECK(TestWorld().Barrier().ok());
   return dir;
+}
+
+// The tensor collectives a trainer's steps put on the comm lane of its trace: name -> (events,
+// bytes).
+std::map<std::string, std::pair<int, uint64_t>> TensorCollectives() {
+  std::map<std::string, std::pair<int, uint64_t>> by_name;
+  for (const TraceEvent& event : TraceRecorder::Global().Snapshot()) {
+    if (event.lane != kTraceLaneComm || !event.name.starts_with("tp.")) continue;
+    by_name[event.name].first += 1;
+    by_name[event.name].second += event.bytes;
+  }
+  return by_name;
+}
+
+// Issue 20's communication check, counted from the trace of a trainer's steps at tp 2: without
+// sequence parallelism one all-reduce per block (attention, MLP) in each direction, the
+// embedding's and the head's, and the vocabulary-parallel loss's two, none of the logits; with
+// it an all-gather and a reduce-scatter in the place of each all-reduce (the same bytes on the
+// wire), the backward's re-gather of each region's input, and one all-reduce per norm of its
+// partial gradients.
+TEST(TensorParallelTraceTest, ATrainingStepsTensorCollectivesAreTheTheorys) {
+  const Grid grid{2};
+  constexpr int kTracedSteps = 2;
+  std::map<std::string, std::pair<int, uint64_t>> plain;
+  for (const bool sequence : {false, true}) {
+    SCOPED_TRACE(sequence ? "sequence parallel" : "tensor parallel");
+    std::vector<std::string> more;
+    if (sequence) more.push_back("tensor_parallel.sequence_parallel=true");
+    const Config config =
+        GridConfig(grid, "gpt2", FreshRunDir(sequence ? "trace_sp" : "trace_tp"), more);
+    std::unique_ptr<Trainer> trainer = MakeTrainer(config, TestWorld());
+    TraceRecorder::Global().Clear();
+    TraceRecorder::Global().Enable();
+    for (int s = 0; s < kTracedSteps; ++s) ASSERT_TRUE(trainer->TrainStep().ok());
+    TraceRecorder::Global().Disable();
+    const std::map<std::string, std::pair<int, uint64_t>> events = TensorCollectives();
+    TraceRecorder::Global().Clear();
+
+    const int64_t rows = config.batch.micro_batch_per_gpu * config.model.seq_len;
+    const uint64_t whole = static_cast<uint64_t>(rows * config.model.d_model) * sizeof(float);
+    const auto times = [&](int per_step, uint64_t bytes) {
+      return std::pair<int, uint64_t>{kTracedSteps * per_step,
+                                      kTracedSteps * static_cast<uint64_t>(per_step) * bytes};
+    };
+    std::map<std::string, std::pair<int, uint64_t>> expected;
+    for (int64_t layer = 0; layer < config.model.n_layer; ++layer) {
+      for (const char* sublayer : {".attn", ".mlp"}) {
+        const std::string block = "transformer.h." + std::to_string(layer) + sublayer;
+        if (sequence) {
+          expected["tp.ag " + block] = times(2, whole);
+          expected["tp.rs " + block] = times(2, whole);
+          expected["tp.regather " + block] = times(1, whole);
+          // The same wire bytes: an all-reduce moves 2(t-1)/t of its buffer, an all-gather and
+          // a reduce-scatter (t-1)/t of the whole rows each.
+          EXPECT_EQ(2 * plain.at("tp.g " + block).second + 2 * plain.at("tp.f " + block).second,
+                    expected["tp.ag " + block].second + expected["tp.rs " + block].second)
+              << block;
+        } else {
+          expected["tp.g " + block] = times(1, whole);
+          expected["tp.f " + block] = times(1, whole);
+        }
+      }
+    }
+    expected["tp.g transformer.wte"] = times(1, whole);
+    if (sequence) {
+      expected["tp.ag transformer"] = times(1, whole);
+      expected["tp.ag lm_head"] = times(1, whole);
+      expected["tp.rs lm_head"] = times(1, whole);
+    } else {
+      expected["tp.f lm_head"] = times(1, whole);
+    }
+    // The loss: every rank's [rows] log-sum-exps gathered, the [rows] target logits summed.
+    expected["tp.ce.lse lm_head"] = times(1, grid.tensor * rows * sizeof(float));
+    expected["tp.ce.target lm_head"] = times(1, rows * sizeof(float));
+    std::map<std::string, std::pair<int, uint64_t>> partial_sums;
+    for (const auto& [name, count_bytes] : events) {
+      if (name.starts_with("tp.sp.grads ")) partial_sums.insert({name, count_bytes});
+    }
+    for (const auto& [name, count_bytes] : partial_sums) {
+      EXPECT_EQ(count_bytes.first, kTracedSteps) << name;
+      EXPECT_EQ(count_bytes.second, kTracedSteps * 2 * config.model.d_model * sizeof(float))
+          << name << ": a LayerNorm's weight and bias";
+    }
+    EXPECT_EQ(static_cast<int64_t>(partial_sums.size()),
+              sequence ? 2 * config.model.n_layer + 1 : 0);
+    std::map<std::string, std::pair<int, uint64_t>> tensor_events = events;
+    for (const auto& [name, count_bytes] : partial_sums) tensor_events.erase(name);
+    EXPECT_EQ(tensor_events, expected);
+    if (!sequence) plain = events;
+  }
 }
 
 // Saved on the widest tensor grid at stage 3 after half the steps, resumed on every other grid
