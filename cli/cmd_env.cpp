@@ -13,6 +13,7 @@
 #include "cli/command_registry.h"
 #include "cli/env_probes.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/ops_path.h"
 #include "runtime/comm/mpi/mpi_call.h"
 #include "runtime/device/cpu/memory_protection.h"
 #include "runtime/json_text.h"
@@ -61,7 +62,11 @@ nlohmann::json CollectEnv(const EnvOptions& options) {
                 {"avx512", cpu.avx512},
                 {"avx512_bf16", cpu.avx512_bf16},
                 {"amx", cpu.amx},
-                {"kernel_isa", kernels::IsaName(kernels::SelectedIsa())}};
+                {"kernel_isa", kernels::IsaName(kernels::SelectedIsa())},
+                // The non-GEMM ops' path under each device.cpu_gemm (kernels/cpu/ops_path.h).
+                {"ops_path",
+                 {{"deterministic", kernels::cpu::OpsPathName(kernels::cpu::OpsPath::kFixed)},
+                  {"blas", kernels::cpu::OpsPathName(kernels::cpu::OpsPath::kVector)}}}};
   env["gemm"] = ProbeGemm();
 
   Result<Topology> topo = DetectTopology();
@@ -108,7 +113,10 @@ void PrintEnv(const nlohmann::json& env) {
             << "  ISA          AVX2 " << yes_no(cpu["avx2"]) << ", AVX-512 "
             << yes_no(cpu["avx512"]) << ", AVX512_BF16 " << yes_no(cpu["avx512_bf16"]) << ", AMX "
             << yes_no(cpu["amx"]) << "; kernels use " << cpu["kernel_isa"].get<std::string>()
-            << "\n";
+            << "\n"
+            << "  other ops    device.cpu_gemm deterministic: "
+            << cpu["ops_path"]["deterministic"].get<std::string>()
+            << "; blas: " << cpu["ops_path"]["blas"].get<std::string>() << "\n";
   const auto& gemm = env["gemm"];
   // "OpenBLAS       core SkylakeX (set by Sluice for avx512 (OpenBLAS picked Prescott)), 2
   // threads (OpenBLAS 0.3.21 ...)"

@@ -130,9 +130,9 @@ std::string FormatSummaryTable(const TrainSummary& s) {
   }
   if (!s.kernels.cpu_gemm.empty()) {
     out += Row("kernels",
-               fmt::format("GEMM {} ({}, {} threads), OpenBLAS core {}, ISA {}", s.kernels.cpu_gemm,
-                           s.kernels.gemm_kernel, s.kernels.gemm_threads, s.kernels.openblas_core,
-                           s.kernels.kernel_isa));
+               fmt::format("GEMM {} ({}, {} threads), OpenBLAS core {}, ISA {}, other ops {}",
+                           s.kernels.cpu_gemm, s.kernels.gemm_kernel, s.kernels.gemm_threads,
+                           s.kernels.openblas_core, s.kernels.kernel_isa, s.kernels.ops_path));
   }
   if (s.op_profile.has_value()) out += FormatOpProfile(*s.op_profile);
   if (s.memory.has_value()) out += FormatMemoryReport(*s.memory);
@@ -200,7 +200,8 @@ nlohmann::ordered_json SummaryToJson(const TrainSummary& s) {
                      {"openblas_core", s.kernels.openblas_core},
                      {"openblas_core_reason", s.kernels.openblas_core_reason},
                      {"openblas_config", s.kernels.openblas_config},
-                     {"kernel_isa", s.kernels.kernel_isa}};
+                     {"kernel_isa", s.kernels.kernel_isa},
+                     {"ops_path", s.kernels.ops_path}};
   ReplaceInvalidUtf8(&json);  // run_dir is bytes: a Latin-1 --run-dir must not abort the dump
   return json;
 }

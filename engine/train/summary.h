@@ -40,6 +40,7 @@ struct ComputeKernels {
   std::string openblas_core_reason;  // "picked by OpenBLAS", "set by Sluice for avx512 (...)"
   std::string openblas_config;       // openblas_get_config()
   std::string kernel_isa;            // "avx512", "avx2", "scalar"
+  std::string ops_path;  // the other ops' path (kernels/cpu/ops_path.h): "fixed", "vector avx512"
 };
 
 // Model FLOPs (flops.h) against the device's peak (device_peak.h).

@@ -23,6 +23,7 @@
 #include "engine/train/train_world.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/ops_path.h"
 #include "runtime/logging.h"
 #include "runtime/memory_accounting.h"
 #include "runtime/size_format.h"
@@ -72,7 +73,10 @@ ComputeKernels DescribeComputeKernels(kernels::cpu::GemmBackend gemm) {
           .openblas_core = blas.core,
           .openblas_core_reason = blas.reason,
           .openblas_config = blas.config,
-          .kernel_isa = std::string(kernels::IsaName(kernels::SelectedIsa()))};
+          .kernel_isa = std::string(kernels::IsaName(kernels::SelectedIsa())),
+          .ops_path = kernels::cpu::OpsPathName(gemm == kernels::cpu::GemmBackend::kBlas
+                                                    ? kernels::cpu::OpsPath::kVector
+                                                    : kernels::cpu::OpsPath::kFixed)};
 }
 
 }  // namespace
@@ -137,6 +141,11 @@ Status Trainer::Build() {
   // device.cpu_gemm is process-wide in the kernels (kernels/cpu/gemm.h), like OpenBLAS's thread
   // count: each trainer sets it for the model it builds.
   kernels::cpu::SetGemmBackend(config_.device.cpu_gemm);
+  // The other ops follow the same choice (kernels/cpu/ops_path.h): blas runs their vector
+  // kernels, deterministic the fixed loops whose bits the golden curves hold.
+  kernels::cpu::SetOpsPath(config_.device.cpu_gemm == kernels::cpu::GemmBackend::kBlas
+                               ? kernels::cpu::OpsPath::kVector
+                               : kernels::cpu::OpsPath::kFixed);
   // Each phase ends with every rank agreeing that it succeeded: a rank that failed alone would
   // otherwise leave the others waiting in the next collective until run.comm_timeout.
   SLUICE_RETURN_IF_ERROR(AgreeAcrossRanks(*world_, LockRunDirectory(), "taking the run directory"));
@@ -166,9 +175,10 @@ Status Trainer::Build() {
                engine_->groups().grid().shape().ToString(),
                DescribeStatePlacement(zero().memory(), optimizer().offload_ratio(),
                                       engine_->device().name()));
-    SLUICE_LOG(kInfo, "train", "CPU GEMM: device.cpu_gemm {} runs {} (OpenBLAS core {})",
-               kernels::cpu::GemmBackendName(config_.device.cpu_gemm),
-               kernels::cpu::GemmKernelName(), kernels::cpu::DescribeBlas().core);
+    SLUICE_LOG(
+        kInfo, "train", "CPU GEMM: device.cpu_gemm {} runs {} (OpenBLAS core {}); other ops: {}",
+        kernels::cpu::GemmBackendName(config_.device.cpu_gemm), kernels::cpu::GemmKernelName(),
+        kernels::cpu::DescribeBlas().core, kernels::cpu::OpsPathName());
   }
   return OkStatus();
 }

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/cpu/ops_parallel.h"
+#include "kernels/cpu/ops_vector_internal.h"
 
 namespace sluice::kernels::cpu {
 namespace {
@@ -14,6 +15,11 @@ constexpr float kGeluA = 0.044715f;
 
 void GeluForward(const float* x, float* y, int64_t n, int num_threads) {
   const int threads = internal::OpsThreads(num_threads, n);
+  if (const internal::OpsVectorVariant* vec = internal::ActiveOpsVectorVariant()) {
+    internal::ParallelChunks(n, threads,
+                             [&](int64_t b, int64_t e) { vec->gelu_forward(x + b, y + b, e - b); });
+    return;
+  }
 #pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
@@ -23,6 +29,12 @@ void GeluForward(const float* x, float* y, int64_t n, int num_threads) {
 
 void GeluBackward(const float* x, const float* dy, float* dx, int64_t n, int num_threads) {
   const int threads = internal::OpsThreads(num_threads, n);
+  if (const internal::OpsVectorVariant* vec = internal::ActiveOpsVectorVariant()) {
+    internal::ParallelChunks(n, threads, [&](int64_t b, int64_t e) {
+      vec->gelu_backward(x + b, dy + b, dx + b, e - b);
+    });
+    return;
+  }
 #pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
@@ -34,6 +46,12 @@ void GeluBackward(const float* x, const float* dy, float* dx, int64_t n, int num
 
 void SwiGluForward(const float* gate, const float* up, float* y, int64_t n, int num_threads) {
   const int threads = internal::OpsThreads(num_threads, n);
+  if (const internal::OpsVectorVariant* vec = internal::ActiveOpsVectorVariant()) {
+    internal::ParallelChunks(n, threads, [&](int64_t b, int64_t e) {
+      vec->swiglu_forward(gate + b, up + b, y + b, e - b);
+    });
+    return;
+  }
 #pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
@@ -44,6 +62,12 @@ void SwiGluForward(const float* gate, const float* up, float* y, int64_t n, int 
 void SwiGluBackward(const float* gate, const float* up, const float* dy, float* dgate, float* dup,
                     int64_t n, int num_threads) {
   const int threads = internal::OpsThreads(num_threads, n);
+  if (const internal::OpsVectorVariant* vec = internal::ActiveOpsVectorVariant()) {
+    internal::ParallelChunks(n, threads, [&](int64_t b, int64_t e) {
+      vec->swiglu_backward(gate + b, up + b, dy + b, dgate + b, dup + b, e - b);
+    });
+    return;
+  }
 #pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];

@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/ops_parallel.h"
+#include "kernels/cpu/ops_vector_internal.h"
 
 namespace sluice::kernels::cpu {
 namespace {
@@ -43,12 +44,64 @@ void Scores(const float* qh, const float* kg, float* s, const Layout& l, float s
        kGemmThreads);
 }
 
+// The team of the vector path: one (batch, head) pair costs about seq^2 * head_dim / 2
+// multiply-adds, so a team pays off from a few pairs of the demo's size on.
+int VectorThreads(int requested, const AttentionDims& dims, int64_t tasks) {
+  const int64_t work = tasks * dims.seq * dims.seq * dims.head_dim / 2;
+  const int threads = internal::OpsThreads(requested, work, int64_t{1} << 18);
+  return static_cast<int>(std::min<int64_t>(threads, tasks));
+}
+
+void VectorForward(const internal::OpsVectorVariant& vec, const float* q, const float* k,
+                   const float* v, float* out, float* lse, const AttentionDims& dims,
+                   int num_threads) {
+  const Layout l = MakeLayout(dims);
+  const int64_t group = dims.q_heads / dims.kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dims.head_dim));
+  const int64_t tasks = dims.batch * dims.q_heads;
+  const int threads = VectorThreads(num_threads, dims, tasks);
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
+  for (int64_t task = 0; task < tasks; ++task) {
+    const int64_t b = task / dims.q_heads;
+    const int64_t h = task % dims.q_heads;
+    const int64_t g = h / group;
+    vec.attention_forward_head(q + l.QOffset(b, h), k + l.KvOffset(b, g), v + l.KvOffset(b, g),
+                               out + l.QOffset(b, h), lse + task * dims.seq, dims.seq,
+                               dims.head_dim, l.ld_q, l.ld_kv, scale);
+  }
+}
+
+void VectorBackward(const internal::OpsVectorVariant& vec, const float* q, const float* k,
+                    const float* v, const float* out, const float* lse, const float* dout,
+                    float* dq, float* dk, float* dv, const AttentionDims& dims, int num_threads) {
+  const Layout l = MakeLayout(dims);
+  const int64_t group = dims.q_heads / dims.kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dims.head_dim));
+  const int64_t tasks = dims.batch * dims.kv_heads;
+  const int threads = VectorThreads(num_threads, dims, tasks * group);
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
+  for (int64_t task = 0; task < tasks; ++task) {
+    const int64_t b = task / dims.kv_heads;
+    const int64_t g = task % dims.kv_heads;
+    const int64_t h0 = g * group;
+    vec.attention_backward_group(q + l.QOffset(b, h0), k + l.KvOffset(b, g), v + l.KvOffset(b, g),
+                                 out + l.QOffset(b, h0), lse + (b * dims.q_heads + h0) * dims.seq,
+                                 dout + l.QOffset(b, h0), dq + l.QOffset(b, h0),
+                                 dk + l.KvOffset(b, g), dv + l.KvOffset(b, g), group, dims.head_dim,
+                                 dims.seq, dims.head_dim, l.ld_q, l.ld_kv, scale);
+  }
+}
+
 }  // namespace
 
 void AttentionForward(const float* q, const float* k, const float* v, float* out, float* lse,
-                      const AttentionDims& dims, float* workspace) {
+                      const AttentionDims& dims, float* workspace, int num_threads) {
   CheckDims(dims, "AttentionForward");
   if (dims.batch == 0 || dims.seq == 0) return;
+  if (const internal::OpsVectorVariant* vec = internal::ActiveOpsVectorVariant()) {
+    VectorForward(*vec, q, k, v, out, lse, dims, num_threads);
+    return;
+  }
   const Layout l = MakeLayout(dims);
   const int n = static_cast<int>(dims.seq);
   const int d = static_cast<int>(dims.head_dim);
@@ -83,9 +136,13 @@ void AttentionForward(const float* q, const float* k, const float* v, float* out
 
 void AttentionBackward(const float* q, const float* k, const float* v, const float* out,
                        const float* lse, const float* dout, float* dq, float* dk, float* dv,
-                       const AttentionDims& dims, float* workspace) {
+                       const AttentionDims& dims, float* workspace, int num_threads) {
   CheckDims(dims, "AttentionBackward");
   if (dims.batch == 0 || dims.seq == 0) return;
+  if (const internal::OpsVectorVariant* vec = internal::ActiveOpsVectorVariant()) {
+    VectorBackward(*vec, q, k, v, out, lse, dout, dq, dk, dv, dims, num_threads);
+    return;
+  }
   const Layout l = MakeLayout(dims);
   const int n = static_cast<int>(dims.seq);
   const int d = static_cast<int>(dims.head_dim);

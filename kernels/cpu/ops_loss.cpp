@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/cpu/ops_parallel.h"
+#include "kernels/cpu/ops_vector_internal.h"
 
 namespace sluice::kernels::cpu {
 namespace {
@@ -23,9 +24,14 @@ float CrossEntropyForward(const float* logits, const int32_t* targets, float* ls
                           int64_t vocab, int num_threads) {
   CheckTargets(targets, rows, vocab, "CrossEntropyForward");
   const int threads = internal::OpsThreads(num_threads, rows * vocab);
+  const internal::OpsVectorVariant* vec = internal::ActiveOpsVectorVariant();
 #pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = logits + r * vocab;
+    if (vec != nullptr) {
+      lse[r] = vec->logsumexp_row(row, vocab);
+      continue;
+    }
     float max = row[0];
 #pragma omp simd reduction(max : max)
     for (int64_t v = 1; v < vocab; ++v) max = std::max(max, row[v]);
@@ -52,6 +58,7 @@ void CrossEntropyBackward(const float* logits, const int32_t* targets, const flo
   const int64_t count = CountValidTargets(targets, rows);
   const float scale = count > 0 ? dloss / static_cast<float>(count) : 0.0f;
   const int threads = internal::OpsThreads(num_threads, rows * vocab);
+  const internal::OpsVectorVariant* vec = internal::ActiveOpsVectorVariant();
 #pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = logits + r * vocab;
@@ -63,8 +70,12 @@ void CrossEntropyBackward(const float* logits, const int32_t* targets, const flo
     }
     const float l = lse[r];
     const float p_target = std::exp(row[target] - l);  // read before an aliased drow overwrites it
+    if (vec != nullptr) {
+      vec->scaled_exp_row(row, l, scale, drow, vocab);
+    } else {
 #pragma omp simd
-    for (int64_t v = 0; v < vocab; ++v) drow[v] = scale * std::exp(row[v] - l);
+      for (int64_t v = 0; v < vocab; ++v) drow[v] = scale * std::exp(row[v] - l);
+    }
     drow[target] = scale * (p_target - 1.0f);
   }
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/cpu/ops_parallel.h"
+#include "kernels/cpu/ops_vector_internal.h"
 
 namespace sluice::kernels::cpu {
 namespace {
@@ -44,6 +45,14 @@ void NormParamGrads(const float* x, const float* center, const float* rstd, cons
 void LayerNormForward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                       float* rstd, int64_t rows, int64_t cols, float eps, int num_threads) {
   const int threads = internal::OpsThreads(num_threads, rows * cols);
+  if (const internal::OpsVectorVariant* vec = internal::ActiveOpsVectorVariant()) {
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      vec->layernorm_forward_row(x + r * cols, gamma, beta, y + r * cols, mean + r, rstd + r, cols,
+                                 eps);
+    }
+    return;
+  }
   const float inv_cols = 1.0f / static_cast<float>(cols);
 #pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
@@ -73,6 +82,15 @@ void LayerNormBackward(const float* x, const float* gamma, const float* mean, co
                        const float* dy, float* dx, float* dgamma, float* dbeta, int64_t rows,
                        int64_t cols, int num_threads) {
   const int threads = internal::OpsThreads(num_threads, rows * cols);
+  if (const internal::OpsVectorVariant* vec = internal::ActiveOpsVectorVariant()) {
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      vec->layernorm_backward_row(x + r * cols, gamma, mean[r], rstd[r], dy + r * cols,
+                                  dx + r * cols, cols);
+    }
+    NormParamGrads(x, mean, rstd, dy, dgamma, dbeta, rows, cols, num_threads);
+    return;
+  }
   const float inv_cols = 1.0f / static_cast<float>(cols);
 #pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
@@ -102,6 +120,13 @@ void LayerNormBackward(const float* x, const float* gamma, const float* mean, co
 void RmsNormForward(const float* x, const float* gamma, float* y, float* rstd, int64_t rows,
                     int64_t cols, float eps, int num_threads) {
   const int threads = internal::OpsThreads(num_threads, rows * cols);
+  if (const internal::OpsVectorVariant* vec = internal::ActiveOpsVectorVariant()) {
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      vec->rmsnorm_forward_row(x + r * cols, gamma, y + r * cols, rstd + r, cols, eps);
+    }
+    return;
+  }
   const float inv_cols = 1.0f / static_cast<float>(cols);
 #pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
@@ -120,6 +145,14 @@ void RmsNormForward(const float* x, const float* gamma, float* y, float* rstd, i
 void RmsNormBackward(const float* x, const float* gamma, const float* rstd, const float* dy,
                      float* dx, float* dgamma, int64_t rows, int64_t cols, int num_threads) {
   const int threads = internal::OpsThreads(num_threads, rows * cols);
+  if (const internal::OpsVectorVariant* vec = internal::ActiveOpsVectorVariant()) {
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      vec->rmsnorm_backward_row(x + r * cols, gamma, rstd[r], dy + r * cols, dx + r * cols, cols);
+    }
+    NormParamGrads(x, nullptr, rstd, dy, dgamma, nullptr, rows, cols, num_threads);
+    return;
+  }
   const float inv_cols = 1.0f / static_cast<float>(cols);
 #pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
   for (int64_t r = 0; r < rows; ++r) {

@@ -55,4 +55,21 @@ inline void ColumnSums(const float* a, float* out, int64_t rows, int64_t cols, i
   }
 }
 
+// fn(begin, end) over [0, n) in one contiguous chunk per thread of a team of `threads`, chunk
+// bounds on 64-element (cache-line) multiples.
+template <typename Fn>
+void ParallelChunks(int64_t n, int threads, const Fn& fn) {
+  if (threads <= 1) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  const int64_t per = ((n + threads - 1) / threads + 63) / 64 * 64;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int t = 0; t < threads; ++t) {
+    const int64_t begin = std::min<int64_t>(n, t * per);
+    const int64_t end = std::min<int64_t>(n, begin + per);
+    if (begin < end) fn(begin, end);
+  }
+}
+
 }  // namespace sluice::kernels::cpu::internal

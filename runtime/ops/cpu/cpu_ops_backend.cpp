@@ -51,12 +51,12 @@ struct CpuKernels {
   }
   void AttentionForward(const T* q, const T* k, const T* v, T* out, T* lse,
                         const kernels::AttentionDims& d, T* ws) const {
-    kc::AttentionForward(q, k, v, out, lse, d, ws);
+    kc::AttentionForward(q, k, v, out, lse, d, ws, threads);
   }
   void AttentionBackward(const T* q, const T* k, const T* v, const T* out, const T* lse,
                          const T* dout, T* dq, T* dk, T* dv, const kernels::AttentionDims& d,
                          T* ws) const {
-    kc::AttentionBackward(q, k, v, out, lse, dout, dq, dk, dv, d, ws);
+    kc::AttentionBackward(q, k, v, out, lse, dout, dq, dk, dv, d, ws, threads);
   }
   T CrossEntropyForward(const T* logits, const int32_t* targets, T* lse, int64_t rows,
                         int64_t vocab) const {
