@@ -34,7 +34,7 @@ done
 for t in "$build"/tests/comm_nccl_test "$build"/tests/device_cuda_test; do
   [[ -x $t ]] && cp "$t" "$root/tests/"
 done
-cp scripts/gpu-check.sh "$root/scripts/"
+cp scripts/gpu-check.sh scripts/gpu-env.sh "$root/scripts/"
 
 # Shared libraries: everything ldd resolves except the C runtime, the driver and CUDA's own
 # (the GPU machine's CUDA 13 must be used: its cuBLAS alone is larger than the bundle).

@@ -17,20 +17,12 @@ bundle=${1:-.gpubundle/sluice-gpu-bundle.tar.xz}
 out=$(realpath -m "${2:-gpu-check-out}")
 mkdir -p "$out"
 start=$(date +%s)
-work=$(mktemp -d /tmp/sluice-gpu.XXXXXX)
-tar -C "$work" -xJf "$bundle" || { echo "gpu-check: cannot unpack $bundle" >&2; exit 2; }
-root=$work/sluice-gpu
-
-# CUDA's libraries where this machine keeps them: the toolkit, or the pip wheels of a PyTorch
-# environment (nvidia/<lib>/lib).
-cuda_dirs=()
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-  [[ -d $d ]] && cuda_dirs+=("$d")
-done
-while IFS= read -r lib; do cuda_dirs+=("$(dirname "$lib")"); done < <(
-  find /usr /opt -maxdepth 9 \( -name 'libcublasLt.so.13*' -o -name 'libnccl.so.2*' -o -name 'libcudnn.so.9*' -o -name 'libnvrtc.so.13*' \) 2>/dev/null |
-  sort -u)
-export LD_LIBRARY_PATH="$root/lib:$(IFS=:; echo "${cuda_dirs[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# shellcheck source=scripts/gpu-env.sh
+source "$(dirname "$0")/gpu-env.sh"
+sluice_gpu_unpack "$bundle" || { echo "gpu-check: cannot unpack $bundle" >&2; exit 2; }
+work=$SLUICE_GPU_WORK
+root=$SLUICE_GPU_ROOT
+sluice_gpu_libs "$root"
 
 # The carried Open MPI, found through OPAL_PREFIX (its layout mirrors Debian's under /usr) and run
 # by absolute path, so that an MPI of this machine's own is never mixed with it.
