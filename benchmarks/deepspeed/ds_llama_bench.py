@@ -202,6 +202,15 @@ class Batches:
         return w[:, :-1].contiguous(), w[:, 1:].contiguous()
 
 
+def checkpoint_layers(model):
+    """Recompute every decoder layer in the backward (transformers 5 renamed the method)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
 def lm_loss(model, x, y, vocab):
     import torch.nn.functional as F
 
@@ -381,7 +390,7 @@ def run_deepspeed(s, args, record, torch, device):
     with deepspeed.zero.Init(config_dict_or_path=cfg, dtype=dtype, enabled=args.zero_init):
         model = LlamaForCausalLM(hf_cfg)
     if s["activation_checkpointing"]:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        checkpoint_layers(model)
     optimizer = None
     if client is not None:
         _, fused = client
@@ -411,7 +420,7 @@ def run_pytorch(s, args, record, torch, device):
     t0 = time.perf_counter()
     model = LlamaForCausalLM(build_hf_config(s)).to(device)
     if s["activation_checkpointing"]:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        checkpoint_layers(model)
     model.train()
     fused = device.type == "cuda"
     optimizer = torch.optim.AdamW(model.parameters(), fused=fused or None, **adamw_kwargs(s))
