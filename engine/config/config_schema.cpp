@@ -511,10 +511,11 @@ void AddDevice(SettingsRegistry& r) {
       .Default(int64_t{0})
       .Min(0);
   r.Add("device.cpu_gemm", T::kEnum,
-        "Matrix products of the CPU ops: deterministic (Sluice's fixed-order GEMM: the same "
+        "Kernels of the CPU ops: deterministic (Sluice's fixed-order GEMM and loops: the same "
         "bits on any x86-64 CPU and thread count) or blas (the fastest library GEMM built: "
         "oneDNN, else OpenBLAS on the core Sluice sets for the CPU; SLUICE_CPU_BLAS=onednn or "
-        "openblas chooses; its bits depend on the library, the CPU and the threads)")
+        "openblas chooses; and the other ops' AVX-512 / AVX2 vector kernels; the bits depend on "
+        "the library, the CPU and the threads)")
       .Default(std::string("deterministic"))
       .Allowed({"blas", "deterministic"});
   r.Add("device.memory_protection", T::kEnum,

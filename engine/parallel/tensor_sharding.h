@@ -56,7 +56,9 @@ struct TensorSharding {
   // piece's first holder; tensor rank 0 for a replicated tensor.
   bool FirstHolder(int64_t tensor_rank) const {
     if (split()) return replica == 0;
-    return !replicated() || tensor_rank == 0;
+    // Whole on every tensor rank, marked replicated or not (a model built without tensor
+    // parallelism on a grid that has it).
+    return tensor_rank == 0;
   }
   // The shape this rank holds.
   Shape LocalShape() const;
