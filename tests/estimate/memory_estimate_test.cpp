@@ -213,6 +213,24 @@ TEST(MemoryEstimateTest, OptimizerOffloadPutsStateInHostMemoryAndOnlyStagingPinn
   EXPECT_EQ(e.bytes(kDevice, kParams), 4 * kPsi + 2 * shard);
 }
 
+// With the whole optimizer offloaded, each reduced gradient bucket is copied out to pinned memory
+// to be added into the host shard (engine/zero/reduce_scatter_reducer.h): one buffer of this
+// rank's piece of the largest bucket, a quarter of the device's reduce-scatter staging at 4
+// ranks. Without offload the piece is accumulated on the device and nothing is pinned for it.
+TEST(MemoryEstimateTest, AnOffloadedOptimizersReducedBucketsPassThroughPinnedMemory) {
+  const MemoryEstimate offloaded =
+      Estimate(LoadYaml(BaseYaml("stage: 2, offload_optimizer: {device: cpu}"), 4), 4);
+  const int64_t piece =
+      ItemBytes(offloaded, "reduced gradient bucket copied out for the host shard");
+  EXPECT_GT(piece, 0);
+  EXPECT_EQ(offloaded.bytes(kPinned, kGrads), piece);
+  EXPECT_LE(4 * piece,
+            ItemBytes(offloaded, "collective staging (one buffer, the largest collective's)"));
+  const MemoryEstimate on_device = Estimate(LoadYaml(BaseYaml("stage: 2"), 4), 4);
+  EXPECT_EQ(FindItem(on_device, "reduced gradient bucket copied out for the host shard"), nullptr);
+  EXPECT_EQ(on_device.bytes(kPinned, kGrads), 0);
+}
+
 // Lion keeps one fp32 moment (exp_avg) where Adam keeps two: on the device 8 B per shard element
 // (master + m in bf16) instead of 12; offloaded, the host state, the NVMe extents and the staging
 // slots' state region shrink the same way.
