@@ -127,6 +127,20 @@ Result<std::unique_ptr<ZeroEngine>> ZeroEngine::CreateOver(const ZeroOptions& op
   return engine;
 }
 
+namespace {
+
+// `params` (registry indices) grouped by the unit that holds each, in their order.
+std::vector<std::vector<int>> ByUnit(const model::ParameterRegistry& registry,
+                                     const std::vector<int>& params) {
+  std::vector<std::vector<int>> by_unit(registry.units().size());
+  for (const int p : params) {
+    by_unit[static_cast<size_t>(registry.parameter(p).unit)].push_back(p);
+  }
+  return by_unit;
+}
+
+}  // namespace
+
 // What the tensor and pipeline peers of this data rank share: which parameters each accounts for
 // (the norm, checkpoints), the sequence-parallel partial gradients summed over the tensor group,
 // and a tied LM head's table, whose first- and last-stage copies' gradients are summed.
@@ -153,10 +167,7 @@ Status ZeroEngine::SetUpModelParallel(const parallel::ProcessGroups& groups) {
           .WithContext("creating the communicator of the sequence-parallel gradients");
     }
     sp_comm_ = std::move(comm).value();
-    partial_grads_of_unit_.resize(registry.units().size());
-    for (const int p : partial) {
-      partial_grads_of_unit_[static_cast<size_t>(registry.parameter(p).unit)].push_back(p);
-    }
+    partial_grads_of_unit_ = ByUnit(registry, partial);
   }
   // Key/value heads shared by groups of tensor ranks (every tensor peer holds the same layers, so
   // all of the tensor group split it, or none).
@@ -175,10 +186,7 @@ Status ZeroEngine::SetUpModelParallel(const parallel::ProcessGroups& groups) {
       return Status(comm.status()).WithContext("creating the shared key/value heads' group");
     }
     share_comm_ = std::move(comm).value();
-    shared_grads_of_unit_.resize(registry.units().size());
-    for (const int p : shared) {
-      shared_grads_of_unit_[static_cast<size_t>(registry.parameter(p).unit)].push_back(p);
-    }
+    shared_grads_of_unit_ = ByUnit(registry, shared);
   }
 
   // A tied head split from the embeddings: the first stage's table and the last stage's mirror.
