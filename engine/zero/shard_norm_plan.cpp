@@ -1,11 +1,10 @@
 #include "engine/zero/shard_norm_plan.h"
 
-#include <omp.h>
-
 #include <algorithm>
 
 #include "engine/zero/device_segments.h"
 #include "engine/zero/shard_grad_norm.h"
+#include "runtime/ops/block_squared_sums.h"
 
 namespace sluice::zero {
 
@@ -34,24 +33,11 @@ NormBlocks BuildNormBlocks(const ShardLayout& layout, const NormCounted& counted
 }
 
 double HostSquaredSum(const NormBlocks& blocks, const float* grad_shard, int threads) {
-  if (threads <= 0) threads = omp_get_max_threads();
-  const int64_t count = blocks.blocks();
-  std::vector<double> sums(static_cast<size_t>(count), 0.0);
-#pragma omp parallel for num_threads(std::max(threads, 1)) if (threads > 1 && count > 1) \
-    schedule(static)
-  for (int64_t j = 0; j < count; ++j) {
-    double sum = 0.0;
-    for (int64_t i = blocks.first[static_cast<size_t>(j)];
-         i < blocks.first[static_cast<size_t>(j) + 1]; ++i) {
-      const ops::SumPiece& piece = blocks.pieces[static_cast<size_t>(i)];
-      const float* g = grad_shard + piece.offset;
-      for (int64_t k = 0; k < piece.count; ++k) {
-        const double v = g[k];
-        sum += v * v;
-      }
-    }
-    sums[static_cast<size_t>(j)] = sum;
-  }
+  std::vector<double> sums(static_cast<size_t>(blocks.blocks()), 0.0);
+  ops::BlockSquaredSumsOnHost(
+      grad_shard,
+      {.pieces = blocks.pieces.data(), .first = blocks.first.data(), .blocks = blocks.blocks()},
+      sums.data(), threads);
   double total = 0.0;
   for (double sum : sums) total += sum;
   return total;

@@ -23,6 +23,7 @@
 #include "kernels/ref/ops_embedding.h"
 #include "kernels/ref/ops_loss.h"
 #include "kernels/ref/ops_vocab_shard.h"
+#include "runtime/ops/block_squared_sums.h"
 #include "runtime/ops/ops_backend.h"
 #include "runtime/ops/scratch_pool.h"
 
@@ -416,7 +417,6 @@ class HostOpsBackend : public OpsBackend {
     double* sums = static_cast<double*>(out.raw_data());
     return Launch(s, "BlockSquaredSums", [=]() -> Status {
       for (int64_t j = 0; j < list.blocks; ++j) {
-        double sum = 0.0;
         for (int64_t p = list.first[j]; p < list.first[j + 1]; ++p) {
           const SumPiece piece = list.pieces[p];
           if (piece.offset < 0 || piece.count < 0 || piece.offset + piece.count > n) {
@@ -425,13 +425,9 @@ class HostOpsBackend : public OpsBackend {
                 "elements)",
                 p, j, piece.offset, piece.count, n);
           }
-          for (int64_t i = piece.offset; i < piece.offset + piece.count; ++i) {
-            const double v = x[i];
-            sum += v * v;
-          }
         }
-        sums[j] = sum;
       }
+      BlockSquaredSumsOnHost(x, list, sums, /*threads=*/1);
       return OkStatus();
     });
   }
