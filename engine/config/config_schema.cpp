@@ -340,9 +340,11 @@ void AddParallel(SettingsRegistry& r) {
   // DeepSpeed gives these to PipelineModule and PipelineEngine in code, not in its config.
   r.Add("pipeline.schedule", T::kEnum,
         "Order of the micro-batches' forwards and backwards on each stage: 1f1b (DeepSpeed's "
-        "TrainSchedule) or gpipe (all forwards, then all backwards)")
+        "TrainSchedule), gpipe (all forwards, then all backwards) or zb-h1 (zero bubble: 1f1b "
+        "with each backward split into input and weight gradients, the weight gradients filling "
+        "the bubble, with 1f1b's activation memory)")
       .Default(std::string("1f1b"))
-      .Allowed({"1f1b", "gpipe"});
+      .Allowed({"1f1b", "gpipe", "zb-h1"});
   r.Add("pipeline.partition_method", T::kEnum,
         "How the decoder layers are divided among the stages (DeepSpeed's PipelineModule "
         "partition_method): parameters (balanced parameter counts) or uniform (layer counts)")

@@ -22,8 +22,10 @@ void DeferredWeightGrads<T>::Free(DeviceBuffer& buffer) {
 }
 
 template <typename T>
-void DeferredWeightGrads<T>::Add(const T* x, DeviceBuffer x_copy, DeviceBuffer dy, Task task) {
+void DeferredWeightGrads<T>::Add(const T* x, DeviceBuffer x_copy, DeviceBuffer dy, int param,
+                                 Task task) {
   tasks_.push_back(Pending{.unit = unit_,
+                           .param = param,
                            .x = x,
                            .x_copy = std::move(x_copy),
                            .dy = std::move(dy),
@@ -49,6 +51,15 @@ std::vector<int> DeferredWeightGrads<T>::Units() const {
     }
   }
   return units;
+}
+
+template <typename T>
+std::vector<int> DeferredWeightGrads<T>::ParamsOf(int unit) const {
+  std::vector<int> params;
+  for (const Pending& pending : tasks_) {
+    if (pending.unit == unit) params.push_back(pending.param);
+  }
+  return params;
 }
 
 template <typename T>

@@ -49,9 +49,10 @@ class DeferredWeightGrads {
   // The unit whose backward queues the next tasks (for the hooks around each unit's W).
   void BeginUnit(int unit) { unit_ = unit; }
 
-  // Queues a task. `x` lies in a pinned buffer (Pin) or in `x_copy`; `dy` is the copy of the
-  // output gradient, owned here from now on.
-  void Add(const T* x, DeviceBuffer x_copy, DeviceBuffer dy, Task task);
+  // Queues a task for registry parameter `param` (the weight whose gradient it accumulates).
+  // `x` lies in a pinned buffer (Pin) or in `x_copy`; `dy` is the copy of the output gradient,
+  // owned here from now on.
+  void Add(const T* x, DeviceBuffer x_copy, DeviceBuffer dy, int param, Task task);
   // Keeps the buffer that holds `x` alive until the tasks ran: its owner hands it over (Keep)
   // when it releases it.
   void Pin(const T* x) { pinned_.insert(x); }
@@ -63,12 +64,15 @@ class DeferredWeightGrads {
   int pending() const { return static_cast<int>(tasks_.size()); }
   // The units that queued tasks, in queue order, each once.
   std::vector<int> Units() const;
+  // The parameters `unit`'s tasks accumulate into, in queue order.
+  std::vector<int> ParamsOf(int unit) const;
   // Enqueues the tasks `unit` queued, in order.
   Status RunUnit(int unit, ForwardContext<T>& ctx) const;
 
  private:
   struct Pending {
     int unit = -1;
+    int param = -1;
     const T* x = nullptr;
     DeviceBuffer x_copy;  // empty when x is pinned
     DeviceBuffer dy;

@@ -99,7 +99,7 @@ void ForwardContext<T>::DeferWeightGradsTo(std::shared_ptr<DeferredWeightGrads<T
 
 template <typename T>
 Status ForwardContext<T>::DeferWeightGrad(
-    const T* x, int64_t in, Act<T> dy,
+    const T* x, int64_t in, Act<T> dy, int param,
     std::function<Status(ForwardContext&, const T* x, const T* dy)> task) {
   SLUICE_CHECK(deferred_ != nullptr) << "DeferWeightGrad outside a split backward";
   DeviceBuffer x_copy;
@@ -113,7 +113,7 @@ Status ForwardContext<T>::DeferWeightGrad(
   SLUICE_ASSIGN_OR_RETURN(DeviceBuffer dy_copy, Allocate(dy.numel(), MemoryCategory::kActivations));
   SLUICE_RETURN_IF_ERROR(Copy(dy, dy_copy.data_as<T>()));
   const T* kept = x_copy.empty() ? x : x_copy.data_as<T>();
-  deferred_->Add(kept, std::move(x_copy), std::move(dy_copy), std::move(task));
+  deferred_->Add(kept, std::move(x_copy), std::move(dy_copy), param, std::move(task));
   return OkStatus();
 }
 

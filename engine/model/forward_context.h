@@ -187,10 +187,10 @@ class ForwardContext {
   // gradients to `store` (deferred_weight_grads.h), which must be the micro-batch's own.
   void DeferWeightGradsTo(std::shared_ptr<DeferredWeightGrads<T>> store);
   bool defers_weight_grads() const { return deferred_ != nullptr; }
-  // Queues `task` (dW += dyᵀ·x) for the micro-batch's backward-weight: keeps x ([rows, in], by
-  // pinning the saved buffer of this context that holds it, else as a copy) and a copy of dy.
-  // Only while defers_weight_grads().
-  Status DeferWeightGrad(const T* x, int64_t in, Act<T> dy,
+  // Queues `task` (dW += dyᵀ·x, W registry parameter `param`) for the micro-batch's
+  // backward-weight: keeps x ([rows, in], by pinning the saved buffer of this context that holds
+  // it, else as a copy) and a copy of dy. Only while defers_weight_grads().
+  Status DeferWeightGrad(const T* x, int64_t in, Act<T> dy, int param,
                          std::function<Status(ForwardContext&, const T* x, const T* dy)> task);
   // Releases every saved and gradient buffer still held (a split backward's end: the context
   // lives on until the weight gradients ran, holding only what the store kept).

@@ -70,7 +70,7 @@ Result<Act<T>> Linear<T>::Backward(ForwardContext<T>& ctx, Act<T> dy) {
   if (defer) {
     const int64_t rows = dy.rows;
     SLUICE_RETURN_IF_ERROR(ctx.DeferWeightGrad(
-        x, in_, dy, [this, rows](ForwardContext<T>& w_ctx, const T* w_x, const T* w_dy) {
+        x, in_, dy, weight_, [this, rows](ForwardContext<T>& w_ctx, const T* w_x, const T* w_dy) {
           return BackwardWeight(w_ctx, w_x, w_dy, rows);
         }));
   }

@@ -474,6 +474,11 @@ int Model<T>::micro_batches_awaiting_weight() const {
 }
 
 template <typename T>
+std::vector<int> Model<T>::DeferredWeightParams(int unit) const {
+  return impl_->pass().DeferredWeightParams(unit);
+}
+
+template <typename T>
 int64_t Model<T>::last_peak_activation_bytes() const {
   return impl_->pass().last_peak_bytes();
 }

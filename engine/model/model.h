@@ -220,6 +220,11 @@ class Model {
   int micro_batches_in_flight() const;
   // Micro-batches between their BackwardInput and BackwardWeight in the open pass.
   int micro_batches_awaiting_weight() const;
+  // For the hooks' AfterBackward(unit) in a BackwardInput: the registry parameters whose
+  // gradients the unit left to the micro-batch's BackwardWeight (which then brackets them with
+  // Before/AfterBackwardWeight(unit)); the unit's other gradients are final. Empty when it left
+  // none, and outside a BackwardInput.
+  std::vector<int> DeferredWeightParams(int unit) const;
 
   // The stream every pass runs on: what other streams order against (events) once the hooks
   // stop synchronizing.

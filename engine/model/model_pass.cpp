@@ -130,7 +130,9 @@ Status ModelPass<T>::RunBackwardOf(std::string_view call, int micro, const Stage
     done->deferred = std::make_shared<DeferredWeightGrads<T>>(meter_);
     done->ctx->DeferWeightGradsTo(done->deferred);
   }
+  running_split_ = done->deferred.get();
   Status status = RunBackward(*done, grad, input_grad);
+  running_split_ = nullptr;
   if (!status.ok()) return Abort(std::move(status));
   if (split) {
     // Only what the weight gradients read stays (deferred_weight_grads.h); the ids and targets

@@ -77,6 +77,10 @@ class ModelPass {
 
   bool open() const { return open_; }
   int in_flight() const { return static_cast<int>(in_flight_.size()); }
+  // Within a BackwardInput (its hooks): the parameters whose gradients `unit` deferred.
+  std::vector<int> DeferredWeightParams(int unit) const {
+    return running_split_ != nullptr ? running_split_->ParamsOf(unit) : std::vector<int>();
+  }
   // Micro-batches between their BackwardInput and BackwardWeight.
   int awaiting_weight() const { return static_cast<int>(awaiting_weight_.size()); }
   // Bytes of activations the last pass with gradients held at its peak, all its micro-batches
@@ -113,6 +117,7 @@ class ModelPass {
   std::shared_ptr<ActivationMeter> meter_;  // shared by the pass's micro-batches
   std::map<int, std::unique_ptr<MicroBatch>> in_flight_;
   std::map<int, std::unique_ptr<MicroBatch>> awaiting_weight_;  // split: B done, W pending
+  const DeferredWeightGrads<T>* running_split_ = nullptr;       // the BackwardInput running
   std::set<int> forwarded_;                        // every micro-batch forwarded in this pass
   std::vector<std::vector<int32_t>> host_arrays_;  // sources of the pass's uploads
   std::map<int, T> losses_;                        // where the losses are read back to

@@ -43,8 +43,8 @@
 // parameter's gradient still accumulates over the micro-batches in the order of the backwards
 // (ZB-H1 runs both halves in micro-batch order), so the step's gradients equal 1F1B's and the
 // whole model's bit for bit (pipeline_executor_test). Unit hooks set on a chunk must accept a
-// split backward (UnitHooks::SupportsSplitBackward), else the step fails at the first
-// backward-input.
+// split backward (UnitHooks::SupportsSplitBackward; the ZeRO engine's do), else the step fails
+// at the first backward-input.
 //
 // Not run. A stream-ordered (NCCL) communicator is refused: the transfers are proven on the MPI
 // backend only, where they run as host functions of the comm stream.

@@ -27,16 +27,6 @@ Result<model::ModelStage> PipelineStageOf(const Config& config, const model::Mod
                                           int stage) {
   const int stages = config.parallel.pipeline;
   if (stages <= 1) return model::WholeModelStage(options);
-  if (options.tie_embeddings && config.zero.stage >= 2) {
-    // The two copies' gradients are summed once per step, before a stage 0-1 reduction; stages
-    // 2-3 reduce every micro-batch's.
-    return UnimplementedError(
-        "pipeline.stages = {} with model.tie_embeddings true at zero_optimization.stage {}: the "
-        "last stage's copy of the token table has its gradient summed with the first stage's once "
-        "per step, which ZeRO stages 2 and 3 (reducing every micro-batch) do not do yet; use "
-        "zero_optimization.stage 0 or 1, or model.tie_embeddings: false",
-        stages, config.zero.stage);
-  }
   SLUICE_ASSIGN_OR_RETURN(const parallel::PartitionMethod method,
                           parallel::ParsePartitionMethod(config.parallel.partition_method,
                                                          "pipeline.partition_method"));
@@ -57,8 +47,10 @@ Result<parallel::PipelineSchedule> PipelineScheduleOf(const Config& config) {
     kind = parallel::ScheduleKind::kOneFOneB;
   } else if (name == "gpipe") {
     kind = parallel::ScheduleKind::kGPipe;
+  } else if (name == "zb-h1") {
+    kind = parallel::ScheduleKind::kZeroBubbleH1;
   } else {
-    return InvalidArgumentError("pipeline.schedule \"{}\": use 1f1b or gpipe", name);
+    return InvalidArgumentError("pipeline.schedule \"{}\": use 1f1b, gpipe or zb-h1", name);
   }
   const int64_t micro_batches = config.batch.gradient_accumulation_steps;
   if (micro_batches > std::numeric_limits<int>::max()) {

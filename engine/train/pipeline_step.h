@@ -35,11 +35,11 @@
 // and data size (checkpointing.h, ModelTensorsOverStages).
 //
 // Tied embeddings: the last stage's head reads a copy of the token table (ParameterInfo::mirror)
-// whose gradient the ZeRO engine sums with the first stage's once per step (ZeRO stages 0-1).
+// whose gradient the ZeRO engine sums with the first stage's once per step (every ZeRO stage).
 //
-// Not yet: a tied head at ZeRO stages 2-3 (refused), interleaved and zero-bubble schedules in the
-// trainer (one chunk per stage; the ZeRO engine's hooks do not take a split backward), the GPU
-// (pipeline transfers run on MPI only).
+// Schedules: gpipe, 1f1b and zb-h1 (its split backward taken by the ZeRO engine's hooks, which
+// reduce a unit's gradients after its backward-weight). Not yet: the interleaved schedule (one
+// model chunk per stage here), the GPU (pipeline transfers run on MPI only).
 #pragma once
 
 #include <cstdint>

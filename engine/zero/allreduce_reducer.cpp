@@ -34,12 +34,13 @@ Status AllReduceReducer::AfterBackward(int unit) {
   if (!boundary_) return OkStatus();
   const model::UnitInfo& info = registry_->units()[static_cast<size_t>(unit)];
   if (info.numel == 0) return OkStatus();
-  if (pending_count_ > 0 && pending_count_ + info.numel > bucket_size_) {
+  // Backward runs the units in reverse, so the open bucket grows downwards; a split backward
+  // finishes units out of that order (a stage's embeddings at the backward-input, its blocks at
+  // the backward-weight), and a unit not adjacent to the open bucket starts the next.
+  const bool adjacent = info.offset + info.numel == pending_offset_;
+  if (pending_count_ > 0 && (pending_count_ + info.numel > bucket_size_ || !adjacent)) {
     SLUICE_RETURN_IF_ERROR(Flush());
   }
-  // Backward runs the units in reverse, so the open bucket grows downwards.
-  SLUICE_CHECK(pending_count_ == 0 || info.offset + info.numel == pending_offset_)
-      << "unit " << info.name << " is not adjacent to the open bucket";
   pending_offset_ = info.offset;
   pending_count_ += info.numel;
   return OkStatus();

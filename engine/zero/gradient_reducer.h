@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "runtime/status.h"
 
@@ -22,6 +23,9 @@ namespace sluice::zero {
 struct ReducerStats {
   int64_t buckets = 0;           // collectives issued
   int64_t reduced_elements = 0;  // gradient elements they covered (no padding)
+  // Stages 2-3: elements of the units' gradient buffers bound at once, at the most (0 when the
+  // gradients live in one full buffer).
+  int64_t peak_gradient_elements = 0;
 };
 
 class GradientReducer {
@@ -36,6 +40,18 @@ class GradientReducer {
   virtual Status BeforeBackward(int unit) = 0;
   // `unit`'s backward is done: its own gradients are final.
   virtual Status AfterBackward(int unit) = 0;
+  // Split backward (zero-bubble schedules), for a reducer of every micro-batch (stages 2-3):
+  // `unit`'s backward-input is done, but the gradients of `deferred` (its parameters whose
+  // weight gradients Model::BackwardWeight computes) come later, possibly after other
+  // micro-batches' backward-inputs ran the unit again. AfterBackwardInput takes the unit's other
+  // gradients, final now, and lets its storage go; BeforeBackwardWeight binds fresh storage for
+  // the backward-weight and AfterBackwardWeight takes `deferred`'s. So one unit's storage is live
+  // at a time, as in a fused backward. A reducer of the step's last micro-batch (stages 0-1)
+  // accumulates in storage that lives through the step and takes each unit once, with
+  // AfterBackward, when its last backward-weight is done: it needs none of these.
+  virtual Status AfterBackwardInput(int unit, std::span<const int> deferred) { return OkStatus(); }
+  virtual Status BeforeBackwardWeight(int unit) { return OkStatus(); }
+  virtual Status AfterBackwardWeight(int unit, std::span<const int> deferred) { return OkStatus(); }
   // After the backward was enqueued: issues the last bucket; the work enqueued on the compute
   // stream next runs after every reduction of the pass.
   virtual Status EndPass() = 0;

@@ -25,7 +25,9 @@ ReduceScatterReducer::ReduceScatterReducer(const model::ParameterRegistry& regis
       writes_(StorageUnitsReadBy(registry)),
       unit_grads_(registry.units().size()),
       ops_(&ops),
-      shard_on_host_(shard_on_host) {}
+      shard_on_host_(shard_on_host),
+      largest_piece_(LargestPiece()),
+      in_open_(layout.partitions().size(), false) {}
 
 ReduceScatterReducer::~ReduceScatterReducer() {
   // Buckets still queued read the unit buffers.
@@ -33,6 +35,11 @@ ReduceScatterReducer::~ReduceScatterReducer() {
 }
 
 size_t ReduceScatterReducer::LargestStagingBytes() const {
+  return static_cast<size_t>(largest_piece_) * static_cast<size_t>(layout_->world()) *
+         sizeof(float);
+}
+
+int64_t ReduceScatterReducer::LargestPiece() const {
   // The buckets AfterBackward forms when the units' backwards run in reverse registry order.
   int64_t largest = 0;
   int64_t open_numel = 0;
@@ -52,7 +59,7 @@ size_t ReduceScatterReducer::LargestStagingBytes() const {
     }
   }
   close();
-  return static_cast<size_t>(largest) * static_cast<size_t>(layout_->world()) * sizeof(float);
+  return largest;
 }
 
 Status ReduceScatterReducer::BeginPass(bool /*boundary*/) {
@@ -63,27 +70,33 @@ Status ReduceScatterReducer::BeginPass(bool /*boundary*/) {
 
 Status ReduceScatterReducer::BeforeBackward(int unit) {
   for (int owner : writes_[static_cast<size_t>(unit)]) {
-    DeviceBuffer& buffer = unit_grads_[static_cast<size_t>(owner)];
-    const model::UnitInfo& info = registry_->units()[static_cast<size_t>(owner)];
-    if (!buffer.empty() || info.numel == 0) continue;
-    Result<DeviceBuffer> allocated = queue_->device().Allocate(
-        static_cast<size_t>(info.numel) * sizeof(float), MemoryCategory::kGrads);
-    if (!allocated.ok()) {
-      return Status(allocated.status())
-          .WithContext(fmt::format("allocating the gradients of {}", info.name));
-    }
-    buffer = std::move(allocated).value();
-    // Zeroed on the compute stream, ahead of the backward ops that accumulate into it.
-    SLUICE_RETURN_IF_ERROR(
-        queue_->device().MemsetAsync(buffer.data(), 0, buffer.size(), *compute_));
-    float* base = buffer.data_as<float>();
-    for (int index : layout_->units()[static_cast<size_t>(owner)].all) {
-      const PartitionInfo& p = layout_->partitions()[static_cast<size_t>(index)];
-      binding_->SetGrad(p.param, base + (p.full_offset - info.offset));
-    }
-    live_gradient_elements_ += info.numel;
-    peak_gradient_elements_ = std::max(peak_gradient_elements_, live_gradient_elements_);
+    if (unit_grads_[static_cast<size_t>(owner)].empty()) SLUICE_RETURN_IF_ERROR(BindNew(owner));
   }
+  return OkStatus();
+}
+
+Status ReduceScatterReducer::BindNew(int unit) {
+  DeviceBuffer& buffer = unit_grads_[static_cast<size_t>(unit)];
+  const model::UnitInfo& info = registry_->units()[static_cast<size_t>(unit)];
+  if (info.numel == 0) return OkStatus();
+  // Backward-inputs and backward-weights alternate on the host: no other pass of the unit runs.
+  SLUICE_CHECK(buffer.empty()) << info.name;
+  Result<DeviceBuffer> allocated = queue_->device().Allocate(
+      static_cast<size_t>(info.numel) * sizeof(float), MemoryCategory::kGrads);
+  if (!allocated.ok()) {
+    return Status(allocated.status())
+        .WithContext(fmt::format("allocating the gradients of {}", info.name));
+  }
+  buffer = std::move(allocated).value();
+  // Zeroed on the compute stream, ahead of the backward ops that accumulate into it.
+  SLUICE_RETURN_IF_ERROR(queue_->device().MemsetAsync(buffer.data(), 0, buffer.size(), *compute_));
+  float* base = buffer.data_as<float>();
+  for (int index : layout_->units()[static_cast<size_t>(unit)].all) {
+    const PartitionInfo& p = layout_->partitions()[static_cast<size_t>(index)];
+    binding_->SetGrad(p.param, base + (p.full_offset - info.offset));
+  }
+  live_gradient_elements_ += info.numel;
+  stats_.peak_gradient_elements = std::max(stats_.peak_gradient_elements, live_gradient_elements_);
   return OkStatus();
 }
 
@@ -93,23 +106,54 @@ void ReduceScatterReducer::Unbind(int unit) {
   }
 }
 
-Status ReduceScatterReducer::AfterBackward(int unit) {
+Status ReduceScatterReducer::AfterBackward(int unit) { return Take(unit, nullptr); }
+
+Status ReduceScatterReducer::AfterBackwardInput(int unit, std::span<const int> deferred) {
+  return Take(unit, [deferred](int param) {
+    return std::find(deferred.begin(), deferred.end(), param) == deferred.end();
+  });
+}
+
+Status ReduceScatterReducer::BeforeBackwardWeight(int unit) { return BindNew(unit); }
+
+Status ReduceScatterReducer::AfterBackwardWeight(int unit, std::span<const int> deferred) {
+  return Take(unit, [deferred](int param) {
+    return std::find(deferred.begin(), deferred.end(), param) != deferred.end();
+  });
+}
+
+Status ReduceScatterReducer::Take(int unit, const std::function<bool(int param)>& take) {
   DeviceBuffer& buffer = unit_grads_[static_cast<size_t>(unit)];
   if (buffer.empty()) return OkStatus();  // owns no parameters
   const model::UnitInfo& info = registry_->units()[static_cast<size_t>(unit)];
   const std::vector<int>& all = layout_->units()[static_cast<size_t>(unit)].all;
+  bool taken = false;
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     const PartitionInfo& p = layout_->partitions()[static_cast<size_t>(*it)];
-    if (open_.numel > 0 && open_.numel + p.numel > bucket_size_) {
+    if (take != nullptr && !take(p.param)) continue;
+    // A pipelined pass reduces the step's micro-batches in one pass, so a partition may come
+    // again (another micro-batch's) while its last gradient waits in the open bucket, which
+    // packs one source per partition; and units may come in another order than the reverse one
+    // the staging memory is sized by.
+    const bool again = in_open_[static_cast<size_t>(*it)];
+    if (open_.numel > 0 && (again || open_.numel + p.numel > bucket_size_ ||
+                            open_.piece + p.partition > largest_piece_)) {
       SLUICE_RETURN_IF_ERROR(Flush());
     }
     open_.run.push_back(*it);
     open_.sources.push_back(buffer.data_as<float>() + (p.full_offset - info.offset));
     open_.numel += p.numel;
+    open_.piece += p.partition;
+    in_open_[static_cast<size_t>(*it)] = true;
+    taken = true;
   }
   Unbind(unit);
   live_gradient_elements_ -= info.numel;
-  open_.release.push_back(std::move(buffer));
+  if (taken) {
+    open_.release.push_back(std::move(buffer));
+  } else {
+    buffer.FreeAsync(*compute_);  // after the backward that wrote nothing the bucket needs
+  }
   return OkStatus();
 }
 
@@ -128,6 +172,7 @@ Status ReduceScatterReducer::Flush() {
   SLUICE_RETURN_IF_ERROR(queue_->OrderAfter(*compute_));
   Bucket bucket = std::move(open_);
   open_ = Bucket();
+  for (int index : bucket.run) in_open_[static_cast<size_t>(index)] = false;
   const int64_t piece = RunElements(*layout_, bucket.run);
   const int64_t total = piece * layout_->world();
   SLUICE_ASSIGN_OR_RETURN(void* staging, queue_->Staging(static_cast<size_t>(total) * sizeof(float),

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <utility>
@@ -40,14 +41,12 @@ class ReduceScatterReducer final : public GradientReducer {
   Status BeginPass(bool boundary) override;
   Status BeforeBackward(int unit) override;
   Status AfterBackward(int unit) override;
+  Status AfterBackwardInput(int unit, std::span<const int> deferred) override;
+  Status BeforeBackwardWeight(int unit) override;
+  Status AfterBackwardWeight(int unit, std::span<const int> deferred) override;
   Status EndPass() override;
   const ReducerStats& stats() const override { return stats_; }
   size_t LargestStagingBytes() const override;
-
-  // Elements of full-size gradient buffers bound now (units between their first and last
-  // backward use).
-  int64_t live_gradient_elements() const { return live_gradient_elements_; }
-  int64_t peak_gradient_elements() const { return peak_gradient_elements_; }
 
  private:
   struct Bucket {
@@ -55,10 +54,17 @@ class ReduceScatterReducer final : public GradientReducer {
     std::vector<const float*> sources;  // each one's full gradient
     std::vector<DeviceBuffer> release;  // unit buffers whose last parameter is in here
     int64_t numel = 0;
+    int64_t piece = 0;  // this rank's piece of the collective: its padded partitions' elements
   };
 
   Status Flush();
+  // Allocates `unit`'s buffer, zeroed on the compute stream, and binds its parameters' gradients
+  // there.
+  Status BindNew(int unit);
   void Unbind(int unit);
+  // AfterBackward for the unit's parameters `take` accepts (all when null): they join the open
+  // bucket, and the unit's buffer is let go once they are packed.
+  Status Take(int unit, const std::function<bool(int param)>& take);
 
   const model::ParameterRegistry* registry_;
   const ShardLayout* layout_;
@@ -79,14 +85,20 @@ class ReduceScatterReducer final : public GradientReducer {
   };
   Result<const BucketMoves*> MovesFor(const std::vector<int>& run);
 
+  // The largest piece of the buckets a backward in reverse registry order forms, which sizes the
+  // staging memory; no bucket grows beyond it.
+  int64_t LargestPiece() const;
+
   Bucket open_;
   ops::OpsBackend* ops_;
   bool shard_on_host_;
-  PinnedBuffer host_piece_;  // a host shard's reduced piece, copied out of the staging buffer
+  int64_t largest_piece_;
+  std::vector<bool> in_open_;  // per partition: its gradient is in the open bucket
+  PinnedBuffer host_piece_;    // a host shard's reduced piece, copied out of the staging buffer
   std::map<std::vector<int>, BucketMoves> moves_;  // by the bucket's run
   std::deque<CommTicket> in_flight_;
+  // Elements of the unit gradient buffers bound now (stats_ keeps the peak).
   int64_t live_gradient_elements_ = 0;
-  int64_t peak_gradient_elements_ = 0;
   ReducerStats stats_;
 };
 

@@ -55,6 +55,9 @@ class ZeroEngine::Hooks final : public model::UnitHooks {
   Status BeforeBackward(int unit) override { return engine_->Before({unit, Phase::kBackward}); }
   Status AfterBackward(int unit) override { return engine_->After({unit, Phase::kBackward}); }
   Status BeforePassEnd() override { return engine_->BeforePassEnd(); }
+  bool SupportsSplitBackward() const override { return engine_->SupportsSplitBackward(); }
+  Status BeforeBackwardWeight(int unit) override { return engine_->BeforeWeight(unit); }
+  Status AfterBackwardWeight(int unit) override { return engine_->AfterWeight(unit); }
 
  private:
   ZeroEngine* engine_;
@@ -504,12 +507,52 @@ Status ZeroEngine::After(const ModuleAccess& access) {
   }
   if (coordinator_ != nullptr) SLUICE_RETURN_IF_ERROR(coordinator_->Release(access));
   if (access.phase == Phase::kBackward) {
-    SLUICE_RETURN_IF_ERROR(SumPartialGrads(access.unit));
-    SLUICE_RETURN_IF_ERROR(reducer_->AfterBackward(access.unit));
+    std::vector<int> deferred =
+        pipelined_ ? model_->DeferredWeightParams(access.unit) : std::vector<int>();
+    if (deferred.empty()) {
+      SLUICE_RETURN_IF_ERROR(UnitGradsFinal(access.unit));
+    } else if (options_.stage >= 2) {
+      // A backward-input: what is final now is reduced now; the deferred weights' gradients
+      // after the micro-batch's backward-weight. Stages 0-1 reduce the unit after the last one.
+      SLUICE_RETURN_IF_ERROR(SumPartialGrads(access.unit, GradHalf::kInput, deferred));
+      SLUICE_RETURN_IF_ERROR(reducer_->AfterBackwardInput(access.unit, deferred));
+      deferred_params_[static_cast<size_t>(access.unit)] = std::move(deferred);
+    }
     // A backward runs the units in reverse: the first unit's ends a micro-batch's.
-    if (pipelined_ && access.unit == 0) SLUICE_RETURN_IF_ERROR(EndPipelinedMicroBatch());
+    if (pipelined_ && access.unit == 0) ++pipelined_backwards_;
   }
   return OkStatus();
+}
+
+bool ZeroEngine::SupportsSplitBackward() const {
+  return user_hooks_ == nullptr || user_hooks_->SupportsSplitBackward();
+}
+
+// No gather: a weight gradient reads the unit's inputs and output gradients, not its weights.
+Status ZeroEngine::BeforeWeight(int unit) {
+  if (options_.stage >= 2) SLUICE_RETURN_IF_ERROR(reducer_->BeforeBackwardWeight(unit));
+  return user_hooks_ != nullptr ? user_hooks_->BeforeBackwardWeight(unit) : OkStatus();
+}
+
+Status ZeroEngine::AfterWeight(int unit) {
+  if (user_hooks_ != nullptr) SLUICE_RETURN_IF_ERROR(user_hooks_->AfterBackwardWeight(unit));
+  if (options_.stage <= 1) return UnitGradsFinal(unit);
+  const std::vector<int>& deferred = deferred_params_[static_cast<size_t>(unit)];
+  SLUICE_RETURN_IF_ERROR(SumPartialGrads(unit, GradHalf::kWeight, deferred));
+  return reducer_->AfterBackwardWeight(unit, deferred);
+}
+
+// A pipelined pass counts each unit's micro-batches: a schedule may run a unit's backward for
+// the step's last micro-batch before another unit's for an earlier one (ZB-H1's backward-weights
+// trail the backward-inputs), but each unit's in micro-batch order.
+Status ZeroEngine::UnitGradsFinal(int unit) {
+  const bool last_micro_batch =
+      pipelined_ ? ++unit_finals_[static_cast<size_t>(unit)] == options_.gradient_accumulation_steps
+                 : boundary_;
+  // Stages 0-1 reduce the gradients accumulated over the step, in its last micro-batch.
+  if (options_.stage <= 1 && !last_micro_batch) return OkStatus();
+  SLUICE_RETURN_IF_ERROR(SumPartialGrads(unit));
+  return reducer_->AfterBackward(unit);
 }
 
 Status ZeroEngine::BeginReduction(bool boundary) {
@@ -517,22 +560,36 @@ Status ZeroEngine::BeginReduction(bool boundary) {
   return reducer_->BeginPass(boundary);
 }
 
-// Before the data-parallel reduction sees a unit's gradients: stages 0-1 reduce the gradients
-// accumulated over the step in its last micro-batch, stages 2-3 each micro-batch's.
-// Both kinds, each over its own group: the tensor group's (sequence-parallel norms, a single
-// replicated key/value head) and the share group's (key/value heads shared by groups of ranks).
-Status ZeroEngine::SumPartialGrads(int unit) {
-  if (options_.stage <= 1 && !boundary_) return OkStatus();
+// Before the data-parallel reduction sees a unit's gradients, both kinds, each over its own
+// group: the tensor group's (sequence-parallel norms, a single replicated key/value head) and the
+// share group's (key/value heads shared by groups of ranks).
+Status ZeroEngine::SumPartialGrads(int unit, GradHalf half, std::span<const int> deferred) {
   const auto grad = [this](int p) { return binding_.Grad(p); };
+  const auto in_half = [&](const std::vector<int>& params) {
+    if (half == GradHalf::kAll) return params;
+    std::vector<int> selected;
+    for (int p : params) {
+      const bool weight = std::find(deferred.begin(), deferred.end(), p) != deferred.end();
+      if (weight == (half == GradHalf::kWeight)) selected.push_back(p);
+    }
+    return selected;
+  };
   const auto u = static_cast<size_t>(unit);
-  if (sp_comm_ != nullptr && !partial_grads_of_unit_[u].empty()) {
-    SLUICE_RETURN_IF_ERROR(parallel::ReduceSequenceParallelGrads<float>(
-        *sp_comm_, compute(), model_->registry(), grad, partial_grads_of_unit_[u]));
+  // An empty list means every partial parameter to ReduceSequenceParallelGrads: skipped here.
+  if (sp_comm_ != nullptr) {
+    const std::vector<int> params = in_half(partial_grads_of_unit_[u]);
+    if (!params.empty()) {
+      SLUICE_RETURN_IF_ERROR(parallel::ReduceSequenceParallelGrads<float>(
+          *sp_comm_, compute(), model_->registry(), grad, params));
+    }
   }
-  if (share_comm_ != nullptr && !shared_grads_of_unit_[u].empty()) {
-    SLUICE_RETURN_IF_ERROR(parallel::ReduceSequenceParallelGrads<float>(
-        *share_comm_, compute(), model_->registry(), grad, shared_grads_of_unit_[u],
-        parallel::PartialOver::kShareGroup));
+  if (share_comm_ != nullptr) {
+    const std::vector<int> params = in_half(shared_grads_of_unit_[u]);
+    if (!params.empty()) {
+      SLUICE_RETURN_IF_ERROR(parallel::ReduceSequenceParallelGrads<float>(
+          *share_comm_, compute(), model_->registry(), grad, params,
+          parallel::PartialOver::kShareGroup));
+    }
   }
   return OkStatus();
 }
@@ -540,13 +597,21 @@ Status ZeroEngine::SumPartialGrads(int unit) {
 // The copies of a tied table on the first and last stage: the sum of their gradients, averaged
 // over the data-parallel group already (the sums commute), once per step at the end of its last
 // pass: earlier, the last stage's compute would wait for the first stage's embedding backward,
-// which waits for the gradient the last stage has yet to send. ZeRO stages 0-1 only
-// (PipelineStageOf refuses the others).
+// which waits for the gradient the last stage has yet to send. Stages 0-1 sum the full
+// gradients before this rank keeps its partitions; stages 2-3 keep no full gradient and sum this
+// rank's partition of the step's reduced gradient, the same elements of the table on both ends (a
+// parameter is partitioned by its size alone, over the same data-parallel group).
 Status ZeroEngine::SumTiedGrads() {
   if (tied_comm_ == nullptr) return OkStatus();
   const model::ParameterInfo& info = model_->registry().parameter(tied_param_);
-  return tied_comm_->AllReduce<float>(compute(), full_grads_.data_as<float>() + info.offset,
-                                      info.numel, "pp.tied " + info.name);
+  const std::string name = "pp.tied " + info.name;
+  if (options_.stage <= 1) {
+    return tied_comm_->AllReduce<float>(compute(), full_grads_.data_as<float>() + info.offset,
+                                        info.numel, name);
+  }
+  const PartitionInfo& p = layout_.PartitionOf(tied_param_);
+  return tied_comm_->AllReduce<float>(compute(), grad_shard_data_ + p.shard_offset, p.partition,
+                                      name);
 }
 
 Status ZeroEngine::BeforePassEnd() {
@@ -601,8 +666,12 @@ Status ZeroEngine::BeginPipelinedPass(PassKind kind) {
   pass_kind_ = kind;
   pipelined_ = true;
   pipelined_backwards_ = 0;
+  unit_finals_.assign(model_->registry().units().size(), 0);
+  deferred_params_.assign(model_->registry().units().size(), {});
+  // One reduction pass for the step's micro-batches: the units' gradients are reduced as each
+  // unit's become final (UnitGradsFinal), which may interleave across micro-batches.
   if (train) {
-    if (Status status = BeginReduction(options_.gradient_accumulation_steps == 1); !status.ok()) {
+    if (Status status = BeginReduction(/*boundary=*/true); !status.ok()) {
       return AbortPipelinedPass(status);
     }
   }
@@ -614,14 +683,6 @@ Status ZeroEngine::BeginPipelinedPass(PassKind kind) {
   model_->SetParameterBinding(&binding_);
   model_->SetHooks(hooks_.get());
   return OkStatus();
-}
-
-Status ZeroEngine::EndPipelinedMicroBatch() {
-  ++pipelined_backwards_;
-  // The last one's reductions end with the model's pass (BeforePassEnd), as ForwardBackward's.
-  if (pipelined_backwards_ >= options_.gradient_accumulation_steps) return OkStatus();
-  SLUICE_RETURN_IF_ERROR(reducer_->EndPass());
-  return BeginReduction(pipelined_backwards_ + 1 == options_.gradient_accumulation_steps);
 }
 
 Status ZeroEngine::EndPipelinedPass() {

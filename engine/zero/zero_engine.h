@@ -131,10 +131,15 @@ class ZeroEngine {
   // BeginPass to EndPass, in its schedule's order, calling Model::Forward and Backward itself.
   // BeginPipelinedPass, before the executor opens that pass, zeroes the accumulators and binds
   // the engine's parameters and hooks to the model; the per-unit hooks then gather (stage 3) and
-  // reduce exactly as ForwardBackward's would, each micro-batch's backward reducing as one
-  // ForwardBackward pass does (stages 0-1: the last micro-batch's all-reduces the accumulated
-  // gradients; stages 2-3: every micro-batch's is reduce-scattered into the shard), and the
-  // model's EndPass enqueues the last reductions (BeforePassEnd). EndPipelinedPass, once the
+  // reduce as ForwardBackward's would, one unit's gradients of one micro-batch at a time, as
+  // they become final (stages 0-1: each unit's of the last micro-batch all-reduce the
+  // accumulated gradients; stages 2-3: every micro-batch's are reduce-scattered into the shard),
+  // in one reduction pass: a schedule may finish units of several micro-batches in turn. The
+  // hooks take a split backward (ZB-H1): stages 2-3 reduce what a unit's input half made final
+  // after it and its deferred weights' gradients after the weight half, which may trail later
+  // micro-batches' input halves; stages 0-1 reduce a unit after its last weight half. The model's
+  // EndPass
+  // enqueues the last reductions (BeforePassEnd). EndPipelinedPass, once the
   // model's pass has ended (the executor's ReduceGrads), unbinds and checks that exactly
   // gradient_accumulation_steps micro-batches went backward; Step() follows, as after the
   // micro-batches of ForwardBackward. Collective in the order of the passes' hooks. With
@@ -212,12 +217,15 @@ class ZeroEngine {
   Status FinishReductions();
   // reducer_->BeginPass, remembering whether the pass is the step's last.
   Status BeginReduction(bool boundary);
-  Status SumPartialGrads(int unit);
+  // A split backward's halves: the unit's parameters but `deferred` (kInput), or those (kWeight).
+  enum class GradHalf { kAll, kInput, kWeight };
+  Status SumPartialGrads(int unit, GradHalf half = GradHalf::kAll,
+                         std::span<const int> deferred = {});
+  // A unit's gradients of one micro-batch are final: its partial sums are completed and the
+  // reducer takes them (stages 0-1: in the step's last micro-batch only).
+  Status UnitGradsFinal(int unit);
   Status SetUpModelParallel(const parallel::ProcessGroups& groups);
   Status SumTiedGrads();
-  // A micro-batch of a pipelined pass finished its backward (its first unit's): the reductions
-  // of one ForwardBackward pass end there, and the next micro-batch's begin.
-  Status EndPipelinedMicroBatch();
 
   Result<double> RunPass(PassKind kind, const int32_t* inputs, const int32_t* targets,
                          int64_t batch, int64_t seq, double loss_grad);
@@ -232,6 +240,10 @@ class ZeroEngine {
   // Hook bodies.
   Status Before(const ModuleAccess& access);
   Status After(const ModuleAccess& access);
+  // Split backward (zero-bubble schedules of a pipelined pass).
+  bool SupportsSplitBackward() const;
+  Status BeforeWeight(int unit);
+  Status AfterWeight(int unit);
 
   ZeroOptions options_;
   model::Model<float>* model_;
@@ -290,6 +302,9 @@ class ZeroEngine {
   // A pipelined pass is open (BeginPipelinedPass), and the micro-batches it back-propagated.
   bool pipelined_ = false;
   int64_t pipelined_backwards_ = 0;
+  std::vector<int64_t> unit_finals_;  // per unit: its micro-batches with final gradients
+  // Per unit: the parameters a split backward leaves to the backward-weight (stages 2-3).
+  std::vector<std::vector<int>> deferred_params_;
   int64_t micro_batches_ = 0;              // of the current step
   PassKind pass_kind_ = PassKind::kTrain;  // of the pass running
   // Start of the unit the compute stream runs, in the trace: written and read by the stream.

@@ -1,11 +1,12 @@
 // The trainer with pipeline stages (engine/train/pipeline_step.h) under mpirun -np 2 and 4:
-// pipeline.stages 2 and 4, the gpipe and 1f1b schedules, 4 and 8 micro-batches
+// pipeline.stages 2 and 4, the gpipe, 1f1b and zb-h1 schedules, 4 and 8 micro-batches
 // (gradient_accumulation_steps), ZeRO stages 0-3 over the data-parallel group, against the same
 // run with one stage on a world of the data-parallel ranks alone (a Split of this one: the ranks
 // of one pipeline coordinate), which reads the same batches.
 //
 // Bit for bit: each stage computes its layers as the whole model does, every schedule runs a
-// stage's backwards in micro-batch order (so the gradients accumulate in pp 1's order), and the
+// stage's backwards in micro-batch order (zb-h1 its backward-inputs and its backward-weights,
+// each in that order), so the gradients accumulate in pp 1's order, and the
 // data-parallel sums have the same operands (two ranks at most: a + b is b + a in any reduction
 // algorithm). So with gradient_clipping off the losses, the validation loss and the updates are
 // pp 1's exactly; the gradient norm sums the same squares in another order (per stage, then
@@ -139,10 +140,16 @@ TEST_P(PipelineTrainTest, MatchesOneStageBitForBit) {
   EXPECT_LT(run.losses.back(), run.losses.front()) << what << ": the tiny GPT should learn";
 }
 
+std::string ScheduleTestName(const std::string& schedule) {
+  if (schedule == "1f1b") return "OneFOneB";
+  if (schedule == "zb-h1") return "ZbH1";
+  return "GPipe";
+}
+
 std::vector<PipeCase> Cases() {
   std::vector<PipeCase> cases;
   for (int stages : {2, 4}) {
-    for (const char* schedule : {"gpipe", "1f1b"}) {
+    for (const char* schedule : {"gpipe", "1f1b", "zb-h1"}) {
       for (int zero_stage : {0, 1, 2, 3}) {
         for (int micro_batches : {4, 8}) {
           cases.push_back({stages, schedule, micro_batches, zero_stage});
@@ -157,10 +164,61 @@ INSTANTIATE_TEST_SUITE_P(Grid, PipelineTrainTest, ::testing::ValuesIn(Cases()),
                          [](const auto& info) {
                            const PipeCase& c = info.param;
                            return "pp" + std::to_string(c.stages) + "_" +
-                                  (c.schedule == "1f1b" ? "OneFOneB" : "GPipe") + "_m" +
+                                  ScheduleTestName(c.schedule) + "_m" +
                                   std::to_string(c.micro_batches) + "_zero" +
                                   std::to_string(c.zero_stage);
                          });
+
+// ZeRO 3 with the optimizer and the parameters offloaded to host memory, under each schedule:
+// the offload tiers hold the stage's shards, and the run is pp 1's with the same tiers, bit for
+// bit. Also with DeepSpeed's default reduce_bucket_size (5e8: the tiny model's whole stage),
+// where the step's one reduction pass meets each parameter once per micro-batch.
+TEST(PipelineTrainOffloadTest, OffloadedStageThreeMatchesOneStageBitForBit) {
+  for (const char* schedule : {"gpipe", "1f1b", "zb-h1"}) {
+    for (const std::string bucket : {"5000", "500000000"}) {
+      const std::vector<std::string> offload = {"gradient_clipping=0",
+                                                "zero_optimization.offload_optimizer.device=cpu",
+                                                "zero_optimization.offload_param.device=cpu",
+                                                "zero_optimization.reduce_bucket_size=" + bucket};
+      const PipeCase c{2, schedule, 4, 3};
+      const std::string what = Describe(c) + ", offloaded, buckets of " + bucket;
+      const Curve& reference = Reference(c, kSteps, offload);
+      const Curve run =
+          Train(PipeConfig(2, TestWorld().size(), Settings(c, offload)), TestWorld(), kSteps);
+      ASSERT_EQ(run.losses.size(), reference.losses.size());
+      for (size_t i = 0; i < run.losses.size(); ++i) {
+        EXPECT_TRUE(SameBits(run.losses[i], reference.losses[i])) << what << ", step " << i + 1;
+      }
+      EXPECT_TRUE(SameBits(run.val_loss, reference.val_loss)) << what;
+    }
+  }
+}
+
+// ZB-H1's split backward at ZeRO 2 and 3: the reducer takes what a unit's backward-input made
+// final at once and the deferred weights' gradients after the backward-weight, from a buffer of
+// their own, so it reduces exactly 1F1B's elements (none twice) and never binds more gradient
+// buffers at once than 1F1B does, although the backward-weights trail later micro-batches'
+// backward-inputs.
+TEST(PipelineTrainZeroBubbleTest, ReducesAndHoldsGradientsAsOneFOneBDoes) {
+  for (const int zero_stage : {2, 3}) {
+    std::map<std::string, zero::ReducerStats> stats;
+    for (const char* schedule : {"1f1b", "zb-h1"}) {
+      const PipeCase c{2, schedule, 4, zero_stage};
+      Result<std::unique_ptr<Trainer>> trainer =
+          Trainer::Create(PipeConfig(2, TestWorld().size(), Settings(c, {})),
+                          test_util::QuietTrainerOptions(&TestWorld()));
+      ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+      test_util::TrainCurve(**trainer, 3);
+      stats[schedule] = (*trainer)->zero().reducer_stats();
+    }
+    const std::string what = "ZeRO " + std::to_string(zero_stage) + " on " +
+                             std::to_string(TestWorld().size()) + " ranks";
+    EXPECT_GT(stats["1f1b"].reduced_elements, 0) << what;
+    EXPECT_EQ(stats["zb-h1"].reduced_elements, stats["1f1b"].reduced_elements) << what;
+    EXPECT_GT(stats["1f1b"].peak_gradient_elements, 0) << what;
+    EXPECT_LE(stats["zb-h1"].peak_gradient_elements, stats["1f1b"].peak_gradient_elements) << what;
+  }
+}
 
 // gradient_clipping 1 clips these steps by a coefficient computed from the norm, whose last bits
 // follow the order of its sums: within 1e-6 of pp 1.
@@ -177,30 +235,35 @@ TEST(PipelineTrainClipTest, ClippedLossesWithinTolerance) {
 }
 
 // A tied LM head split from the embeddings: the last stage's copy of the table has its gradient
-// summed with the first stage's once per step, so both stay equal and the run is pp 1's up to the
-// order of that sum (pp 1 adds the head's and the embedding's contributions micro-batch by
-// micro-batch): within 1e-6. ZeRO stages 2-3 reduce every micro-batch and are refused.
+// summed with the first stage's once per step (stages 0-1: the full gradients, 2-3: this rank's
+// partition of the reduced ones), so both stay equal and the run is pp 1's up to the order of
+// that sum (pp 1 adds the head's and the embedding's contributions micro-batch by micro-batch):
+// within 1e-6. Every ZeRO stage, zb-h1 and the optimizer offloaded at stage 3 too.
 TEST(PipelineTrainTiedTest, ATiedHeadTrainsAsOneStageDoes) {
-  for (const int zero_stage : {0, 1}) {
-    const PipeCase c{2, "1f1b", 4, zero_stage};
-    const std::vector<std::string> tied = {"model.tie_embeddings=true"};
+  struct TiedCase {
+    PipeCase pipe;
+    std::vector<std::string> more;
+  };
+  const std::vector<TiedCase> cases = {
+      {{2, "1f1b", 4, 0}, {}},
+      {{2, "1f1b", 4, 1}, {}},
+      {{2, "1f1b", 4, 2}, {}},
+      {{2, "zb-h1", 4, 2}, {}},
+      {{2, "1f1b", 4, 3}, {}},
+      {{2, "1f1b", 4, 3}, {"zero_optimization.offload_optimizer.device=cpu"}}};
+  for (const TiedCase& t : cases) {
+    const PipeCase& c = t.pipe;
+    std::vector<std::string> tied = {"model.tie_embeddings=true"};
+    tied.insert(tied.end(), t.more.begin(), t.more.end());
     const Curve& reference = Reference(c, kSteps, tied);
     const Curve run =
         Train(PipeConfig(2, TestWorld().size(), Settings(c, tied)), TestWorld(), kSteps);
+    const std::string what = Describe(c) + ", tied" + (t.more.empty() ? "" : ", offloaded");
     for (size_t i = 0; i < run.losses.size(); ++i) {
-      EXPECT_LE(Relative(run.losses[i], reference.losses[i]), 1e-6)
-          << Describe(c) << ", tied, step " << i + 1;
+      EXPECT_LE(Relative(run.losses[i], reference.losses[i]), 1e-6) << what << ", step " << i + 1;
     }
-    EXPECT_LE(Relative(run.val_loss, reference.val_loss), 1e-6) << Describe(c) << ", tied";
+    EXPECT_LE(Relative(run.val_loss, reference.val_loss), 1e-6) << what;
   }
-  Config config =
-      PipeConfig(2, TestWorld().size(), {"model.tie_embeddings=true", "zero_optimization.stage=2"});
-  Result<std::unique_ptr<Trainer>> trainer =
-      Trainer::Create(config, test_util::QuietTrainerOptions(&TestWorld()));
-  ASSERT_FALSE(trainer.ok());
-  EXPECT_EQ(trainer.status().code(), StatusCode::kUnimplemented) << trainer.status().ToString();
-  EXPECT_NE(trainer.status().message().find("zero_optimization.stage 2"), std::string::npos)
-      << trainer.status().ToString();
 }
 
 // A checkpoint of a pipelined run: each stage saves its own layers under their whole-model

@@ -242,9 +242,9 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // The 3D grid: tensor 2 x pipeline 2 x the data size the world leaves (np 4: 1, np 8: 2). ZeRO 3
-// with the optimizer offloaded to the CPU, with and without sequence parallelism, the GPT-2's
-// head untied; and ZeRO 1 with the head tied across the stages (the last stage's copy of the
-// table, its gradient summed with the first stage's).
+// with the optimizer offloaded to the CPU, with and without sequence parallelism, under 1f1b and
+// zb-h1, the GPT-2's head untied; and ZeRO 1 and 3 with the head tied across the stages (the last
+// stage's copy of the table, its gradient summed with the first stage's).
 TEST(TensorParallelGridTest, TensorPipelineDataGridMatchesTheSingleRankRun) {
   if (TestWorld().size() < 4) GTEST_SKIP() << "needs tensor 2 x pipeline 2 ranks";
   const int data = TestWorld().size() / 4;
@@ -257,8 +257,11 @@ TEST(TensorParallelGridTest, TensorPipelineDataGridMatchesTheSingleRankRun) {
                                           "zero_optimization.offload_optimizer.device=cpu"};
   std::vector<GridCase> cases = {{"ZeRO 3, cpu offload", zero3, false},
                                  {"ZeRO 3, cpu offload, sequence parallel", zero3, false},
-                                 {"ZeRO 1, tied head", {"zero_optimization.stage=1"}, true}};
-  cases[1].sets.push_back("tensor_parallel.sequence_parallel=true");
+                                 {"ZeRO 3, cpu offload, sequence parallel, zb-h1", zero3, false},
+                                 {"ZeRO 1, tied head", {"zero_optimization.stage=1"}, true},
+                                 {"ZeRO 3, tied head", {"zero_optimization.stage=3"}, true}};
+  for (int i : {1, 2}) cases[i].sets.push_back("tensor_parallel.sequence_parallel=true");
+  cases[2].sets.push_back("pipeline.schedule=zb-h1");
   for (const GridCase& c : cases) {
     const std::string tie = std::string("model.tie_embeddings=") + (c.tied ? "true" : "false");
     std::vector<std::string> sets = ModelOverrides("gpt2", 2);
