@@ -39,6 +39,7 @@ packages=(
   clang libclang-rt-14-dev  # the fuzzers (tests/fuzz): clang's libFuzzer, ASan and UBSan runtimes
   zlib1g-dev  # the PNG of the loss curve sluice train draws (engine/train/png_writer.cpp)
   python3-venv  # `make python-env`: the venv of the transformers interop tests (tests/python)
+  libaio-dev  # DeepSpeed's async_io op (NVMe offload), JIT-built by benchmarks/side_by_side
 )
 
 missing=()
