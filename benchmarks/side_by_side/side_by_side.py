@@ -56,9 +56,9 @@ def parse_args():
                    help="the venv's Python (make_env.sh)")
     p.add_argument("--shapes", nargs="+", choices=("demo", "gpt2"), default=["demo", "gpt2"])
     p.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
-    p.add_argument("--steps", type=int, nargs=2, default=[40, 8], metavar=("DEMO", "GPT2"),
+    p.add_argument("--steps", type=int, nargs=2, default=[100, 8], metavar=("DEMO", "GPT2"),
                    help="steps per run for each shape (default %(default)s)")
-    p.add_argument("--warmup", type=int, nargs=2, default=[10, 3], metavar=("DEMO", "GPT2"),
+    p.add_argument("--warmup", type=int, nargs=2, default=[20, 3], metavar=("DEMO", "GPT2"),
                    help="first steps left out of the timing (default %(default)s)")
     p.add_argument("--rounds", type=int, nargs=2, default=[3, 1], metavar=("DEMO", "GPT2"),
                    help="runs per system, interleaved (default %(default)s)")
