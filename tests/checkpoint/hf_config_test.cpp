@@ -271,7 +271,9 @@ TEST(HfConfigTest, ExportedConfigJsonReadsBackToTheSameSettings) {
     EXPECT_EQ(std::get<int64_t>(s["model.max_position_embeddings"].value), 48) << family;
     EXPECT_EQ(std::get<double>(s["model.norm_eps"].value), 1e-6) << family;
     EXPECT_EQ(std::get<bool>(s["model.tie_embeddings"].value), m.tie_embeddings) << family;
-    if (m.family == "llama") EXPECT_EQ(std::get<double>(s["model.rope_theta"].value), 500000.0);
+    if (m.family == "llama") {
+      EXPECT_EQ(std::get<double>(s["model.rope_theta"].value), 500000.0);
+    }
   }
 }
 

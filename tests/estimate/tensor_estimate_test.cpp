@@ -110,7 +110,9 @@ TEST_P(TensorLayoutCoverage, PiecesOverTheTensorRanksAndReplicasOnceAreTheWholeM
       }
     }
     covered += split_sum > 0 ? split_sum : info.numel;
-    if (split_sum > 0) EXPECT_EQ(split_sum, info.numel);
+    if (split_sum > 0) {
+      EXPECT_EQ(split_sum, info.numel);
+    }
   }
   EXPECT_EQ(covered, model::CountParameters(options));
   EXPECT_EQ(covered, registry.total_elements());

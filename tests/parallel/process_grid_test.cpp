@@ -59,7 +59,9 @@ TEST(ProcessGrid, EveryRankIsInOneGroupOfEachKindAtItsPosition) {
         const GridCoords first = grid.CoordsOf(groups[g][0]);
         const GridCoords mine = grid.CoordsOf(rank);
         for (Axis axis : {Axis::kTensor, Axis::kData, Axis::kPipeline}) {
-          if (!axes.Has(axis)) EXPECT_EQ(mine.Of(axis), first.Of(axis));
+          if (!axes.Has(axis)) {
+            EXPECT_EQ(mine.Of(axis), first.Of(axis));
+          }
         }
       }
     }

@@ -191,7 +191,9 @@ class RankFaultTest : public ::testing::Test {
       ASSERT_TRUE(Eventually([&] { return LatestStep(run) >= 5 && MetricsLines(run).size() >= 8; }))
           << job.output();
       for (const RunProcess& p : ProcessesOf(run.string())) {
-        if (p.rank == rank) ASSERT_EQ(::kill(p.pid, SIGSTOP), 0);
+        if (p.rank == rank) {
+          ASSERT_EQ(::kill(p.pid, SIGSTOP), 0);
+        }
       }
       stopped = Clock::now();
     } else {

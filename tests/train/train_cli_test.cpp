@@ -51,7 +51,9 @@ TEST(EnvCliTest, NamesTheBlasCoreAndTheGemmSetting) {
   EXPECT_EQ(blas["name"].get<std::string>(),
             blas["library"].get<std::string>() + " " + blas["version"].get<std::string>() + " " +
                 blas["core"].get<std::string>());
-  if (blas["library"] == "OpenBLAS") EXPECT_EQ(blas["core"], gemm["openblas"]["core"]);
+  if (blas["library"] == "OpenBLAS") {
+    EXPECT_EQ(blas["core"], gemm["openblas"]["core"]);
+  }
   EXPECT_GE(blas["threads"].get<int>(), 1);
   EXPECT_FALSE(gemm["openblas"]["picked"].get<std::string>().empty()) << gemm.dump();
   EXPECT_FALSE(gemm["openblas"]["reason"].get<std::string>().empty()) << gemm.dump();
