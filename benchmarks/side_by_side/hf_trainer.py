@@ -18,10 +18,13 @@ import argparse
 import json
 import math
 import os
-import socket
 import statistics
 import sys
 import time
+
+# The DeepSpeed benchmark's AdamW settings and single-process torch.distributed set-up.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "deepspeed"))
+from ds_llama_bench import adamw_kwargs, single_process_env  # noqa: E402
 
 
 def parse_args():
@@ -56,24 +59,6 @@ def build_model(torch, s):
 def lm_loss(torch, logits, y):
     """Mean cross-entropy over the tokens, from fp32 logits."""
     return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten())
-
-
-def adamw_kwargs(s):
-    return {"lr": s["lr"], "betas": tuple(s["betas"]), "eps": s["eps"],
-            "weight_decay": s["weight_decay"]}
-
-
-def single_process_env():
-    """torch.distributed with world size 1, as a launcher would set it up."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(port))
-    for key in ("RANK", "LOCAL_RANK"):
-        os.environ.setdefault(key, "0")
-    for key in ("WORLD_SIZE", "LOCAL_WORLD_SIZE"):
-        os.environ.setdefault(key, "1")
 
 
 def ds_config(s, args):
