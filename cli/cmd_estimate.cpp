@@ -44,12 +44,12 @@ struct EstimateCommandOptions {
   int ranks = 0;  // 0: not given (one per pipeline stage)
   bool json = false;
   bool activation_checkpointing = false;
-  int pipeline_stages = 0;  // 0: the config's pipeline.stages
-  int tensor_parallel = 0;  // 0: the config's tensor_parallel.autotp_size
-  std::string schedule = "1f1b";
-  int micro_batches = 0;  // 0: gradient_accumulation_steps
-  int chunks = 0;         // 0: 2 for interleaved-1f1b
-  std::string partition_method = "parameters";
+  int pipeline_stages = 0;            // 0: the config's pipeline.stages
+  int tensor_parallel = 0;            // 0: the config's tensor_parallel.autotp_size
+  std::string schedule;               // "": the config's pipeline.schedule
+  int micro_batches = 0;              // 0: gradient_accumulation_steps
+  int chunks = 0;                     // 0: the config's pipeline.chunks, or 2 for interleaved-1f1b
+  std::string partition_method;       // "": the config's pipeline.partition_method
   bool pipeline_flags_given = false;  // --schedule, --micro-batches, --chunks, --partition-method
 };
 
@@ -147,13 +147,21 @@ Status RunEstimate(const EstimateCommandOptions& options) {
     estimate::PipelineEstimateOptions pipeline_options;
     pipeline_options.stages = stages;
     pipeline_options.stages_key = stages_key;
-    SLUICE_ASSIGN_OR_RETURN(pipeline_options.schedule,
-                            estimate::ParseScheduleKind(options.schedule, "--schedule"));
+    const bool schedule_flag = !options.schedule.empty();
+    SLUICE_ASSIGN_OR_RETURN(
+        pipeline_options.schedule,
+        estimate::ParseScheduleKind(schedule_flag ? options.schedule : config.parallel.schedule,
+                                    schedule_flag ? "--schedule" : "pipeline.schedule"));
+    const bool partition_flag = !options.partition_method.empty();
     SLUICE_ASSIGN_OR_RETURN(
         pipeline_options.partition,
-        parallel::ParsePartitionMethod(options.partition_method, "--partition-method"));
+        parallel::ParsePartitionMethod(
+            partition_flag ? options.partition_method : config.parallel.partition_method,
+            partition_flag ? "--partition-method" : "pipeline.partition_method"));
     pipeline_options.micro_batches = options.micro_batches;
-    pipeline_options.chunks = options.chunks;
+    // The config's chunks go with the config's schedule.
+    pipeline_options.chunks =
+        options.chunks > 0 || schedule_flag ? options.chunks : config.parallel.chunks;
     SLUICE_ASSIGN_OR_RETURN(
         estimate::PipelineEstimate p,
         estimate::EstimatePipeline(config, data_parallel, pipeline_options, estimate_options));
@@ -210,17 +218,21 @@ void AddEstimateCommand(CLI::App& parent) {
     return option;
   };
   pipeline_flag(cmd->add_option("--schedule", options->schedule,
-                                "Pipeline schedule: gpipe, 1f1b (default), interleaved-1f1b, "
-                                "zb-h1"));
+                                "Pipeline schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1 "
+                                "(default: the config's pipeline.schedule)"));
   pipeline_flag(cmd->add_option("--micro-batches", options->micro_batches,
                                 "Micro-batches per step (default gradient_accumulation_steps)")
                     ->check(CLI::PositiveNumber));
   pipeline_flag(cmd->add_option("--chunks", options->chunks,
-                                "Model chunks per stage for interleaved-1f1b (default 2)")
+                                "Model chunks per stage for interleaved-1f1b (default: the "
+                                "config's pipeline.chunks, or 2)")
                     ->check(CLI::PositiveNumber));
   pipeline_flag(cmd->add_option("--partition-method", options->partition_method,
-                                "How layers are divided among stages: parameters (default, "
-                                "balance parameter counts) or uniform (layers evenly)"));
+                                "How layers are divided among stages: parameters (balance "
+                                "parameter counts), uniform (layers evenly), type:<regex> "
+                                "(balance the layer classes it matches) or time (balance "
+                                "per-layer FLOPs here; training measures times); default: the "
+                                "config's pipeline.partition_method"));
   cmd->callback([options] { ExitOnError(RunEstimate(*options)); });
 }
 

@@ -175,9 +175,9 @@ class Stage {
     return out;
   }
 
-  std::vector<Model<float>*> chunk_ptrs() const {
-    std::vector<Model<float>*> out;
-    for (const auto& c : chunks_) out.push_back(c.get());
+  std::vector<model::ModelChunk<float>*> chunk_ptrs() const {
+    std::vector<model::ModelChunk<float>*> out;
+    for (const auto& c : chunks_) out.push_back(&c->chunk(0));
     return out;
   }
   Model<float>& chunk(int c) const { return *chunks_[c]; }
@@ -474,7 +474,7 @@ Status StepCase(const PipelineBenchOptions& options, Environment& env, CaseRun& 
     record[5 * i + 4] = static_cast<double>(s.end_ns) / kNsPerMs;
   }
   record.back() = wall_ms;
-  for (auto& chunk : stage->chunk_ptrs()) chunk->ZeroGrads();
+  for (auto& chunk : stage->chunk_ptrs()) chunk->model().ZeroGrads();
   SLUICE_ASSIGN_OR_RETURN(std::vector<double> all, GatherDoubles(env.world, record));
   if (step < options.warmup || rank != 0) return OkStatus();
 

@@ -178,7 +178,8 @@ struct ParallelConfig {
   int tensor{};                    // tensor_parallel.autotp_size (0 given reads 1)
   int pipeline{};                  // pipeline.stages
   bool sequence_parallel{};        // tensor_parallel.sequence_parallel
-  std::string schedule{};          // pipeline.schedule: 1f1b, gpipe
+  std::string schedule{};          // pipeline.schedule: 1f1b, gpipe, interleaved-1f1b, zb-h1
+  int chunks{};                    // pipeline.chunks: model chunks per stage
   std::string partition_method{};  // pipeline.partition_method: parameters, uniform
 };
 

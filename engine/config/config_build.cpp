@@ -167,6 +167,7 @@ void BuildParallel(const SettingValues& v, Config* c, Status* status) {
   c->parallel.pipeline = ToInt(v, "pipeline.stages", status);
   c->parallel.sequence_parallel = v.GetBool("tensor_parallel.sequence_parallel");
   c->parallel.schedule = v.GetString("pipeline.schedule");
+  c->parallel.chunks = ToInt(v, "pipeline.chunks", status);
   c->parallel.partition_method = v.GetString("pipeline.partition_method");
 }
 

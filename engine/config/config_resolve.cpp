@@ -11,6 +11,7 @@
 #include "engine/config/config_schema.h"
 #include "engine/config/config_stages.h"
 #include "engine/model/head_layout.h"
+#include "engine/parallel/layer_partition.h"
 #include "engine/parallel/process_grid.h"
 #include "runtime/logging.h"
 
@@ -361,6 +362,7 @@ class Resolver {
       return Error("world size {} must be at least 1", context_.world_size);
     }
     if (v_.IsAuto("pipeline.stages")) Fill("pipeline.stages", int64_t{1}, "one stage");
+    SLUICE_RETURN_IF_ERROR(PipelineChunks());
     const int64_t tensor = std::max<int64_t>(1, v_.GetInt("tensor_parallel.autotp_size"));
     const int64_t pipeline = v_.GetInt("pipeline.stages");
     if (tensor > 1) SLUICE_RETURN_IF_ERROR(TensorSplit(tensor));
@@ -368,6 +370,33 @@ class Resolver {
         context_.world_size, static_cast<int>(tensor), static_cast<int>(pipeline));
     if (!grid.ok()) return Error("{}", grid.status().message());
     data_parallel_size_ = grid->shape().data;
+    return OkStatus();
+  }
+
+  // Model chunks per stage: several for the interleaved schedule only. And the partition
+  // method's name (a regex's errors too), where it was given.
+  Status PipelineChunks() {
+    if (Result<parallel::PartitionSpec> spec = parallel::ParsePartitionMethod(
+            v_.GetString("pipeline.partition_method"), "pipeline.partition_method");
+        !spec.ok()) {
+      return Error("{}{}", spec.status().message(), At("pipeline.partition_method"));
+    }
+    const bool interleaved = v_.GetString("pipeline.schedule") == "interleaved-1f1b";
+    Fill("pipeline.chunks", int64_t{interleaved ? 2 : 1},
+         interleaved ? "interleaved-1f1b: two chunks per stage" : "one chunk per stage");
+    const int64_t chunks = v_.GetInt("pipeline.chunks");
+    if (interleaved && chunks < 2) {
+      return Error(
+          "pipeline.chunks = {}{} with pipeline.schedule interleaved-1f1b: interleaving "
+          "needs at least 2 model chunks per stage (with 1 it is 1f1b)",
+          chunks, At("pipeline.chunks"));
+    }
+    if (!interleaved && chunks != 1) {
+      return Error(
+          "pipeline.chunks = {}{} with pipeline.schedule {}: only interleaved-1f1b runs "
+          "several model chunks per stage; set the schedule or pipeline.chunks 1",
+          chunks, At("pipeline.chunks"), v_.GetString("pipeline.schedule"));
+    }
     return OkStatus();
   }
 

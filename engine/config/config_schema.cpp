@@ -340,16 +340,26 @@ void AddParallel(SettingsRegistry& r) {
   // DeepSpeed gives these to PipelineModule and PipelineEngine in code, not in its config.
   r.Add("pipeline.schedule", T::kEnum,
         "Order of the micro-batches' forwards and backwards on each stage: 1f1b (DeepSpeed's "
-        "TrainSchedule), gpipe (all forwards, then all backwards) or zb-h1 (zero bubble: 1f1b "
-        "with each backward split into input and weight gradients, the weight gradients filling "
-        "the bubble, with 1f1b's activation memory)")
+        "TrainSchedule), gpipe (all forwards, then all backwards), interleaved-1f1b (Megatron's "
+        "virtual pipeline: pipeline.chunks model chunks per stage, the bubble divided by about "
+        "their number; gradient_accumulation_steps a multiple of the stages) or zb-h1 (zero "
+        "bubble: 1f1b with each backward split into input and weight gradients, the weight "
+        "gradients filling the bubble, with 1f1b's activation memory)")
       .Default(std::string("1f1b"))
-      .Allowed({"1f1b", "gpipe", "zb-h1"});
-  r.Add("pipeline.partition_method", T::kEnum,
+      .Allowed({"1f1b", "gpipe", "interleaved-1f1b", "zb-h1"});
+  r.Add("pipeline.chunks", T::kInt,
+        "Model chunks per stage (Megatron's virtual pipeline stages): stage r of P holds the "
+        "layer ranges of virtual stages r, P + r, ...; above 1 with interleaved-1f1b only")
+      .Derived("2 with pipeline.schedule interleaved-1f1b, else 1")
+      .Range(1, 1024)
+      .Auto("2 with pipeline.schedule interleaved-1f1b, else 1");
+  r.Add("pipeline.partition_method", T::kString,
         "How the decoder layers are divided among the stages (DeepSpeed's PipelineModule "
-        "partition_method): parameters (balanced parameter counts) or uniform (layer counts)")
-      .Default(std::string("parameters"))
-      .Allowed({"parameters", "uniform"});
+        "partition_method): parameters (balanced parameter counts), uniform (layer counts), "
+        "type:<regex> (balanced counts of the layer classes the regex matches, ignoring case: "
+        "Embeddings, DecoderBlock, LayerNorm or RmsNorm, LMHead) or time (balanced compute "
+        "times, measured on the device when training starts)")
+      .Default(std::string("parameters"));
 }
 
 // How checkpointed blocks are run; model.activation_checkpointing turns checkpointing on.

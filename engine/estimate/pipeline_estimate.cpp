@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "engine/estimate/count_format.h"
+#include "engine/estimate/partition_weights.h"
 #include "engine/parallel/schedule_chart.h"
 #include "engine/train/precision.h"
 #include "engine/train/run_setup.h"
@@ -92,14 +93,14 @@ Result<PipelineEstimate> EstimatePipeline(const Config& config, int data_paralle
   const train::Precision precision = train::PrecisionOf(config.model.dtype);
   SLUICE_ASSIGN_OR_RETURN(model::ModelOptions model,
                           train::ModelOptionsFromConfig(config, precision));
-  const std::vector<int64_t> weights = o.partition == parallel::PartitionMethod::kUniform
-                                           ? std::vector<int64_t>(model.n_layer, 1)
-                                           : LayerParameterWeights(model);
+  SLUICE_ASSIGN_OR_RETURN(
+      const std::vector<int64_t> weights,
+      PartitionWeights(model, o.partition, /*measured=*/nullptr, config.model.seq_len));
   const std::string parts_key =
       o.chunks == 1 ? o.stages_key
                     : fmt::format("{} {} x {} chunks", o.stages_key, o.stages, o.chunks);
   SLUICE_ASSIGN_OR_RETURN(p.bounds, parallel::PartitionLayers(weights, p.schedule.virtual_stages(),
-                                                              o.partition, parts_key));
+                                                              o.partition.method, parts_key));
 
   for (int r = 0; r < o.stages; ++r) {
     StageEstimate s;
@@ -171,13 +172,16 @@ std::string FormatPipelineText(const Config& config, const PipelineEstimate& p) 
   const PipelineEstimateOptions& o = p.options;
   std::string out = fmt::format(
       "Pipeline: {} stage(s) x {} data-parallel rank(s){} = {} ranks; {} schedule{}, {} "
-      "micro-batch(es) of {} per step; layers partitioned by \"{}\"; ZeRO shards each stage{} "
+      "micro-batch(es) of {} per step; layers partitioned by \"{}\"{}; ZeRO shards each stage{} "
       "over its {} data-parallel rank(s)\n",
       o.stages, p.data_parallel,
       p.tensor_parallel > 1 ? fmt::format(" x {} tensor-parallel rank(s)", p.tensor_parallel) : "",
       p.world_size(), parallel::ScheduleKindName(o.schedule),
       o.chunks > 1 ? fmt::format(" with {} chunks per stage", o.chunks) : "", o.micro_batches,
       config.batch.micro_batch_per_gpu, parallel::PartitionMethodName(o.partition),
+      o.partition.method == parallel::PartitionMethod::kTime
+          ? " (each layer's FLOPs standing in for the times training measures when it starts)"
+          : "",
       p.tensor_parallel > 1 ? " (each tensor rank's pieces)" : "", p.data_parallel);
   size_t width = 6;
   for (const StageEstimate& s : p.stages) width = std::max(width, LayersText(s.shape).size());
@@ -228,7 +232,7 @@ nlohmann::ordered_json PipelineJson(const PipelineEstimate& p) {
   j["schedule"] = std::string(parallel::ScheduleKindName(o.schedule));
   j["micro_batches"] = o.micro_batches;
   j["chunks"] = o.chunks;
-  j["partition_method"] = std::string(parallel::PartitionMethodName(o.partition));
+  j["partition_method"] = parallel::PartitionMethodName(o.partition);
   j["bubble_fraction"] = p.timeline.bubble_fraction;
   j["makespan"] = p.timeline.makespan;
   j["worst_stage"] = p.worst_stage;

@@ -36,8 +36,9 @@ struct PipelineEstimateOptions {
   parallel::ScheduleKind schedule = parallel::ScheduleKind::kOneFOneB;  // DeepSpeed's
   int micro_batches = 0;  // M per step; 0: batch.gradient_accumulation_steps (DeepSpeed's rule)
   int chunks = 0;         // v; 0: 2 for interleaved 1F1B, else 1
-  // DeepSpeed PipelineModule's default.
-  parallel::PartitionMethod partition = parallel::PartitionMethod::kParameters;
+  // parameters, DeepSpeed PipelineModule's default; with time each layer's FLOPs stand in for
+  // the times training measures.
+  parallel::PartitionSpec partition;
   // The relative costs the timeline is drawn with (forward 1, backward 2, split 1 + 1).
   parallel::PipelineCosts costs;
   // How the stage count was given, for messages ("pipeline.stages", "--pipeline-stages").

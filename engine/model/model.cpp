@@ -26,13 +26,39 @@ class Model<T>::Impl final : public ParameterBinding<T>, public UnitScope {
  public:
   explicit Impl(Model<T>& model) : model_(model), builder_(model.registry_) {}
 
-  // The stage's units in trace order: [embeddings], its blocks, [final norm, LM head].
+  // Each chunk's units in trace order, chunk by chunk: [embeddings], its blocks, [final norm,
+  // LM head]; a pass per chunk.
   void Build() {
     const ModelOptions& o = model_.options_;
-    const ModelStage& stage = model_.stage_;
+    std::vector<StageModules<T>> chunks;
+    for (const ModelStage& stage : model_.chunk_stages_) {
+      StageModules<T>& modules = chunks.emplace_back();
+      modules.first_unit = static_cast<int>(units_.size());
+      std::vector<Module<T>*> units = BuildChunk(stage, modules);
+      modules.options = &model_.options_;
+      modules.stage = stage;
+      modules.ops = model_.ops_;
+      modules.stream = model_.stream_.get();
+      modules.units = units;
+      modules.scope = this;
+      units_.insert(units_.end(), units.begin(), units.end());
+    }
+    // Keys of their own, after every module's: the whole model's ids stay what they were.
+    for (StageModules<T>& modules : chunks) {
+      if (!IsFirstStage(modules.stage)) modules.input_id = builder_.NextModuleId();
+      if (!IsLastStage(o, modules.stage)) modules.output_grad_id = builder_.NextModuleId();
+      passes_.push_back(std::make_unique<ModelPass<T>>(std::move(modules)));
+    }
+  }
+
+  // The modules of the chunk of layers `stage`, registered in trace order; its loss and
+  // checkpointed inputs go into `modules`.
+  std::vector<Module<T>*> BuildChunk(const ModelStage& stage, StageModules<T>& modules) {
+    const ModelOptions& o = model_.options_;
     const bool gpt2 = o.family == Family::kGpt2;
     const std::string root = gpt2 ? "transformer" : "model";
     ParameterRegistry& registry = model_.registry_;
+    std::vector<Module<T>*> units;
 
     if (IsFirstStage(stage)) {
       registry.BeginUnit("embeddings");
@@ -40,20 +66,22 @@ class Model<T>::Impl final : public ParameterBinding<T>, public UnitScope {
           builder_, root, root + (gpt2 ? ".wte" : ".embed_tokens"), root + ".wpe", o.vocab_size,
           gpt2 ? o.seq_len : 0, o.d_model);
       if (vocab_parallel()) model_.tensor_plan_->Parallelize(*embeddings_, builder_);
-      units_.push_back(embeddings_.get());
+      units.push_back(embeddings_.get());
     }
+    CheckpointedInputs<T>* checkpointed = nullptr;
     if (CheckpointedBlocks(o) > stage.begin_layer) {
-      checkpointed_inputs_ = std::make_unique<CheckpointedInputs<T>>(builder_, o, stage);
+      checkpointed = checkpointed_inputs_
+                         .emplace_back(std::make_unique<CheckpointedInputs<T>>(builder_, o, stage))
+                         .get();
     }
     for (int64_t i = stage.begin_layer; i < stage.end_layer; ++i) {
       const std::string name = root + (gpt2 ? ".h." : ".layers.") + std::to_string(i);
       registry.BeginUnit(name);
-      blocks_.push_back(
-          std::make_unique<DecoderBlock<T>>(builder_, name, o, i, checkpointed_inputs_.get()));
+      blocks_.push_back(std::make_unique<DecoderBlock<T>>(builder_, name, o, i, checkpointed));
       if (model_.tensor_plan_ != nullptr) {
         model_.tensor_plan_->Parallelize(*blocks_.back(), builder_);
       }
-      units_.push_back(blocks_.back().get());
+      units.push_back(blocks_.back().get());
     }
     if (IsLastStage(o, stage)) {
       const std::string final_name = root + (gpt2 ? ".ln_f" : ".norm");
@@ -63,14 +91,14 @@ class Model<T>::Impl final : public ParameterBinding<T>, public UnitScope {
       } else {
         final_norm_ = std::make_unique<RmsNorm<T>>(builder_, final_name, o.d_model, o.norm_eps);
       }
-      units_.push_back(final_norm_.get());
+      units.push_back(final_norm_.get());
       registry.BeginUnit("lm_head");
       std::unique_ptr<Linear<T>> head;
       if (o.tie_embeddings) {
         // Away from the embeddings the head reads a copy of the token table of its own, which the
         // pipeline keeps equal to the first stage's (ParameterInfo::mirror).
         const int table =
-            IsFirstStage(stage)
+            embeddings_ != nullptr
                 ? embeddings_->token_weight_param()
                 : registry.AddMirror(root + (gpt2 ? ".wte" : ".embed_tokens") + ".weight",
                                      Shape{o.vocab_size, o.d_model}, InitKind::kNormal);
@@ -81,32 +109,24 @@ class Model<T>::Impl final : public ParameterBinding<T>, public UnitScope {
       const int64_t columns = head->out();  // this rank's piece of the vocabulary, or all of it
       if (vocab_parallel()) {
         lm_head_ = model_.tensor_plan_->ParallelizeHead(std::move(head), builder_);
-        units_.push_back(lm_head_.get());
+        units.push_back(lm_head_.get());
         loss_ = model_.tensor_plan_->template MakeLoss<T>(builder_, columns);
       } else {
         lm_head_ = std::move(head);
-        units_.push_back(lm_head_.get());
+        units.push_back(lm_head_.get());
         loss_ = std::make_unique<CrossEntropyLoss<T>>(builder_, o.vocab_size);
       }
     }
     if (model_.tensor_plan_ != nullptr && model_.tensor_plan_->sequence_parallel()) {
-      sequence_units_ = model_.tensor_plan_->ParallelizeSequence(
-          units_, static_cast<const Module<T>*>(embeddings_.get()), lm_head_.get(),
-          IsFirstStage(stage), IsLastStage(o, stage), builder_);
+      for (auto& wrapper : model_.tensor_plan_->ParallelizeSequence(
+               units, static_cast<const Module<T>*>(embeddings_.get()), lm_head_.get(),
+               IsFirstStage(stage), IsLastStage(o, stage), builder_)) {
+        sequence_units_.push_back(std::move(wrapper));
+      }
     }
-    StageModules<T> modules;
-    modules.options = &model_.options_;
-    modules.stage = stage;
-    modules.ops = model_.ops_;
-    modules.stream = model_.stream_.get();
-    modules.units = units_;
-    modules.loss = loss_.get();
-    modules.checkpointed = checkpointed_inputs_.get();
-    // Keys of their own, after every module's: the whole model's ids stay what they were.
-    if (!IsFirstStage(stage)) modules.input_id = builder_.NextModuleId();
-    if (!IsLastStage(o, stage)) modules.output_grad_id = builder_.NextModuleId();
-    modules.scope = this;
-    pass_ = std::make_unique<ModelPass<T>>(std::move(modules));
+    modules.loss = IsLastStage(o, stage) ? loss_.get() : nullptr;
+    modules.checkpointed = checkpointed;
+    return units;
   }
 
   // Points every parameter at the flat buffers (the values only when storage is T itself).
@@ -130,7 +150,8 @@ class Model<T>::Impl final : public ParameterBinding<T>, public UnitScope {
   bool vocab_parallel() const {
     return model_.tensor_plan_ != nullptr && model_.tensor_plan_->vocab_parallel();
   }
-  ModelPass<T>& pass() { return *pass_; }
+  ModelPass<T>& pass(int chunk) const { return *passes_[chunk]; }
+  int64_t last_peak_bytes() const { return last_peak_bytes_; }
 
   // The pass runs on the model's binding when one is set, else on the flat buffers (none with
   // external storage: the pass's Forward reports it).
@@ -139,10 +160,43 @@ class Model<T>::Impl final : public ParameterBinding<T>, public UnitScope {
     const ParameterBinding<T>* binding = external ? model_.binding_
                                          : model_.storage_ == ModelStorage::kExternal ? nullptr
                                                                                       : this;
-    SLUICE_RETURN_IF_ERROR(pass_->Begin(binding, model_.hooks_, gradients));
+    auto meter = std::make_shared<ActivationMeter>();
+    for (const auto& pass : passes_) {  // the chunks' passes open and end together
+      SLUICE_RETURN_IF_ERROR(pass->Begin(binding, model_.hooks_, gradients, meter));
+    }
+    meter_ = std::move(meter);
     want_grads_ = gradients;
     external_ = external;
+    hooks_ = model_.hooks_;
     return OkStatus();
+  }
+
+  // Every chunk's pass ends: the hooks enqueue their last work before the one wait that reads
+  // the losses back.
+  Result<std::map<int, double>> EndPass() {
+    for (const auto& pass : passes_) {
+      if (Status status = pass->CheckEnd(); !status.ok()) return DropPass(std::move(status));
+    }
+    if (want_grads_) last_peak_bytes_ = meter_->peak;
+    if (hooks_ != nullptr) {
+      if (Status status = hooks_->BeforePassEnd(); !status.ok()) {
+        return DropPass(std::move(status));
+      }
+    }
+    if (Status status = model_.stream_->Synchronize(); !status.ok()) {
+      return DropPass(std::move(status));
+    }
+    std::map<int, double> losses;
+    for (const auto& pass : passes_) losses.merge(pass->Finish());
+    meter_.reset();
+    return losses;
+  }
+
+  // Ends the pass on every chunk after `error`.
+  Status DropPass(Status error) {
+    for (const auto& pass : passes_) error = pass->Drop(std::move(error));
+    meter_.reset();
+    return error;
   }
 
   // With bf16 storage: widens the parameters unit `u` reads into one fp32 buffer, on the stream.
@@ -191,8 +245,9 @@ class Model<T>::Impl final : public ParameterBinding<T>, public UnitScope {
 
   Model<T>& model_;
   ModuleBuilder builder_;
-  std::unique_ptr<Embeddings<T>> embeddings_;                   // the first stage's
-  std::unique_ptr<CheckpointedInputs<T>> checkpointed_inputs_;  // shared by the blocks; or null
+  std::unique_ptr<Embeddings<T>> embeddings_;  // the first stage's
+  // Per chunk with checkpointed blocks, shared by its blocks.
+  std::vector<std::unique_ptr<CheckpointedInputs<T>>> checkpointed_inputs_;
   std::vector<std::unique_ptr<DecoderBlock<T>>> blocks_;
   std::unique_ptr<Module<T>> final_norm_;      // the last stage's
   std::unique_ptr<Module<T>> lm_head_;         // the last stage's
@@ -204,18 +259,26 @@ class Model<T>::Impl final : public ParameterBinding<T>, public UnitScope {
   std::vector<T*> grads_;
   DeviceBuffer widened_;
   bool want_grads_ = true;
-  bool external_ = false;               // this pass runs on the model's external binding
-  std::unique_ptr<ModelPass<T>> pass_;  // last: destroyed first, while what it runs on exists
+  bool external_ = false;                   // this pass runs on the model's external binding
+  UnitHooks* hooks_ = nullptr;              // the open pass's
+  std::shared_ptr<ActivationMeter> meter_;  // the open pass's, all chunks together
+  int64_t last_peak_bytes_ = 0;
+  // Last: destroyed first, while what they run on exists.
+  std::vector<std::unique_ptr<ModelPass<T>>> passes_;  // one per chunk
 };
 
 template <typename T>
-Model<T>::Model(const ModelOptions& options, const ModelStage& stage, BufferAllocator& allocator,
-                ops::OpsBackend& ops)
+Model<T>::Model(const ModelOptions& options, std::span<const ModelStage> chunks,
+                BufferAllocator& allocator, ops::OpsBackend& ops)
     : options_(options),
-      stage_(stage),
+      chunk_stages_(chunks.begin(), chunks.end()),
       allocator_(&allocator),
       ops_(&ops),
-      registry_(options.param_dtype) {}
+      registry_(options.param_dtype) {
+  for (int c = 0; c < static_cast<int>(chunks.size()); ++c) {
+    chunks_.push_back(std::unique_ptr<ModelChunk<T>>(new ModelChunk<T>(*this, c)));
+  }
+}
 
 template <typename T>
 Model<T>::~Model() {
@@ -238,8 +301,19 @@ Result<std::unique_ptr<Model<T>>> Model<T>::CreateStage(const ModelOptions& opti
                                                         BufferAllocator& allocator,
                                                         ops::OpsBackend& ops, ModelStorage storage,
                                                         Comm* tensor_comm) {
-  SLUICE_RETURN_IF_ERROR(ValidateModelOptions(options));
   SLUICE_RETURN_IF_ERROR(ValidateModelStage(options, stage));
+  return CreateChunks(options, std::span<const ModelStage>(&stage, 1), allocator, ops, storage,
+                      tensor_comm);
+}
+
+template <typename T>
+Result<std::unique_ptr<Model<T>>> Model<T>::CreateChunks(const ModelOptions& options,
+                                                         std::span<const ModelStage> chunks,
+                                                         BufferAllocator& allocator,
+                                                         ops::OpsBackend& ops, ModelStorage storage,
+                                                         Comm* tensor_comm) {
+  SLUICE_RETURN_IF_ERROR(ValidateModelOptions(options));
+  SLUICE_RETURN_IF_ERROR(ValidateModelChunks(options, chunks));
   if (!std::is_same_v<T, float> && options.param_dtype != DType::kF32) {
     return InvalidArgumentError(
         "the fp64 reference model stores fp64 parameters; model.dtype {} "
@@ -251,7 +325,7 @@ Result<std::unique_ptr<Model<T>>> Model<T>::CreateStage(const ModelOptions& opti
     return InvalidArgumentError("the {} ops backend does not compute in {}, which this model needs",
                                 ops.name(), DTypeName(kCompute));
   }
-  std::unique_ptr<Model<T>> model(new Model<T>(options, stage, allocator, ops));
+  std::unique_ptr<Model<T>> model(new Model<T>(options, chunks, allocator, ops));
   SLUICE_ASSIGN_OR_RETURN(model->stream_, ops.device().CreateStream());
   if (options.tensor_parallel_size > 1) {
     if (tensor_comm == nullptr) {
@@ -393,11 +467,11 @@ Status Model<T>::Zero(Buffer& buffer) {
 template <typename T>
 Result<double> Model<T>::RunWhole(const int32_t* inputs, const int32_t* targets, int64_t batch,
                                   int64_t seq, double loss_grad, bool backward, T* logits) {
-  if (!first_stage() || !last_stage()) {
+  if (chunk_count() != 1 || !first_stage() || !last_stage()) {
     return FailedPreconditionError(
         "ForwardBackward, ForwardLoss and ForwardLogits run a whole model, and this one is the "
         "pipeline stage {}: run its micro-batches with BeginPass, Forward, Backward and EndPass",
-        DescribeModelStage(options_, stage_));
+        DescribeModelStage(options_, chunk_stages_.front()));
   }
   if (logits != nullptr && tensor_plan_ != nullptr && tensor_plan_->vocab_parallel()) {
     return FailedPreconditionError(
@@ -438,51 +512,134 @@ Status Model<T>::BeginPass(bool gradients) {
   return impl_->BeginPass(gradients);
 }
 
+// The Model's own per-micro-batch calls are its one chunk's.
+template <typename T>
+Result<ModelChunk<T>*> OnlyChunk(const Model<T>& model, std::string_view call) {
+  if (model.chunk_count() != 1) {
+    return FailedPreconditionError(
+        "{} on a model of {} chunks: run each chunk's micro-batches through chunk(c)", call,
+        model.chunk_count());
+  }
+  return &model.chunk(0);
+}
+
 template <typename T>
 Status Model<T>::Forward(int micro, const StageInput<T>& input, T* output) {
-  return impl_->pass().Forward(micro, input, output);
+  SLUICE_ASSIGN_OR_RETURN(ModelChunk<T> * chunk, OnlyChunk(*this, "Forward"));
+  return chunk->Forward(micro, input, output);
 }
 
 template <typename T>
 Status Model<T>::Backward(int micro, const StageOutputGrad<T>& grad, T* input_grad) {
-  return impl_->pass().Backward(micro, grad, input_grad);
+  SLUICE_ASSIGN_OR_RETURN(ModelChunk<T> * chunk, OnlyChunk(*this, "Backward"));
+  return chunk->Backward(micro, grad, input_grad);
 }
 
 template <typename T>
 Status Model<T>::BackwardInput(int micro, const StageOutputGrad<T>& grad, T* input_grad) {
-  return impl_->pass().BackwardInput(micro, grad, input_grad);
+  SLUICE_ASSIGN_OR_RETURN(ModelChunk<T> * chunk, OnlyChunk(*this, "BackwardInput"));
+  return chunk->BackwardInput(micro, grad, input_grad);
 }
 
 template <typename T>
 Status Model<T>::BackwardWeight(int micro) {
-  return impl_->pass().BackwardWeight(micro);
+  SLUICE_ASSIGN_OR_RETURN(ModelChunk<T> * chunk, OnlyChunk(*this, "BackwardWeight"));
+  return chunk->BackwardWeight(micro);
 }
 
 template <typename T>
 Result<std::map<int, double>> Model<T>::EndPass() {
-  return impl_->pass().End();
+  return impl_->EndPass();
 }
 
 template <typename T>
 int Model<T>::micro_batches_in_flight() const {
-  return impl_->pass().in_flight();
+  int total = 0;
+  for (const auto& chunk : chunks_) total += chunk->micro_batches_in_flight();
+  return total;
 }
 
 template <typename T>
 int Model<T>::micro_batches_awaiting_weight() const {
-  return impl_->pass().awaiting_weight();
+  int total = 0;
+  for (const auto& chunk : chunks_) total += chunk->micro_batches_awaiting_weight();
+  return total;
 }
 
 template <typename T>
 std::vector<int> Model<T>::DeferredWeightParams(int unit) const {
-  return impl_->pass().DeferredWeightParams(unit);
+  // At most one chunk runs a BackwardInput at a time.
+  for (int c = 0; c < chunk_count(); ++c) {
+    std::vector<int> params = impl_->pass(c).DeferredWeightParams(unit);
+    if (!params.empty()) return params;
+  }
+  return {};
 }
 
 template <typename T>
 int64_t Model<T>::last_peak_activation_bytes() const {
-  return impl_->pass().last_peak_bytes();
+  return impl_->last_peak_bytes();
 }
 
+template <typename T>
+const ModelStage& Model<T>::stage() const {
+  SLUICE_CHECK_EQ(chunk_stages_.size(), 1u) << "stage() of a model of several chunks";
+  return chunk_stages_.front();
+}
+
+template <typename T>
+ModelChunk<T>& Model<T>::chunk(int c) const {
+  SLUICE_CHECK(c >= 0 && c < chunk_count()) << "chunk " << c << " of " << chunk_count();
+  return *chunks_[c];
+}
+
+template <typename T>
+const ModelStage& ModelChunk<T>::stage() const {
+  return model_->chunk_stages_[index_];
+}
+
+template <typename T>
+bool ModelChunk<T>::last_stage() const {
+  return IsLastStage(model_->options(), stage());
+}
+
+template <typename T>
+Status ModelChunk<T>::Ended(Status status) {
+  return status.ok() ? status : model_->impl_->DropPass(std::move(status));
+}
+
+template <typename T>
+Status ModelChunk<T>::Forward(int micro, const StageInput<T>& input, T* output) {
+  return Ended(model_->impl_->pass(index_).Forward(micro, input, output));
+}
+
+template <typename T>
+Status ModelChunk<T>::Backward(int micro, const StageOutputGrad<T>& grad, T* input_grad) {
+  return Ended(model_->impl_->pass(index_).Backward(micro, grad, input_grad));
+}
+
+template <typename T>
+Status ModelChunk<T>::BackwardInput(int micro, const StageOutputGrad<T>& grad, T* input_grad) {
+  return Ended(model_->impl_->pass(index_).BackwardInput(micro, grad, input_grad));
+}
+
+template <typename T>
+Status ModelChunk<T>::BackwardWeight(int micro) {
+  return Ended(model_->impl_->pass(index_).BackwardWeight(micro));
+}
+
+template <typename T>
+int ModelChunk<T>::micro_batches_in_flight() const {
+  return model_->impl_->pass(index_).in_flight();
+}
+
+template <typename T>
+int ModelChunk<T>::micro_batches_awaiting_weight() const {
+  return model_->impl_->pass(index_).awaiting_weight();
+}
+
+template class ModelChunk<float>;
+template class ModelChunk<double>;
 template class Model<float>;
 template class Model<double>;
 

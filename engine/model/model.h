@@ -49,6 +49,15 @@
 // Backward or EndPass ends the pass: the micro-batches in flight are dropped, the stream drained,
 // and the gradients accumulated so far stay.
 //
+// Chunks. CreateChunks builds several stages of one model in one Model (an interleaved pipeline
+// schedule's model chunks on one rank, model_stage.h): one registry, flat buffers, unit list and
+// set of hooks over all of them, units numbered chunk by chunk. Each chunk runs its micro-batches
+// through chunk(c) (ModelChunk: Forward, Backward, ... of its own layers, as a stage's); a pass
+// covers every chunk: BeginPass opens it on all, EndPass runs the hooks' BeforePassEnd once. The
+// chunks share the model's stream, so their computes run in the order they were enqueued. A
+// failed call of one chunk ends the whole pass. The Model's own Forward, Backward, ... are those
+// of a model of one chunk.
+//
 // Storage. By default the model allocates the flat buffers and binds every parameter to them.
 // ZeRO (engine/zero) creates it with ModelStorage::kExternal instead: no flat buffers are
 // allocated, and a ParameterBinding set with SetParameterBinding() tells each pass where the
@@ -101,6 +110,40 @@ class UnitHooks {
   virtual Status AfterBackwardWeight(int unit) { return OkStatus(); }
 };
 
+template <typename T>
+class Model;
+
+// One chunk of a Model's layers (see Chunks above): the passes' per-micro-batch calls of a
+// pipeline stage, as Model's (same contracts), on the chunk's units only. Owned by its model.
+template <typename T>
+class ModelChunk {
+ public:
+  ModelChunk(const ModelChunk&) = delete;
+  ModelChunk& operator=(const ModelChunk&) = delete;
+
+  Model<T>& model() const { return *model_; }
+  int index() const { return index_; }
+  const ModelStage& stage() const;
+  bool first_stage() const { return IsFirstStage(stage()); }
+  bool last_stage() const;
+
+  Status Forward(int micro, const StageInput<T>& input, T* output = nullptr);
+  Status Backward(int micro, const StageOutputGrad<T>& grad, T* input_grad = nullptr);
+  Status BackwardInput(int micro, const StageOutputGrad<T>& grad, T* input_grad = nullptr);
+  Status BackwardWeight(int micro);
+  int micro_batches_in_flight() const;
+  int micro_batches_awaiting_weight() const;
+
+ private:
+  friend class Model<T>;
+  ModelChunk(Model<T>& model, int index) : model_(&model), index_(index) {}
+  // After a failed call: the model's pass ends on every chunk.
+  Status Ended(Status status);
+
+  Model<T>* model_;
+  int index_;
+};
+
 enum class ModelStorage : uint8_t {
   kFlat = 0,  // the model owns the flat parameter and gradient buffers
   kExternal,  // no flat buffers: every pass reads and writes through SetParameterBinding()
@@ -136,14 +179,25 @@ class Model {
                                                     ops::OpsBackend& ops,
                                                     ModelStorage storage = ModelStorage::kFlat,
                                                     Comm* tensor_comm = nullptr);
+  // The chunks `chunks` of that model in one Model (see Chunks above); InvalidArgument for
+  // ranges that ValidateModelChunks refuses.
+  static Result<std::unique_ptr<Model>> CreateChunks(const ModelOptions& options,
+                                                     std::span<const ModelStage> chunks,
+                                                     BufferAllocator& allocator,
+                                                     ops::OpsBackend& ops,
+                                                     ModelStorage storage = ModelStorage::kFlat,
+                                                     Comm* tensor_comm = nullptr);
   ~Model();
 
   const ModelOptions& options() const { return options_; }
-  const ModelStage& stage() const { return stage_; }
-  // Holds the embeddings and takes token ids.
-  bool first_stage() const { return IsFirstStage(stage_); }
-  // Holds the final norm, the LM head and the loss, and takes the targets.
-  bool last_stage() const { return IsLastStage(options_, stage_); }
+  // The layers of a model of one chunk (CHECK-fails with several: see chunk(c).stage()).
+  const ModelStage& stage() const;
+  int chunk_count() const { return static_cast<int>(chunks_.size()); }
+  ModelChunk<T>& chunk(int c) const;
+  // Holds the embeddings and takes token ids (in its first chunk).
+  bool first_stage() const { return IsFirstStage(chunk_stages_.front()); }
+  // Holds the final norm, the LM head and the loss, and takes the targets (in its last chunk).
+  bool last_stage() const { return IsLastStage(options_, chunk_stages_.back()); }
   const ParameterRegistry& registry() const { return registry_; }
   // Elements of the flat buffers; equals CountParameters(options()) for the whole model (a stage:
   // its own parameters; a tensor rank: its pieces and the replicated parameters).
@@ -216,9 +270,9 @@ class Model {
   // Ends the pass: the mean loss of each micro-batch the last stage forwarded (none elsewhere),
   // by micro-batch. FailedPrecondition (the pass is dropped) while micro-batches are in flight.
   Result<std::map<int, double>> EndPass();
-  // Micro-batches forwarded and not yet back-propagated in the open pass.
+  // Micro-batches forwarded and not yet back-propagated in the open pass (all chunks).
   int micro_batches_in_flight() const;
-  // Micro-batches between their BackwardInput and BackwardWeight in the open pass.
+  // Micro-batches between their BackwardInput and BackwardWeight in the open pass (all chunks).
   int micro_batches_awaiting_weight() const;
   // For the hooks' AfterBackward(unit) in a BackwardInput: the registry parameters whose
   // gradients the unit left to the micro-batch's BackwardWeight (which then brackets them with
@@ -247,15 +301,17 @@ class Model {
   int64_t last_peak_activation_bytes() const;
 
  private:
-  Model(const ModelOptions& options, const ModelStage& stage, BufferAllocator& allocator,
+  Model(const ModelOptions& options, std::span<const ModelStage> chunks, BufferAllocator& allocator,
         ops::OpsBackend& ops);
+  friend class ModelChunk<T>;
   class Impl;
   Status Zero(Buffer& buffer);
   Result<double> RunWhole(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
                           double loss_grad, bool backward, T* logits);
 
   ModelOptions options_;
-  ModelStage stage_;
+  std::vector<ModelStage> chunk_stages_;
+  std::vector<std::unique_ptr<ModelChunk<T>>> chunks_;
   BufferAllocator* allocator_;
   ops::OpsBackend* ops_;
   std::unique_ptr<Stream> stream_;  // destroyed after impl_, whose buffers are freed on it
@@ -271,6 +327,8 @@ class Model {
   const ParameterBinding<T>* binding_ = nullptr;
 };
 
+extern template class ModelChunk<float>;
+extern template class ModelChunk<double>;
 extern template class Model<float>;
 extern template class Model<double>;
 

@@ -33,7 +33,8 @@ ModelPass<T>::~ModelPass() {
 }
 
 template <typename T>
-Status ModelPass<T>::Begin(const ParameterBinding<T>* binding, UnitHooks* hooks, bool gradients) {
+Status ModelPass<T>::Begin(const ParameterBinding<T>* binding, UnitHooks* hooks, bool gradients,
+                           std::shared_ptr<ActivationMeter> meter) {
   if (open_) {
     return FailedPreconditionError(
         "BeginPass on {} while a pass is open: end it with EndPass first", Describe());
@@ -42,7 +43,7 @@ Status ModelPass<T>::Begin(const ParameterBinding<T>* binding, UnitHooks* hooks,
   gradients_ = gradients;
   binding_ = binding;
   hooks_ = hooks;
-  meter_ = std::make_shared<ActivationMeter>();
+  meter_ = std::move(meter);
   return OkStatus();
 }
 
@@ -185,33 +186,32 @@ Status ModelPass<T>::RunBackwardWeight(MicroBatch& micro) {
 }
 
 template <typename T>
-Result<std::map<int, double>> ModelPass<T>::End() {
+Status ModelPass<T>::CheckEnd() const {
   if (!open_) return FailedPreconditionError("EndPass on {} without a pass open", Describe());
+  const auto ids = [](const auto& micro_batches) {
+    std::string text;
+    for (const auto& [id, micro] : micro_batches) {
+      text += (text.empty() ? "" : ", ") + std::to_string(id);
+    }
+    return text;
+  };
   if (!in_flight_.empty()) {
-    std::string ids;
-    for (const auto& [id, micro] : in_flight_)
-      ids += (ids.empty() ? "" : ", ") + std::to_string(id);
-    return Abort(FailedPreconditionError(
+    return FailedPreconditionError(
         "EndPass on {} with micro-batches {} still in flight: run their Backward first (the pass "
         "is dropped; the gradients of the micro-batches that finished stay accumulated)",
-        Describe(), ids));
+        Describe(), ids(in_flight_));
   }
   if (!awaiting_weight_.empty()) {
-    std::string ids;
-    for (const auto& [id, micro] : awaiting_weight_)
-      ids += (ids.empty() ? "" : ", ") + std::to_string(id);
-    return Abort(FailedPreconditionError(
+    return FailedPreconditionError(
         "EndPass on {} with the weight gradients of micro-batches {} pending: run their "
         "BackwardWeight first (the pass is dropped; the gradients accumulated so far stay)",
-        Describe(), ids));
+        Describe(), ids(awaiting_weight_));
   }
-  if (gradients_) last_peak_bytes_ = meter_->peak;
-  // Everything of the pass is enqueued; the hooks enqueue their last work before the one wait
-  // that reads the losses back.
-  if (hooks_ != nullptr) {
-    if (Status status = hooks_->BeforePassEnd(); !status.ok()) return Abort(std::move(status));
-  }
-  if (Status status = m_.stream->Synchronize(); !status.ok()) return Abort(std::move(status));
+  return OkStatus();
+}
+
+template <typename T>
+std::map<int, double> ModelPass<T>::Finish() {
   std::map<int, double> losses;
   for (const auto& [id, value] : losses_) losses[id] = static_cast<double>(value);
   Clear();
@@ -311,10 +311,11 @@ Status ModelPass<T>::RunForward(int micro_id, const StageInput<T>& input, T* out
   }
   const int num_units = static_cast<int>(m_.units.size());
   for (int u = 0; u < num_units; ++u) {
-    SLUICE_RETURN_IF_ERROR(CallHook(&UnitHooks::BeforeForward, u));
-    SLUICE_RETURN_IF_ERROR(m_.scope->Enter(u));
+    const int unit = m_.first_unit + u;
+    SLUICE_RETURN_IF_ERROR(CallHook(&UnitHooks::BeforeForward, unit));
+    SLUICE_RETURN_IF_ERROR(m_.scope->Enter(unit));
     SLUICE_ASSIGN_OR_RETURN(h, m_.units[u]->Forward(ctx, h));
-    m_.scope->Leave(u);
+    m_.scope->Leave(unit);
     if (!gradients_) {
       // Nothing will go backward, so the producer's activations can go now.
       if (u > 0) {
@@ -323,7 +324,7 @@ Status ModelPass<T>::RunForward(int micro_id, const StageInput<T>& input, T* out
         ctx.ReleaseSaved(m_.input_id);
       }
     }
-    SLUICE_RETURN_IF_ERROR(CallHook(&UnitHooks::AfterForward, u));
+    SLUICE_RETURN_IF_ERROR(CallHook(&UnitHooks::AfterForward, unit));
   }
   Device& device = m_.ops->device();
   if (!last()) {
@@ -361,18 +362,19 @@ Status ModelPass<T>::RunBackward(MicroBatch& micro, const StageOutputGrad<T>& gr
   }
   const int num_units = static_cast<int>(m_.units.size());
   for (int u = num_units - 1; u >= 0; --u) {
-    if (micro.deferred != nullptr) micro.deferred->BeginUnit(u);
-    SLUICE_RETURN_IF_ERROR(CallHook(&UnitHooks::BeforeBackward, u));
-    SLUICE_RETURN_IF_ERROR(m_.scope->Enter(u));
+    const int unit = m_.first_unit + u;
+    if (micro.deferred != nullptr) micro.deferred->BeginUnit(unit);
+    SLUICE_RETURN_IF_ERROR(CallHook(&UnitHooks::BeforeBackward, unit));
+    SLUICE_RETURN_IF_ERROR(m_.scope->Enter(unit));
     SLUICE_ASSIGN_OR_RETURN(Act<T> next, m_.units[u]->Backward(ctx, g));
-    m_.scope->Leave(u);
+    m_.scope->Leave(unit);
     if (u + 1 < num_units) {
       ReleaseGradsOf(ctx, *m_.units[u + 1]);
     } else if (!last()) {
       ctx.ReleaseGrads(m_.output_grad_id);
     }
     g = next;
-    SLUICE_RETURN_IF_ERROR(CallHook(&UnitHooks::AfterBackward, u));
+    SLUICE_RETURN_IF_ERROR(CallHook(&UnitHooks::AfterBackward, unit));
   }
   if (!first()) {
     SLUICE_RETURN_IF_ERROR(ctx.Copy(g, input_grad));

@@ -1,7 +1,9 @@
-// The passes of a Model (model.h, "Passes"): one pass at a time, holding any number of
-// micro-batches in flight, each with its own ForwardContext (its saved activations), its token
-// ids and targets on the device, and its loss. Internal to engine/model: Model owns one and
-// forwards its BeginPass / Forward / Backward / EndPass here.
+// The passes of one chunk of a Model (model.h, "Passes" and "Chunks"): one pass at a time,
+// holding any number of micro-batches in flight, each with its own ForwardContext (its saved
+// activations), its token ids and targets on the device, and its loss. Internal to engine/model:
+// Model owns one per chunk and forwards its BeginPass / Forward / Backward / EndPass here; the
+// end of a pass is the model's (the hooks' BeforePassEnd once, one synchronize), so End is split
+// into CheckEnd and Finish around it.
 //
 // A split backward (zero-bubble B/W): BackwardInput runs the backward with the Linears' weight
 // gradients deferred (deferred_weight_grads.h) and keeps the micro-batch, holding only what they
@@ -50,7 +52,8 @@ struct StageModules {
   ModelStage stage;
   ops::OpsBackend* ops = nullptr;
   Stream* stream = nullptr;
-  std::vector<Module<T>*> units;                  // in trace order
+  std::vector<Module<T>*> units;  // in trace order
+  int first_unit = 0;  // the model's unit index of units[0]: what the hooks and scope are given
   CrossEntropyLoss<T>* loss = nullptr;            // the last stage's
   CheckpointedInputs<T>* checkpointed = nullptr;  // or null
   int input_id = -1;        // not the first stage: the key of its copy of the received input
@@ -65,15 +68,22 @@ class ModelPass {
   ~ModelPass();
 
   // `binding` (null: the model has no parameters to run on, which Forward reports) and `hooks`
-  // (may be null) must outlive the pass.
-  Status Begin(const ParameterBinding<T>* binding, UnitHooks* hooks, bool gradients);
+  // (may be null) must outlive the pass; `meter` counts the activations of the model's chunks.
+  Status Begin(const ParameterBinding<T>* binding, UnitHooks* hooks, bool gradients,
+               std::shared_ptr<ActivationMeter> meter);
   Status Forward(int micro, const StageInput<T>& input, T* output);
   Status Backward(int micro, const StageOutputGrad<T>& grad, T* input_grad);
   Status BackwardInput(int micro, const StageOutputGrad<T>& grad, T* input_grad);
   Status BackwardWeight(int micro);
-  // The losses of the micro-batches forwarded (last stage; empty elsewhere, and for micro-batches
-  // whose logits were read instead), by micro-batch.
-  Result<std::map<int, double>> End();
+  // The pass may end: FailedPrecondition naming the micro-batches still in flight or awaiting
+  // their BackwardWeight (the pass is not dropped here: Abort it).
+  Status CheckEnd() const;
+  // After CheckEnd and the stream's synchronize: ends the pass with the losses of the
+  // micro-batches forwarded (last stage; empty elsewhere, and for micro-batches whose logits were
+  // read instead), by micro-batch.
+  std::map<int, double> Finish();
+  // Ends an open pass after `error` (see Abort below); returns `error`.
+  Status Drop(Status error) { return open_ ? Abort(std::move(error)) : error; }
 
   bool open() const { return open_; }
   int in_flight() const { return static_cast<int>(in_flight_.size()); }
@@ -83,9 +93,6 @@ class ModelPass {
   }
   // Micro-batches between their BackwardInput and BackwardWeight.
   int awaiting_weight() const { return static_cast<int>(awaiting_weight_.size()); }
-  // Bytes of activations the last pass with gradients held at its peak, all its micro-batches
-  // together.
-  int64_t last_peak_bytes() const { return last_peak_bytes_; }
 
  private:
   struct MicroBatch;
@@ -121,7 +128,6 @@ class ModelPass {
   std::set<int> forwarded_;                        // every micro-batch forwarded in this pass
   std::vector<std::vector<int32_t>> host_arrays_;  // sources of the pass's uploads
   std::map<int, T> losses_;                        // where the losses are read back to
-  int64_t last_peak_bytes_ = 0;
 };
 
 extern template class ModelPass<float>;

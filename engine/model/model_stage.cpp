@@ -22,6 +22,24 @@ Status ValidateModelStage(const ModelOptions& options, const ModelStage& stage) 
   return OkStatus();
 }
 
+Status ValidateModelChunks(const ModelOptions& options, std::span<const ModelStage> chunks) {
+  if (chunks.empty()) {
+    return InvalidArgumentError("a model needs at least one chunk of decoder layers");
+  }
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    Status valid = ValidateModelStage(options, chunks[c]);
+    if (!valid.ok()) return valid.WithContext(fmt::format("model chunk {}", c));
+    if (c > 0 && chunks[c].begin_layer < chunks[c - 1].end_layer) {
+      return InvalidArgumentError(
+          "model chunk {} (layers [{}, {})) begins before chunk {} (layers [{}, {})) ends: a "
+          "model's chunks hold disjoint layer ranges in ascending order",
+          c, chunks[c].begin_layer, chunks[c].end_layer, c - 1, chunks[c - 1].begin_layer,
+          chunks[c - 1].end_layer);
+    }
+  }
+  return OkStatus();
+}
+
 std::string DescribeModelStage(const ModelOptions& options, const ModelStage& stage) {
   const bool first = IsFirstStage(stage);
   const bool last = IsLastStage(options, stage);

@@ -9,6 +9,11 @@
 // results bit for bit. A stage's parameters keep their Hugging Face names, so a checkpoint or a
 // whole model's values map onto a stage by name.
 //
+// Chunks. With an interleaved schedule a pipeline rank holds several stages of one model, its
+// chunks (Model::CreateChunks): ranges in ascending layer order that do not overlap, e.g. layers
+// [0, 2) and [4, 6) of 8 on rank 0 of two. The chunk with layer 0 has the first stage's roles and
+// the one ending at n_layer the last's.
+//
 // Tied embeddings. A tied LM head reads the token table. A last stage without the embeddings
 // holds its own copy of the table under the table's name (ParameterInfo::mirror), initialized as
 // the first stage's; the ZeRO engine sums the two copies' gradients before every optimizer step
@@ -16,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "engine/model/model_options.h"
@@ -32,6 +38,8 @@ struct ModelStage {
 ModelStage WholeModelStage(const ModelOptions& options);
 // OK, or InvalidArgument naming the range and what to change: 0 <= begin < end <= n_layer.
 Status ValidateModelStage(const ModelOptions& options, const ModelStage& stage);
+// OK, or InvalidArgument naming the chunk: at least one, each valid, ascending and disjoint.
+Status ValidateModelChunks(const ModelOptions& options, std::span<const ModelStage> chunks);
 inline bool IsFirstStage(const ModelStage& stage) { return stage.begin_layer == 0; }
 inline bool IsLastStage(const ModelOptions& options, const ModelStage& stage) {
   return stage.end_layer == options.n_layer;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <numeric>
+#include <regex>
 #include <string>
 
 #include "runtime/check.h"
@@ -44,23 +45,54 @@ std::vector<int64_t> FillEarly(std::span<const int64_t> w, int parts, int64_t bo
 
 }  // namespace
 
-std::string_view PartitionMethodName(PartitionMethod method) {
-  return method == PartitionMethod::kUniform ? "uniform" : "parameters";
+std::string PartitionMethodName(const PartitionSpec& spec) {
+  switch (spec.method) {
+    case PartitionMethod::kUniform:
+      return "uniform";
+    case PartitionMethod::kParameters:
+      return "parameters";
+    case PartitionMethod::kType:
+      return "type:" + spec.type_regex;
+    case PartitionMethod::kTime:
+      return "time";
+  }
+  return "?";
 }
 
-Result<PartitionMethod> ParsePartitionMethod(std::string_view name, std::string_view key) {
+Result<PartitionSpec> ParsePartitionMethod(std::string_view name, std::string_view key) {
   std::string lower(name);
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-  if (lower == "uniform") return PartitionMethod::kUniform;
-  if (lower == "parameters") return PartitionMethod::kParameters;
+  if (lower == "uniform") return PartitionSpec{PartitionMethod::kUniform, ""};
+  if (lower == "parameters") return PartitionSpec{PartitionMethod::kParameters, ""};
+  if (lower == "time") return PartitionSpec{PartitionMethod::kTime, ""};
+  if (lower.rfind("type:", 0) == 0) {
+    PartitionSpec spec{PartitionMethod::kType, std::string(name.substr(5))};
+    if (spec.type_regex.empty()) {
+      return InvalidArgumentError(
+          "{} \"{}\": give a regex of layer classes after \"type:\", e.g. \"type:DecoderBlock\"",
+          key, name);
+    }
+    try {
+      (void)std::regex(spec.type_regex, std::regex::ECMAScript | std::regex::icase);
+    } catch (const std::regex_error& error) {
+      return InvalidArgumentError("{} \"{}\": \"{}\" is not a valid regex ({})", key, name,
+                                  spec.type_regex, error.what());
+    }
+    return spec;
+  }
   return InvalidArgumentError(
-      "{} \"{}\" is not a partition method Sluice knows: use \"uniform\" (layers evenly) or "
-      "\"parameters\" (balance the stages' parameter counts){}",
-      key, name,
-      lower.rfind("type:", 0) == 0 ? "; DeepSpeed's \"type:<regex>\" needs layer classes, which "
-                                     "a Sluice model does not name"
-                                   : "");
+      "{} \"{}\" is not a partition method Sluice knows: use \"uniform\" (layers evenly), "
+      "\"parameters\" (balance the stages' parameter counts), \"type:<regex>\" (balance the "
+      "layers whose class the regex matches) or \"time\" (balance the per-layer times measured "
+      "when training starts)",
+      key, name);
+}
+
+bool MatchesLayerClass(const PartitionSpec& spec, std::string_view layer_class) {
+  SLUICE_CHECK(spec.method == PartitionMethod::kType) << PartitionMethodName(spec);
+  const std::regex pattern(spec.type_regex, std::regex::ECMAScript | std::regex::icase);
+  return std::regex_search(layer_class.begin(), layer_class.end(), pattern);
 }
 
 Result<std::vector<int64_t>> PartitionLayers(std::span<const int64_t> layer_weights, int parts,

@@ -7,16 +7,19 @@
 //   // part p holds layers [bounds[p], bounds[p + 1]).
 //
 // "uniform" (DeepSpeed's partition_uniform): layers evenly, the first n % parts parts one more.
-// "parameters" (partition_balanced over the layers' parameter counts): the contiguous split whose
-// heaviest part is as light as possible; among those, the one that fills earlier parts first. The
-// caller gives the weights: a decoder model's first layer carries the embeddings and its last
-// the final norm and head, so that the first and last stages are not given a full share of blocks
-// on top of them. Every part holds at least one layer (a stage without layers is a model without
-// a unit: model_stage.h refuses it).
+// The other methods balance weights the caller gives per layer (partition_balanced): the
+// contiguous split whose heaviest part is as light as possible; among those, the one that fills
+// earlier parts first. "parameters": the layers' parameter counts; "type:<regex>": 1 for each
+// layer class the regex matches (DeepSpeed's binary weights); "time": measured compute times.
+// A decoder model's first layer carries the embeddings and its last the final norm and head
+// (estimate/partition_weights.h gives their weights), so that the first and last stages are not
+// given a full share of blocks on top of them. Every part holds at least one layer (a stage
+// without layers is a model without a unit: model_stage.h refuses it).
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -24,13 +27,22 @@
 
 namespace sluice::parallel {
 
-enum class PartitionMethod { kUniform, kParameters };
+enum class PartitionMethod { kUniform, kParameters, kType, kTime };
 
-// "uniform", "parameters".
-std::string_view PartitionMethodName(PartitionMethod method);
-// "uniform" or "parameters" (case-insensitive, as DeepSpeed lowers it); InvalidArgument naming
-// `key` and the accepted names otherwise (DeepSpeed's "type:<regex>" included: no layer types).
-Result<PartitionMethod> ParsePartitionMethod(std::string_view name, std::string_view key);
+struct PartitionSpec {
+  PartitionMethod method = PartitionMethod::kParameters;
+  std::string type_regex;  // kType: what follows "type:", matched case-insensitively
+};
+
+// "uniform", "parameters", "type:<regex>" (the spec's), "time".
+std::string PartitionMethodName(const PartitionSpec& spec);
+// "uniform", "parameters", "time" or "type:<regex>" (the names case-insensitive, as DeepSpeed
+// lowers them; the regex an ECMAScript one). InvalidArgument naming `key` and the accepted
+// names otherwise, or the regex's error.
+Result<PartitionSpec> ParsePartitionMethod(std::string_view name, std::string_view key);
+// Whether `layer_class` matches the spec's regex anywhere in it, ignoring case (DeepSpeed's
+// re.search with IGNORECASE). kType only.
+bool MatchesLayerClass(const PartitionSpec& spec, std::string_view layer_class);
 
 // parts + 1 ascending boundaries from 0 to layer_weights.size(). InvalidArgument naming
 // `parts_key` when parts < 1 or parts > the number of layers (each part needs one), and when a

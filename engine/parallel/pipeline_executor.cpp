@@ -27,7 +27,7 @@ std::string_view RoleOf(int virtual_stage, int last) {
 
 template <typename T>
 Result<std::unique_ptr<PipelineExecutor<T>>> PipelineExecutor<T>::Create(
-    PipelineSchedule schedule, std::vector<model::Model<T>*> chunks, zero::CommQueue& queue,
+    PipelineSchedule schedule, std::vector<model::ModelChunk<T>*> chunks, zero::CommQueue& queue,
     PipelineExecutorOptions options) {
   const std::string_view kind = ScheduleKindName(schedule.kind);
   SLUICE_RETURN_IF_ERROR(
@@ -56,9 +56,10 @@ Result<std::unique_ptr<PipelineExecutor<T>>> PipelineExecutor<T>::Create(
   const int last = schedule.virtual_stages() - 1;
   for (int c = 0; c < schedule.chunks; ++c) {
     SLUICE_CHECK(chunks[c] != nullptr) << "chunk " << c;
-    const model::Model<T>& chunk = *chunks[c];
+    const model::ModelChunk<T>& chunk = *chunks[c];
+    const model::ModelOptions& model_options = chunk.model().options();
     const int k = schedule.VirtualStage(stage, c);
-    const std::string where = model::DescribeModelStage(chunk.options(), chunk.stage());
+    const std::string where = model::DescribeModelStage(model_options, chunk.stage());
     if (chunk.first_stage() != (k == 0) || chunk.last_stage() != (k == last)) {
       return InvalidArgumentError(
           "pipeline executor: chunk {} of stage {} is virtual stage {} of {}, which holds {}, but "
@@ -72,25 +73,26 @@ Result<std::unique_ptr<PipelineExecutor<T>>> PipelineExecutor<T>::Create(
           "pipeline executor: chunk {} of stage {} holds {}, not after chunk {}'s {}; pass each "
           "stage's chunks in chunk order, chunk c holding virtual stage c * {} + {}",
           c, stage, where, c - 1,
-          model::DescribeModelStage(chunks[c - 1]->options(), chunks[c - 1]->stage()),
+          model::DescribeModelStage(chunks[c - 1]->model().options(), chunks[c - 1]->stage()),
           schedule.stages, stage);
     }
-    if (chunk.options().d_model != chunks[0]->options().d_model) {
+    if (model_options.d_model != chunks[0]->model().options().d_model) {
       return InvalidArgumentError(
           "pipeline executor: chunk {} of stage {} has d_model {}, chunk 0 "
           "{}",
-          c, stage, chunk.options().d_model, chunks[0]->options().d_model);
+          c, stage, model_options.d_model, chunks[0]->model().options().d_model);
     }
-    if (&chunk.stream().device() != &queue.device()) {
+    const Stream& stream = chunk.model().stream();
+    if (&stream.device() != &queue.device()) {
       return InvalidArgumentError(
           "pipeline executor: chunk {} of stage {} runs on {}, the comm queue on {}", c, stage,
-          chunk.stream().device().name(), queue.device().name());
+          stream.device().name(), queue.device().name());
     }
-    if (options.batch < 1 || options.seq < 1 || options.seq > chunk.options().seq_len) {
+    if (options.batch < 1 || options.seq < 1 || options.seq > model_options.seq_len) {
       return InvalidArgumentError(
           "pipeline executor: micro-batches of {} sequences of {} tokens; need at least 1 "
           "sequence of 1 to model.seq_len = {} tokens",
-          options.batch, options.seq, chunk.options().seq_len);
+          options.batch, options.seq, model_options.seq_len);
     }
   }
   std::unique_ptr<PipelineExecutor> executor(
@@ -101,20 +103,26 @@ Result<std::unique_ptr<PipelineExecutor<T>>> PipelineExecutor<T>::Create(
 
 template <typename T>
 PipelineExecutor<T>::PipelineExecutor(PipelineSchedule schedule,
-                                      std::vector<model::Model<T>*> chunks, zero::CommQueue& queue,
-                                      PipelineExecutorOptions options)
+                                      std::vector<model::ModelChunk<T>*> chunks,
+                                      zero::CommQueue& queue, PipelineExecutorOptions options)
     : schedule_(std::move(schedule)),
       chunks_(std::move(chunks)),
       queue_(&queue),
       options_(options),
       stage_(queue.comm().rank()),
-      link_(queue) {}
+      link_(queue) {
+  for (model::ModelChunk<T>* chunk : chunks_) {
+    if (std::find(models_.begin(), models_.end(), &chunk->model()) == models_.end()) {
+      models_.push_back(&chunk->model());
+    }
+  }
+}
 
 template <typename T>
 PipelineExecutor<T>::~PipelineExecutor() {
   (void)queue_->Synchronize();
   (void)link_.AbandonSends();
-  for (model::Model<T>* chunk : chunks_) (void)chunk->stream().Synchronize();
+  for (model::Model<T>* model : models_) (void)model->stream().Synchronize();
   if (!stranded_.empty()) {
     // Operations a timeout left posted may still read or write these buffers until the late
     // ranks arrive.
@@ -131,7 +139,7 @@ PipelineExecutor<T>::~PipelineExecutor() {
 
 template <typename T>
 size_t PipelineExecutor<T>::hidden_elements() const {
-  return static_cast<size_t>(options_.batch * options_.seq * chunks_[0]->options().d_model);
+  return static_cast<size_t>(options_.batch * options_.seq * models_[0]->options().d_model);
 }
 
 template <typename T>
@@ -142,22 +150,24 @@ std::string PipelineExecutor<T>::Name(const PipeInstruction& in) const {
 template <typename T>
 Result<DeviceBuffer> PipelineExecutor<T>::AllocateHidden(std::string_view what) {
   Result<DeviceBuffer> buffer =
-      queue_->device().Allocate(hidden_elements() * sizeof(T), MemoryCategory::kActivations);
+      queue_->device().Allocate(hidden_elements() * sizeof(T), MemoryCategory::kBuffers);
   if (!buffer.ok()) return Status(buffer.status()).WithContext(what);
   return buffer;
 }
 
 template <typename T>
 Status PipelineExecutor<T>::ChainCompute(int chunk) {
-  if (last_compute_chunk_ < 0 || last_compute_chunk_ == chunk) return OkStatus();
-  return chunks_[chunk]->stream().WaitEvent(*compute_done_);
+  if (last_compute_chunk_ < 0 || &StreamOf(last_compute_chunk_) == &StreamOf(chunk)) {
+    return OkStatus();
+  }
+  return StreamOf(chunk).WaitEvent(*compute_done_);
 }
 
 template <typename T>
 Status PipelineExecutor<T>::NoteCompute(int chunk) {
   last_compute_chunk_ = chunk;
-  if (chunks_.size() == 1) return OkStatus();
-  return compute_done_->Record(chunks_[chunk]->stream());
+  if (models_.size() == 1) return OkStatus();
+  return compute_done_->Record(StreamOf(chunk));
 }
 
 template <typename T>
@@ -170,11 +180,11 @@ Result<PipelineStepResult> PipelineExecutor<T>::RunStep(const PipelineStepHooks&
   }
   passes_ended_ = false;
   last_compute_chunk_ = -1;
-  for (size_t c = 0; c < chunks_.size(); ++c) {
-    Status begun = chunks_[c]->BeginPass(/*gradients=*/true);
+  for (model::Model<T>* model : models_) {
+    Status begun = model->BeginPass(/*gradients=*/true);
     if (!begun.ok()) {
       return Fail(std::move(begun).WithContext(
-          fmt::format("pipeline stage {}: beginning chunk {}'s pass", stage_, c)));
+          fmt::format("pipeline stage {}: beginning the chunks' pass", stage_)));
     }
   }
   PipelineStepResult result;
@@ -247,7 +257,8 @@ template <typename T>
 Status PipelineExecutor<T>::Forward(const PipeInstruction& in) {
   const int k = VirtualStage(in.chunk);
   const Key key{in.micro, in.chunk};
-  model::Model<T>& model = *chunks_[in.chunk];
+  model::ModelChunk<T>& chunk = *chunks_[in.chunk];
+  Stream& stream = StreamOf(in.chunk);
   model::StageInput<T> input{.batch = options_.batch, .seq = options_.seq};
   if (k == 0 || k == last_virtual()) {
     auto loaded = loaded_.find(key);
@@ -269,7 +280,7 @@ Status PipelineExecutor<T>::Forward(const PipeInstruction& in) {
     } else {
       auto received = activations_in_.find(key);
       SLUICE_CHECK(received != activations_in_.end()) << "a validated schedule receives first";
-      SLUICE_RETURN_IF_ERROR(queue_->Join(model.stream(), received->second.ticket));
+      SLUICE_RETURN_IF_ERROR(queue_->Join(stream, received->second.ticket));
       consumed = std::move(received->second.buffer);
       activations_in_.erase(received);
     }
@@ -281,8 +292,8 @@ Status PipelineExecutor<T>::Forward(const PipeInstruction& in) {
     output = buffer.data_as<T>();
     activations_out_[key] = std::move(buffer);
   }
-  SLUICE_RETURN_IF_ERROR(model.Forward(in.micro, input, output));
-  if (consumed.size() > 0) consumed.FreeAsync(model.stream());
+  SLUICE_RETURN_IF_ERROR(chunk.Forward(in.micro, input, output));
+  if (consumed.size() > 0) consumed.FreeAsync(stream);
   return NoteCompute(in.chunk);
 }
 
@@ -290,7 +301,8 @@ template <typename T>
 Status PipelineExecutor<T>::Backward(const PipeInstruction& in) {
   const int k = VirtualStage(in.chunk);
   const Key key{in.micro, in.chunk};
-  model::Model<T>& model = *chunks_[in.chunk];
+  model::ModelChunk<T>& chunk = *chunks_[in.chunk];
+  Stream& stream = StreamOf(in.chunk);
   model::StageOutputGrad<T> grad{.loss_grad =
                                      options_.loss_grad.value_or(1.0 / schedule_.micro_batches)};
   SLUICE_RETURN_IF_ERROR(ChainCompute(in.chunk));
@@ -304,7 +316,7 @@ Status PipelineExecutor<T>::Backward(const PipeInstruction& in) {
     } else {
       auto received = grads_in_.find(key);
       SLUICE_CHECK(received != grads_in_.end()) << "a validated schedule receives first";
-      SLUICE_RETURN_IF_ERROR(queue_->Join(model.stream(), received->second.ticket));
+      SLUICE_RETURN_IF_ERROR(queue_->Join(stream, received->second.ticket));
       consumed = std::move(received->second.buffer);
       grads_in_.erase(received);
     }
@@ -318,11 +330,11 @@ Status PipelineExecutor<T>::Backward(const PipeInstruction& in) {
     grads_out_[key] = std::move(buffer);
   }
   if (in.op == PipeOp::kBackwardInput) {
-    SLUICE_RETURN_IF_ERROR(model.BackwardInput(in.micro, grad, input_grad));
+    SLUICE_RETURN_IF_ERROR(chunk.BackwardInput(in.micro, grad, input_grad));
   } else {
-    SLUICE_RETURN_IF_ERROR(model.Backward(in.micro, grad, input_grad));
+    SLUICE_RETURN_IF_ERROR(chunk.Backward(in.micro, grad, input_grad));
   }
-  if (consumed.size() > 0) consumed.FreeAsync(model.stream());
+  if (consumed.size() > 0) consumed.FreeAsync(stream);
   return NoteCompute(in.chunk);
 }
 
@@ -338,7 +350,7 @@ template <typename T>
 void PipelineExecutor<T>::CountInFlight(PipelineStepResult& result) const {
   int in_flight = 0;
   int awaiting = 0;
-  for (const model::Model<T>* chunk : chunks_) {
+  for (const model::ModelChunk<T>* chunk : chunks_) {
     in_flight += chunk->micro_batches_in_flight();
     awaiting += chunk->micro_batches_awaiting_weight();
   }
@@ -357,8 +369,8 @@ Status PipelineExecutor<T>::Send(const PipeInstruction& in) {
   const int peer = schedule_.StageOf(to);
   const int tag = TransferTag(activation ? TransferKind::kActivation : TransferKind::kGrad,
                               in.micro, in.chunk, schedule_.chunks);
-  return link_.Send(chunks_[in.chunk]->stream(), out->second.data(), hidden_elements(),
-                    kHiddenDType, peer, tag, fmt::format("{} to stage {}", Name(in), peer));
+  return link_.Send(StreamOf(in.chunk), out->second.data(), hidden_elements(), kHiddenDType, peer,
+                    tag, fmt::format("{} to stage {}", Name(in), peer));
 }
 
 template <typename T>
@@ -383,14 +395,14 @@ Status PipelineExecutor<T>::FinishPasses(PipelineStepResult& result) {
   SLUICE_ASSIGN_OR_RETURN(zero::CommTicket sends, link_.FinishSends());
   // The transfers' errors name their instruction and peer themselves.
   SLUICE_RETURN_IF_ERROR(queue_->Wait(sends));
-  std::map<int, double> losses;
-  for (size_t c = 0; c < chunks_.size(); ++c) {
-    Result<std::map<int, double>> ended = chunks_[c]->EndPass();
+  std::map<int, double> losses;  // only the model holding the last virtual stage has any
+  for (model::Model<T>* model : models_) {
+    Result<std::map<int, double>> ended = model->EndPass();
     if (!ended.ok()) {
       return Status(ended.status())
-          .WithContext(fmt::format("pipeline stage {}: ending chunk {}'s pass", stage_, c));
+          .WithContext(fmt::format("pipeline stage {}: ending the chunks' pass", stage_));
     }
-    if (VirtualStage(static_cast<int>(c)) == last_virtual()) losses = std::move(ended).value();
+    losses.merge(*ended);
   }
   passes_ended_ = true;
   // Every stream that used them is idle: the comm stream waited for the sends, EndPass
@@ -437,9 +449,9 @@ Status PipelineExecutor<T>::Fail(Status error) {
   // stream (each receive is bounded by the timeout) and the chunks' streams first.
   (void)queue_->Synchronize();
   (void)link_.AbandonSends();
-  for (model::Model<T>* chunk : chunks_) {
-    if (!passes_ended_) (void)chunk->EndPass();  // drops the micro-batches in flight
-    (void)chunk->stream().Synchronize();
+  for (model::Model<T>* model : models_) {
+    if (!passes_ended_) (void)model->EndPass();  // drops the micro-batches in flight
+    (void)model->stream().Synchronize();
   }
   passes_ended_ = true;
   for (auto* received : {&activations_in_, &grads_in_}) {

@@ -5,20 +5,21 @@
 //   SLUICE_ASSIGN_OR_RETURN(auto p2p, groups.pipeline().Split(0, groups.pipeline().rank()));
 //   SLUICE_ASSIGN_OR_RETURN(auto queue, zero::CommQueue::Create(device, std::move(p2p), true));
 //   SLUICE_ASSIGN_OR_RETURN(auto executor, PipelineExecutor<float>::Create(
-//       schedule, {chunk0, chunk1}, *queue, {.batch = 4, .seq = 1024}));
+//       schedule, {&model->chunk(0), &model->chunk(1)}, *queue, {.batch = 4, .seq = 1024}));
 //   SLUICE_ASSIGN_OR_RETURN(PipelineStepResult step, executor->RunStep(hooks));
 //
-// Chunks. Stage r of P holds v model chunks (Model::CreateStage); chunk c is virtual stage
+// Chunks. Stage r of P holds v model chunks (ModelChunk: of one Model::CreateChunks, or each the
+// chunk of a Model of its own); chunk c is virtual stage
 // k = c * P + r, so the first virtual stage (layers from 0: embeddings, token ids) is chunk 0 of
 // stage 0 and the last (the head and loss) chunk v - 1 of stage P - 1. Activations and their
 // gradients cross to neighbouring virtual stages through StageLink (stage_link.h): on the comm
 // stream of `queue`, ordered by events against the chunks' compute streams; the host enqueues the
 // whole step without blocking and waits once, when the schedule reaches its tail. The compute of a
-// stage's chunks runs in the schedule's order, one after the other, as on one GPU stream (each
-// chunk's Model has a stream of its own; events chain them).
+// stage's chunks runs in the schedule's order, one after the other, as on one GPU stream (chunks
+// of one Model share its stream; events chain the streams of different Models).
 //
-// The step. RunStep opens a pass on every chunk, then runs the list: LoadMicroBatch asks the
-// caller for the micro-batch's token ids (first virtual stage) or targets (last), Forward and
+// The step. RunStep opens a pass on every chunk's model, then runs the list: LoadMicroBatch asks
+// the caller for the micro-batch's token ids (first virtual stage) or targets (last), Forward and
 // Backward run Model::Forward / Backward (backward-input and backward-weight: BackwardInput /
 // BackwardWeight; the last virtual stage's backward starts from
 // d(objective)/d(micro-batch loss) = loss_grad, 1 / M by default), receives and sends move the
@@ -34,6 +35,8 @@
 // Memory. A received hidden state is freed on the compute stream after the compute that reads it;
 // a sent one stays until the step's sends completed, at the tail: one [batch * seq, d_model]
 // buffer per send of the step, small beside the activations the model keeps per micro-batch.
+// Transfer buffers are charged to the ledger's buffers category (the model copies what it keeps
+// into its activations), as the estimator counts them.
 //
 // Zero bubble. ZB-H1's backward-input runs Model::BackwardInput: the activation gradient and
 // every parameter gradient but the Linears' dW, which wait, with the inputs and output gradients
@@ -118,15 +121,14 @@ template <typename T>
 class PipelineExecutor {
  public:
   // Checks, without communicating: the schedule is valid (ValidateSchedule); `queue`'s
-  // communicator has
-  // schedule.stages ranks (this stage is its rank) and is not stream-ordered; `chunks` holds
-  // schedule.chunks models in chunk order whose roles match their virtual stages, with the same
-  // d_model; batch and seq fit the models; the tags fit (CheckTransferTags). The models and the
-  // queue must outlive the executor; the caller keeps the models' hooks and bindings. The queue
-  // carries the executor's transfers only while a step runs (a receive holds it until its data
-  // arrives): give it a communicator of its own (Comm::Split of the pipeline group).
+  // communicator has schedule.stages ranks (this stage is its rank) and is not stream-ordered;
+  // `chunks` holds schedule.chunks model chunks in chunk order whose roles match their virtual
+  // stages, with the same d_model; batch and seq fit the models; the tags fit (CheckTransferTags).
+  // The models and the queue must outlive the executor; the caller keeps the models' hooks and
+  // bindings. The queue carries the executor's transfers only while a step runs (a receive holds it
+  // until its data arrives): give it a communicator of its own (Comm::Split of the pipeline group).
   static Result<std::unique_ptr<PipelineExecutor>> Create(PipelineSchedule schedule,
-                                                          std::vector<model::Model<T>*> chunks,
+                                                          std::vector<model::ModelChunk<T>*> chunks,
                                                           zero::CommQueue& queue,
                                                           PipelineExecutorOptions options);
   ~PipelineExecutor();
@@ -147,7 +149,7 @@ class PipelineExecutor {
     zero::CommTicket ticket;
   };
 
-  PipelineExecutor(PipelineSchedule schedule, std::vector<model::Model<T>*> chunks,
+  PipelineExecutor(PipelineSchedule schedule, std::vector<model::ModelChunk<T>*> chunks,
                    zero::CommQueue& queue, PipelineExecutorOptions options);
 
   Status Execute(const PipeInstruction& in, const PipelineStepHooks& hooks,
@@ -172,6 +174,7 @@ class PipelineExecutor {
   Status ChainCompute(int chunk);
   Status NoteCompute(int chunk);
   Result<DeviceBuffer> AllocateHidden(std::string_view what);
+  Stream& StreamOf(int chunk) const { return chunks_[chunk]->model().stream(); }
   int VirtualStage(int chunk) const { return schedule_.VirtualStage(stage_, chunk); }
   int last_virtual() const { return schedule_.virtual_stages() - 1; }
   size_t hidden_elements() const;
@@ -179,7 +182,8 @@ class PipelineExecutor {
   void ReleaseStepBuffers();
 
   PipelineSchedule schedule_;
-  std::vector<model::Model<T>*> chunks_;
+  std::vector<model::ModelChunk<T>*> chunks_;
+  std::vector<model::Model<T>*> models_;  // the chunks' models, each once, in chunk order
   zero::CommQueue* queue_;
   PipelineExecutorOptions options_;
   int stage_ = 0;

@@ -2,14 +2,18 @@
 
 #include <fmt/format.h>
 
+#include <array>
+
 #include "engine/estimate/budget_guard.h"
 #include "engine/estimate/memory_estimate.h"
 #include "engine/train/flops.h"
+#include "engine/train/layer_timing.h"
 #include "engine/train/phase_clock.h"
 #include "engine/train/pipeline_step.h"
 #include "engine/train/precision.h"
 #include "engine/train/run_setup.h"
 #include "engine/train/train_world.h"
+#include "engine/zero/word_gather.h"
 #include "engine/zero/zero_options.h"
 #include "runtime/device/device_factory.h"
 #include "runtime/ops/ops_factory.h"
@@ -40,13 +44,17 @@ Result<std::unique_ptr<Engine>> Engine::Create(const Config& config, Comm& world
   // A rank that failed a phase alone would otherwise leave the others waiting in the next
   // collective until run.comm_timeout.
   SLUICE_RETURN_IF_ERROR(
-      AgreeAcrossRanks(world, engine->BuildModel(config), "setting up the device and the model"));
+      AgreeAcrossRanks(world, engine->BuildDevice(config), "setting up the device"));
+  SLUICE_ASSIGN_OR_RETURN(const std::optional<estimate::LayerTimes> times,
+                          engine->PartitionTimes(config));
+  SLUICE_RETURN_IF_ERROR(
+      AgreeAcrossRanks(world, engine->BuildModel(config, times), "building the model"));
   SLUICE_RETURN_IF_ERROR(
       AgreeAcrossRanks(world, engine->BuildZero(config), "creating the ZeRO engine"));
   return engine;
 }
 
-Status Engine::BuildModel(const Config& config) {
+Status Engine::BuildDevice(const Config& config) {
   const bool cuda = config.device.type == DeviceType::kCuda;
   if (!cuda && !config.device.memory_limit.has_value()) {
     return InvalidArgumentError(
@@ -77,9 +85,10 @@ Status Engine::BuildModel(const Config& config) {
   }
   SLUICE_ASSIGN_OR_RETURN(matmul_precision_,
                           ops::ParseMatmulPrecision(config.model.matmul_precision));
-  SLUICE_RETURN_IF_ERROR(
-      ops_->SetMatmulPrecision(matmul_precision_).WithContext("model.matmul_precision"));
+  return ops_->SetMatmulPrecision(matmul_precision_).WithContext("model.matmul_precision");
+}
 
+Result<model::ModelOptions> Engine::ModelOptionsOf(const Config& config) const {
   SLUICE_ASSIGN_OR_RETURN(model::ModelOptions model_options,
                           ModelOptionsFromConfig(config, PrecisionOf(config.model.dtype)));
   // The model computes on the fp32 copy the engine binds; the engine keeps the parameter dtype.
@@ -87,11 +96,50 @@ Status Engine::BuildModel(const Config& config) {
   // This rank's piece of the layers split over its tensor group (tensor_plan.h), of its
   // pipeline stage's layers.
   model_options.tensor_parallel_rank = groups_->coords().tensor;
+  return model_options;
+}
+
+Result<std::optional<estimate::LayerTimes>> Engine::PartitionTimes(const Config& config) {
+  // The same config on every rank: all take the same branch.
+  if (config.parallel.pipeline <= 1) return std::optional<estimate::LayerTimes>();
+  SLUICE_ASSIGN_OR_RETURN(const parallel::PartitionSpec spec,
+                          parallel::ParsePartitionMethod(config.parallel.partition_method,
+                                                         "pipeline.partition_method"));
+  if (spec.method != parallel::PartitionMethod::kTime) {
+    return std::optional<estimate::LayerTimes>();
+  }
+  // Rank 0 measures, alone on the device's cores, and every rank partitions by its times.
+  std::array<double, 3> times = {0, 0, 0};
+  Status measured = OkStatus();
+  if (world_->rank() == 0) {
+    Result<estimate::LayerTimes> t = [&]() -> Result<estimate::LayerTimes> {
+      SLUICE_ASSIGN_OR_RETURN(const model::ModelOptions options, ModelOptionsOf(config));
+      return MeasureLayerTimes(options, *ops_, config.batch.micro_batch_per_gpu,
+                               config.model.seq_len);
+    }();
+    if (t.ok()) {
+      times = {t->embeddings, t->block, t->tail};
+      SLUICE_LOG(kInfo, "pipeline",
+                 "pipeline.partition_method time: per micro-batch, forward and backward, the "
+                 "embeddings take {:.3f} ms, a decoder block {:.3f} ms, the final norm, head "
+                 "and loss {:.3f} ms",
+                 t->embeddings, t->block, t->tail);
+    }
+    measured = t.status();
+  }
+  SLUICE_RETURN_IF_ERROR(AgreeAcrossRanks(*world_, measured, "timing the layers"));
+  SLUICE_RETURN_IF_ERROR(zero::SumInRankOrder(*world_, times));  // rank 0's, everywhere
+  return std::optional<estimate::LayerTimes>(estimate::LayerTimes{times[0], times[1], times[2]});
+}
+
+Status Engine::BuildModel(const Config& config, const std::optional<estimate::LayerTimes>& times) {
+  SLUICE_ASSIGN_OR_RETURN(const model::ModelOptions model_options, ModelOptionsOf(config));
   Comm* tensor = groups_->grid().shape().tensor > 1 ? &groups_->tensor() : nullptr;
-  SLUICE_ASSIGN_OR_RETURN(const model::ModelStage stage,
-                          PipelineStageOf(config, model_options, groups_->coords().pipeline));
-  Result<std::unique_ptr<model::Model<float>>> model = model::Model<float>::CreateStage(
-      model_options, stage, *allocator_, *ops_, model::ModelStorage::kExternal, tensor);
+  SLUICE_ASSIGN_OR_RETURN(const std::vector<model::ModelStage> chunks,
+                          PipelineChunksOf(config, model_options, groups_->coords().pipeline,
+                                           times.has_value() ? &*times : nullptr));
+  Result<std::unique_ptr<model::Model<float>>> model = model::Model<float>::CreateChunks(
+      model_options, chunks, *allocator_, *ops_, model::ModelStorage::kExternal, tensor);
   if (!model.ok()) return Status(model.status()).WithContext("building the model");
   model_ = std::move(model).value();
   return OkStatus();

@@ -19,9 +19,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "engine/config/config.h"
 #include "engine/data/batch.h"
+#include "engine/estimate/partition_weights.h"
 #include "engine/model/buffer.h"
 #include "engine/model/model.h"
 #include "engine/parallel/process_grid.h"
@@ -93,7 +95,15 @@ class Engine {
 
  private:
   Engine(const Config& config, Comm& world);
-  Status BuildModel(const Config& config);
+  // The device, its allocator and the ops backend.
+  Status BuildDevice(const Config& config);
+  // This rank's model options: the compute copy's, of its tensor rank.
+  Result<model::ModelOptions> ModelOptionsOf(const Config& config) const;
+  // For pipeline.partition_method "time" with pipeline stages, the layer times world rank 0
+  // measured (layer_timing.h), on every rank; none otherwise. Collective then.
+  Result<std::optional<estimate::LayerTimes>> PartitionTimes(const Config& config);
+  // `times`: PartitionTimes'.
+  Status BuildModel(const Config& config, const std::optional<estimate::LayerTimes>& times);
   Status BuildZero(const Config& config);
 
   Comm* world_;

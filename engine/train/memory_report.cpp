@@ -5,6 +5,9 @@
 #include <algorithm>
 
 #include "engine/estimate/memory_estimate.h"
+#include "engine/estimate/pipeline_estimate.h"
+#include "engine/parallel/layer_partition.h"
+#include "engine/parallel/process_grid.h"
 #include "engine/train/train_world.h"
 #include "runtime/size_format.h"
 
@@ -42,6 +45,28 @@ void MergePeaks(MemorySnapshot& into, const MemorySnapshot& now) {
   }
 }
 
+// The estimate of this rank's share: its data-parallel group's, and with pipeline stages its
+// stage's under the config's schedule (pipeline_estimate.h).
+Result<estimate::MemoryEstimate> PredictedPeaks(const Config& config, Comm& world) {
+  const int data_parallel = std::max(1, config.dp_world_size);
+  if (config.parallel.pipeline <= 1) return estimate::EstimateMemory(config, data_parallel);
+  estimate::PipelineEstimateOptions options;
+  options.stages = config.parallel.pipeline;
+  SLUICE_ASSIGN_OR_RETURN(
+      options.schedule, estimate::ParseScheduleKind(config.parallel.schedule, "pipeline.schedule"));
+  options.chunks = config.parallel.chunks;
+  SLUICE_ASSIGN_OR_RETURN(options.partition,
+                          parallel::ParsePartitionMethod(config.parallel.partition_method,
+                                                         "pipeline.partition_method"));
+  SLUICE_ASSIGN_OR_RETURN(estimate::PipelineEstimate pipeline,
+                          estimate::EstimatePipeline(config, data_parallel, options));
+  SLUICE_ASSIGN_OR_RETURN(const parallel::ProcessGrid grid,
+                          parallel::ProcessGrid::Create(world.size(), config.parallel.tensor,
+                                                        config.parallel.pipeline));
+  const int stage = grid.CoordsOf(world.rank()).pipeline;
+  return std::move(pipeline.stages[static_cast<size_t>(stage)].estimate);
+}
+
 Result<MemoryReport> BuildMemoryReport(const Config& config, Comm& world,
                                        const MemorySnapshot& run_peaks) {
   MemoryReport report;
@@ -49,7 +74,7 @@ Result<MemoryReport> BuildMemoryReport(const Config& config, Comm& world,
   report.world_size = world.size();
   report.stage = config.zero.stage;
   estimate::MemoryEstimate predicted;  // empty: nothing predicted
-  Result<estimate::MemoryEstimate> estimated = estimate::EstimateMemory(config, world.size());
+  Result<estimate::MemoryEstimate> estimated = PredictedPeaks(config, world);
   if (estimated.ok()) {
     predicted = std::move(estimated).value();
   } else {

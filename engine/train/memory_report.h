@@ -33,7 +33,9 @@ struct MemoryReport {
   std::string estimate_error;
 };
 
-// Collective over `world`: the estimate for `config` on world.size() ranks against `run_peaks`.
+// Collective over `world`: the estimate of this rank's share of `config` on world.size() ranks
+// (its pipeline stage's under the config's schedule, where there are stages) against
+// `run_peaks`.
 Result<MemoryReport> BuildMemoryReport(const Config& config, Comm& world,
                                        const MemorySnapshot& run_peaks);
 

@@ -2,13 +2,16 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
-#include "engine/estimate/stage_layout.h"
+#include "engine/estimate/partition_weights.h"
 #include "engine/parallel/layer_partition.h"
 #include "engine/parallel/stage_link.h"
 #include "engine/train/flops.h"
@@ -23,21 +26,32 @@ constexpr DType kHiddenDType = DType::kF32;
 
 }  // namespace
 
-Result<model::ModelStage> PipelineStageOf(const Config& config, const model::ModelOptions& options,
-                                          int stage) {
+Result<std::vector<model::ModelStage>> PipelineChunksOf(const Config& config,
+                                                        const model::ModelOptions& options,
+                                                        int stage,
+                                                        const estimate::LayerTimes* times) {
   const int stages = config.parallel.pipeline;
-  if (stages <= 1) return model::WholeModelStage(options);
-  SLUICE_ASSIGN_OR_RETURN(const parallel::PartitionMethod method,
+  if (stages <= 1) return std::vector<model::ModelStage>{model::WholeModelStage(options)};
+  const int chunks = std::max(1, config.parallel.chunks);
+  SLUICE_ASSIGN_OR_RETURN(const parallel::PartitionSpec spec,
                           parallel::ParsePartitionMethod(config.parallel.partition_method,
                                                          "pipeline.partition_method"));
   // The estimator's weights, so that `sluice estimate` plans the stages training builds.
-  const std::vector<int64_t> weights = method == parallel::PartitionMethod::kUniform
-                                           ? std::vector<int64_t>(options.n_layer, 1)
-                                           : estimate::LayerParameterWeights(options);
-  SLUICE_ASSIGN_OR_RETURN(const std::vector<int64_t> bounds,
-                          parallel::PartitionLayers(weights, stages, method, "pipeline.stages"));
+  SLUICE_ASSIGN_OR_RETURN(const std::vector<int64_t> weights,
+                          estimate::PartitionWeights(options, spec, times, config.model.seq_len));
+  const std::string parts_key =
+      chunks == 1 ? std::string("pipeline.stages")
+                  : fmt::format("pipeline.stages {} x pipeline.chunks {}", stages, chunks);
+  SLUICE_ASSIGN_OR_RETURN(
+      const std::vector<int64_t> bounds,
+      parallel::PartitionLayers(weights, stages * chunks, spec.method, parts_key));
   SLUICE_CHECK(stage >= 0 && stage < stages) << "stage " << stage << " of " << stages;
-  return model::ModelStage{bounds[stage], bounds[stage + 1]};
+  std::vector<model::ModelStage> ranges;
+  for (int c = 0; c < chunks; ++c) {
+    const int k = c * stages + stage;  // the virtual stage of chunk c (pipeline_schedule.h)
+    ranges.push_back({bounds[k], bounds[k + 1]});
+  }
+  return ranges;
 }
 
 Result<parallel::PipelineSchedule> PipelineScheduleOf(const Config& config) {
@@ -47,10 +61,13 @@ Result<parallel::PipelineSchedule> PipelineScheduleOf(const Config& config) {
     kind = parallel::ScheduleKind::kOneFOneB;
   } else if (name == "gpipe") {
     kind = parallel::ScheduleKind::kGPipe;
+  } else if (name == "interleaved-1f1b") {
+    kind = parallel::ScheduleKind::kInterleaved1F1B;
   } else if (name == "zb-h1") {
     kind = parallel::ScheduleKind::kZeroBubbleH1;
   } else {
-    return InvalidArgumentError("pipeline.schedule \"{}\": use 1f1b, gpipe or zb-h1", name);
+    return InvalidArgumentError(
+        "pipeline.schedule \"{}\": use 1f1b, gpipe, interleaved-1f1b or zb-h1", name);
   }
   const int64_t micro_batches = config.batch.gradient_accumulation_steps;
   if (micro_batches > std::numeric_limits<int>::max()) {
@@ -58,13 +75,15 @@ Result<parallel::PipelineSchedule> PipelineScheduleOf(const Config& config) {
         "gradient_accumulation_steps = {}: too many micro-batches for a pipeline step",
         micro_batches);
   }
+  const int chunks = kind == parallel::ScheduleKind::kInterleaved1F1B ? config.parallel.chunks : 1;
   Result<parallel::PipelineSchedule> schedule = parallel::MakePipelineSchedule(
-      kind, config.parallel.pipeline, static_cast<int>(micro_batches));
+      kind, config.parallel.pipeline, static_cast<int>(micro_batches), chunks);
   if (!schedule.ok()) {
     return Status(schedule.status())
-        .WithContext(fmt::format(
-            "the {} schedule of pipeline.stages = {} and gradient_accumulation_steps = {}", name,
-            config.parallel.pipeline, micro_batches));
+        .WithContext(
+            fmt::format("the {} schedule of pipeline.stages = {}, pipeline.chunks = {} and "
+                        "gradient_accumulation_steps = {}",
+                        name, config.parallel.pipeline, chunks, micro_batches));
   }
   return schedule;
 }
@@ -109,9 +128,11 @@ PipelineRunner::~PipelineRunner() { executor_.reset(); }
 Result<parallel::PipelineExecutor<float>*> PipelineRunner::ExecutorFor(double loss_grad) {
   if (executor_ != nullptr && executor_loss_grad_ == loss_grad) return executor_.get();
   executor_.reset();
+  std::vector<model::ModelChunk<float>*> chunks;
+  for (int c = 0; c < model_->chunk_count(); ++c) chunks.push_back(&model_->chunk(c));
   SLUICE_ASSIGN_OR_RETURN(executor_,
                           parallel::PipelineExecutor<float>::Create(
-                              schedule_, {model_}, *queue_,
+                              schedule_, std::move(chunks), *queue_,
                               {.batch = micro_batch_, .seq = seq_len_, .loss_grad = loss_grad}));
   executor_loss_grad_ = loss_grad;
   return executor_.get();
@@ -201,60 +222,71 @@ Result<double> PipelineRunner::BroadcastFromLast(double value) {
   return value;
 }
 
+// The batch goes forward through the virtual stages in order: chunk c of this stage is virtual
+// stage k = c * P + r, which receives from stage r - 1 (mod P) and sends to r + 1 (mod P); the
+// host enqueues every chunk's receive, forward and send before it waits, at the pass's end.
 Result<double> PipelineRunner::EvaluateBatch(const data::Batch& batch) {
   const int stage = queue_->comm().rank();
-  const bool first = stage == 0;
-  const bool last = stage == schedule_.stages - 1;
+  const int last_virtual = schedule_.virtual_stages() - 1;
   const size_t elements =
       static_cast<size_t>(batch.batch_size * batch.seq_len * model_->options().d_model);
   const size_t bytes = elements * sizeof(float);
-  const int tag = parallel::TransferTag(parallel::TransferKind::kActivation, 0, 0, 1);
+  // A transfer's tag names the sender's chunk, as the executor's do.
+  const auto tag = [this](int virtual_stage) {
+    return parallel::TransferTag(parallel::TransferKind::kActivation, 0,
+                                 schedule_.ChunkOf(virtual_stage), schedule_.chunks);
+  };
   parallel::StageLink link(*queue_);
-  DeviceBuffer input;
-  DeviceBuffer output;
+  std::vector<DeviceBuffer> buffers;  // inputs received and outputs sent
+  buffers.reserve(2 * static_cast<size_t>(model_->chunk_count()));  // no reallocation
+  const auto allocate = [&](std::string_view what) -> Result<DeviceBuffer*> {
+    Result<DeviceBuffer> buffer = device_->Allocate(bytes, MemoryCategory::kBuffers);
+    if (!buffer.ok()) return Status(buffer.status()).WithContext(what);
+    return &buffers.emplace_back(std::move(buffer).value());
+  };
   bool zero_pass_open = false;
+  bool model_pass_open = false;
   auto run = [&]() -> Result<double> {
-    std::optional<zero::CommTicket> received;
-    if (!first) {
-      SLUICE_ASSIGN_OR_RETURN(input, device_->Allocate(bytes, MemoryCategory::kActivations));
-      SLUICE_ASSIGN_OR_RETURN(
-          received,
-          link.Recv(input.data(), elements, kHiddenDType, stage - 1, tag,
-                    fmt::format("evaluation: stage {}'s input from stage {}", stage, stage - 1)));
-    }
     SLUICE_RETURN_IF_ERROR(zero_->BeginPipelinedPass(zero::PassKind::kEval));
     zero_pass_open = true;
     SLUICE_RETURN_IF_ERROR(model_->BeginPass(/*gradients=*/false));
-    model::StageInput<float> in{.batch = batch.batch_size, .seq = batch.seq_len};
-    if (first) in.tokens = batch.inputs.data();
-    if (last) in.targets = batch.targets.data();
-    if (received.has_value()) {
-      Status joined = queue_->Join(model_->stream(), *received);
-      if (!joined.ok()) {
-        (void)model_->EndPass();
-        return joined;
+    model_pass_open = true;
+    for (int c = 0; c < model_->chunk_count(); ++c) {
+      const int k = schedule_.VirtualStage(stage, c);
+      model::StageInput<float> in{.batch = batch.batch_size, .seq = batch.seq_len};
+      if (k == 0) in.tokens = batch.inputs.data();
+      if (k == last_virtual) in.targets = batch.targets.data();
+      if (k > 0) {
+        const int from = schedule_.StageOf(k - 1);
+        SLUICE_ASSIGN_OR_RETURN(DeviceBuffer * input, allocate("an evaluation input"));
+        SLUICE_ASSIGN_OR_RETURN(
+            zero::CommTicket received,
+            link.Recv(input->data(), elements, kHiddenDType, from, tag(k - 1),
+                      fmt::format("evaluation: virtual stage {}'s input from stage {}", k, from)));
+        SLUICE_RETURN_IF_ERROR(queue_->Join(model_->stream(), received));
+        in.hidden = input->data_as<float>();
       }
-      in.hidden = input.data_as<float>();
-    }
-    if (!last) {
-      SLUICE_ASSIGN_OR_RETURN(output, device_->Allocate(bytes, MemoryCategory::kActivations));
-    }
-    SLUICE_RETURN_IF_ERROR(model_->Forward(0, in, output.data_as<float>()));
-    if (!last) {
-      Status sent = link.Send(model_->stream(), output.data(), elements, kHiddenDType, stage + 1,
-                              tag, fmt::format("evaluation: stage {}'s output", stage));
-      if (!sent.ok()) {
-        (void)model_->EndPass();
-        return sent;
+      float* output = nullptr;
+      if (k < last_virtual) {
+        SLUICE_ASSIGN_OR_RETURN(DeviceBuffer * out, allocate("an evaluation output"));
+        output = out->data_as<float>();
+      }
+      SLUICE_RETURN_IF_ERROR(model_->chunk(c).Forward(0, in, output));
+      if (k < last_virtual) {
+        const int to = schedule_.StageOf(k + 1);
+        SLUICE_RETURN_IF_ERROR(
+            link.Send(model_->stream(), output, elements, kHiddenDType, to, tag(k),
+                      fmt::format("evaluation: virtual stage {}'s output to stage {}", k, to)));
       }
     }
     using Losses = std::map<int, double>;
+    model_pass_open = false;
     SLUICE_ASSIGN_OR_RETURN(const Losses losses, model_->EndPass());
     SLUICE_ASSIGN_OR_RETURN(zero::CommTicket sends, link.FinishSends());
     SLUICE_RETURN_IF_ERROR(queue_->Wait(sends));
     zero_pass_open = false;
     SLUICE_RETURN_IF_ERROR(zero_->EndPipelinedPass());
-    if (!last) return 0.0;
+    if (stage != schedule_.StageOf(last_virtual)) return 0.0;
     if (losses.size() != 1) {
       return InternalError("evaluation: the last stage's pass reports {} losses for 1 batch",
                            losses.size());
@@ -263,11 +295,11 @@ Result<double> PipelineRunner::EvaluateBatch(const data::Batch& batch) {
   };
   Result<double> loss = run();
   if (loss.ok()) return loss;
+  if (model_pass_open) (void)model_->EndPass();  // drops the pass, draining the stream
   // Nothing may free a buffer a transfer still uses (stage_link.h, "Failures").
   (void)queue_->Synchronize();
   if (link.AbandonSends() > 0 && !queue_->comm().Drain().ok()) {
-    (void)new DeviceBuffer(std::move(input));
-    (void)new DeviceBuffer(std::move(output));
+    (void)new std::vector<DeviceBuffer>(std::move(buffers));
   }
   Status error = Status(loss.status()).WithContext(fmt::format("pipeline stage {}", stage));
   return zero_pass_open ? zero_->AbortPipelinedPass(std::move(error)) : error;

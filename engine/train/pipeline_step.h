@@ -1,11 +1,12 @@
 // The engine's steps with pipeline stages (pipeline.stages > 1): each rank holds one stage of the
-// model (Model::CreateStage, the layers of its pipeline coordinate), a ZeRO engine shards and
+// model (Model::CreateChunks: the layers of its pipeline coordinate, in pipeline.chunks ranges
+// with the interleaved schedule), a ZeRO engine shards and
 // reduces that stage over the data-parallel group, and a PipelineExecutor runs the step's
 // micro-batches through the stages in the order of pipeline.schedule.
 //
-//   SLUICE_ASSIGN_OR_RETURN(model::ModelStage stage,
-//                           PipelineStageOf(config, model_options, groups.coords().pipeline));
-//   ... Model::CreateStage(model_options, stage, ...), ZeroEngine::Create(..., groups, ...)
+//   SLUICE_ASSIGN_OR_RETURN(std::vector<model::ModelStage> chunks,
+//                           PipelineChunksOf(config, model_options, groups.coords().pipeline));
+//   ... Model::CreateChunks(model_options, chunks, ...), ZeroEngine::Create(..., groups, ...)
 //   SLUICE_ASSIGN_OR_RETURN(auto pipeline, PipelineRunner::Create(config, groups, device, model,
 //                                                                 zero));
 //   SLUICE_ASSIGN_OR_RETURN(EngineStep step, pipeline->TrainStep(request, next));
@@ -27,8 +28,9 @@
 // same squares in another order (per stage, then across stages), so its last bits may differ,
 // and with them the clip coefficient where gradient_clipping clips.
 //
-// Evaluation runs each batch through the stages forward only (no executor: a forward pass
-// carried by the same point-to-point link), the loss from the last stage broadcast as in a step.
+// Evaluation runs each batch through the (virtual) stages forward only (no executor: a forward
+// pass carried by the same point-to-point link), the loss from the last stage broadcast as in a
+// step.
 //
 // Checkpoints: each stage saves its own layers' state under their whole-model names, so the
 // stages' files together are the whole model's checkpoint, which resumes at any pipeline, tensor
@@ -37,9 +39,12 @@
 // Tied embeddings: the last stage's head reads a copy of the token table (ParameterInfo::mirror)
 // whose gradient the ZeRO engine sums with the first stage's once per step (every ZeRO stage).
 //
-// Schedules: gpipe, 1f1b and zb-h1 (its split backward taken by the ZeRO engine's hooks, which
-// reduce a unit's gradients after its backward-weight). Not yet: the interleaved schedule (one
-// model chunk per stage here), the GPU (pipeline transfers run on MPI only).
+// Schedules: gpipe, 1f1b, interleaved-1f1b and zb-h1 (its split backward taken by the ZeRO
+// engine's hooks, which reduce a unit's gradients after its backward-weight). Interleaved: the
+// rank's chunks are one Model, so one ZeRO engine shards, gathers and reduces all of them; its
+// per-unit hooks see the chunks' units in the order the schedule runs them (the ZeRO-3 trace
+// records that order), and each chunk's backwards run in micro-batch order, so the gradients
+// are again those of pp 1 bit for bit. Not yet: the GPU (pipeline transfers run on MPI only).
 #pragma once
 
 #include <cstdint>
@@ -48,6 +53,7 @@
 
 #include "engine/config/config.h"
 #include "engine/data/batch.h"
+#include "engine/estimate/partition_weights.h"
 #include "engine/model/model.h"
 #include "engine/model/model_stage.h"
 #include "engine/parallel/pipeline_executor.h"
@@ -61,12 +67,15 @@
 
 namespace sluice::train {
 
-// The decoder layers of pipeline stage `stage` of config.parallel.pipeline, partitioned by
-// pipeline.partition_method (layer_partition.h, with the estimator's per-layer weights). The
-// whole model when there is one stage. InvalidArgument naming the keys for a tied head split
-// from the embeddings, or more stages than layers.
-Result<model::ModelStage> PipelineStageOf(const Config& config, const model::ModelOptions& options,
-                                          int stage);
+// The decoder layers of pipeline stage `stage` of config.parallel.pipeline: its pipeline.chunks
+// ranges, chunk c the virtual stage c * P + stage of the P * chunks parts partitioned by
+// pipeline.partition_method (layer_partition.h, with the estimator's per-layer weights,
+// estimate/partition_weights.h; `times` the measured ones for "time", FLOPs standing in where
+// null). The whole model when there is one stage. InvalidArgument naming the keys for more parts
+// than layers, or a type regex that matches no layer class.
+Result<std::vector<model::ModelStage>> PipelineChunksOf(
+    const Config& config, const model::ModelOptions& options, int stage,
+    const estimate::LayerTimes* times = nullptr);
 
 // pipeline.schedule as a schedule of config.parallel.pipeline stages and
 // gradient_accumulation_steps micro-batches.

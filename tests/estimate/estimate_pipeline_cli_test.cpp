@@ -59,6 +59,27 @@ TEST(EstimatePipelineCliTest, TakesTheStagesFromTheConfig) {
   EXPECT_NE(r.output.find("stage 3   .  .  .  F0 B0 F1 B1"), std::string::npos) << r.output;
 }
 
+// The config's schedule, chunks and partition method when no flag gives them; the type and
+// time methods (FLOPs standing in for the times training measures).
+TEST(EstimatePipelineCliTest, TakesTheScheduleAndPartitionFromTheConfig) {
+  CommandResult r =
+      RunSluice(Estimate("--set pipeline.stages=2 --set pipeline.schedule=interleaved-1f1b "
+                         "--set pipeline.partition_method=type:DecoderBlock"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* text : {"interleaved-1f1b schedule with 2 chunks per stage",
+                           "layers partitioned by \"type:DecoderBlock\""}) {
+    EXPECT_NE(r.output.find(text), std::string::npos) << text << "\n" << r.output;
+  }
+  r = RunSluice(Estimate("--pipeline-stages 2 --partition-method time"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("FLOPs standing in for the times training measures"), std::string::npos)
+      << r.output;
+  r = RunSluice(Estimate("--pipeline-stages 2 --partition-method type:attention"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("matches none of the model's layer classes"), std::string::npos)
+      << r.output;
+}
+
 TEST(EstimatePipelineCliTest, RefusesWhatThePipelineCannotHold) {
   CommandResult r = RunSluice(Estimate("--pipeline-stages 5"));
   EXPECT_EQ(r.exit_code, 1) << r.output;

@@ -60,24 +60,33 @@ TEST(PipelineEstimateTest, StagesOwnTheRegistryOfARealStageAndSumToTheModel) {
   const Config config = LoadYaml(Yaml(7));
   model::ModelOptions options = ModelOf(config);
   options.param_dtype = DType::kF32;  // the registry of a float model; counts do not change
-  for (PartitionMethod method : {PartitionMethod::kUniform, PartitionMethod::kParameters}) {
+  for (const char* method : {"uniform", "parameters", "type:block", "time"}) {
     for (int stages : {1, 2, 3, 4, 7}) {
-      SCOPED_TRACE(::testing::Message() << PartitionMethodName(method) << ", " << stages);
-      PipelineEstimateOptions pipeline{.stages = stages, .micro_batches = 4, .partition = method};
-      const PipelineEstimate p = Estimate(config, 1, pipeline);
-      ASSERT_EQ(p.stages.size(), static_cast<size_t>(stages));
-      int64_t sum = 0;
-      for (const StageEstimate& s : p.stages) {
-        ASSERT_EQ(s.shape.chunks.size(), 1u);
-        model::HostAllocator host;
-        auto net = model::Model<float>::CreateStage(options, s.shape.chunks[0], host,
-                                                    sluice::testing::OpsFor<float>());
-        ASSERT_TRUE(net.ok()) << net.status().ToString();
-        EXPECT_EQ(s.parameters, (*net)->registry().total_elements()) << "stage " << s.shape.stage;
-        sum += s.parameters;
+      for (int chunks : {1, 2}) {
+        if (stages * chunks > 7 || (chunks > 1 && stages == 1)) continue;
+        SCOPED_TRACE(::testing::Message() << method << ", " << stages << " x " << chunks);
+        PipelineEstimateOptions pipeline{
+            .stages = stages,
+            .schedule = chunks > 1 ? ScheduleKind::kInterleaved1F1B : ScheduleKind::kOneFOneB,
+            .micro_batches = 4 * stages,
+            .chunks = chunks,
+            .partition = *parallel::ParsePartitionMethod(method, "k")};
+        const PipelineEstimate p = Estimate(config, 1, pipeline);
+        ASSERT_EQ(p.stages.size(), static_cast<size_t>(stages));
+        int64_t sum = 0;
+        for (const StageEstimate& s : p.stages) {
+          // A rank's chunks are one model (Model::CreateChunks), as the trainer builds them.
+          ASSERT_EQ(s.shape.chunks.size(), static_cast<size_t>(chunks));
+          model::HostAllocator host;
+          auto net = model::Model<float>::CreateChunks(options, s.shape.chunks, host,
+                                                       sluice::testing::OpsFor<float>());
+          ASSERT_TRUE(net.ok()) << net.status().ToString();
+          EXPECT_EQ(s.parameters, (*net)->registry().total_elements()) << "stage " << s.shape.stage;
+          sum += s.parameters;
+        }
+        EXPECT_EQ(sum, p.parameters);
+        EXPECT_EQ(sum, model::CountParameters(options));
       }
-      EXPECT_EQ(sum, p.parameters);
-      EXPECT_EQ(sum, model::CountParameters(options));
     }
   }
 }

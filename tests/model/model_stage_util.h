@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "engine/model/model.h"
@@ -35,11 +36,13 @@ inline std::vector<MicroBatchData> MakeMicroBatches(const ModelOptions& o, int c
   return out;
 }
 
-// A stage of `whole` holding its values, copied by parameter name.
-inline std::unique_ptr<Model<float>> StageOf(const Model<float>& whole, const ModelStage& stage,
-                                             HostAllocator& host) {
+// Chunks of `whole` in one model (Model::CreateChunks) holding its values, copied by parameter
+// name.
+inline std::unique_ptr<Model<float>> ChunksOf(const Model<float>& whole,
+                                              std::span<const ModelStage> chunks,
+                                              HostAllocator& host) {
   auto model =
-      Model<float>::CreateStage(whole.options(), stage, host, sluice::testing::OpsFor<float>());
+      Model<float>::CreateChunks(whole.options(), chunks, host, sluice::testing::OpsFor<float>());
   SLUICE_CHECK(model.ok()) << model.status().ToString();
   const auto& params = (*model)->registry().parameters();
   for (int p = 0; p < static_cast<int>(params.size()); ++p) {
@@ -51,6 +54,12 @@ inline std::unique_ptr<Model<float>> StageOf(const Model<float>& whole, const Mo
     }
   }
   return std::move(model).value();
+}
+
+// A stage of `whole` holding its values.
+inline std::unique_ptr<Model<float>> StageOf(const Model<float>& whole, const ModelStage& stage,
+                                             HostAllocator& host) {
+  return ChunksOf(whole, std::span<const ModelStage>(&stage, 1), host);
 }
 
 }  // namespace sluice::model::testing

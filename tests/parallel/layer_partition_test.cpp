@@ -127,12 +127,29 @@ TEST(LayerPartitionTest, RefusesMoreStagesThanLayersNamingTheKey) {
 }
 
 TEST(LayerPartitionTest, ParsesDeepSpeedsMethodNames) {
-  EXPECT_EQ(*ParsePartitionMethod("uniform", "k"), PartitionMethod::kUniform);
-  EXPECT_EQ(*ParsePartitionMethod("Parameters", "k"), PartitionMethod::kParameters);
-  Result<PartitionMethod> r = ParsePartitionMethod("type:transformer", "--partition-method");
+  EXPECT_EQ(ParsePartitionMethod("uniform", "k")->method, PartitionMethod::kUniform);
+  EXPECT_EQ(ParsePartitionMethod("Parameters", "k")->method, PartitionMethod::kParameters);
+  EXPECT_EQ(ParsePartitionMethod("TIME", "k")->method, PartitionMethod::kTime);
+  Result<PartitionSpec> type = ParsePartitionMethod("Type:Decoder.*", "k");
+  ASSERT_TRUE(type.ok()) << type.status().ToString();
+  EXPECT_EQ(type->method, PartitionMethod::kType);
+  EXPECT_EQ(type->type_regex, "Decoder.*");  // the regex as given
+  EXPECT_EQ(PartitionMethodName(*type), "type:Decoder.*");
+  // DeepSpeed's re.search with IGNORECASE: anywhere in the class name, any case.
+  EXPECT_TRUE(MatchesLayerClass(*type, "DecoderBlock"));
+  EXPECT_TRUE(MatchesLayerClass(*ParsePartitionMethod("type:block", "k"), "DecoderBlock"));
+  EXPECT_FALSE(MatchesLayerClass(*ParsePartitionMethod("type:^block", "k"), "DecoderBlock"));
+  EXPECT_TRUE(MatchesLayerClass(*ParsePartitionMethod("type:norm|head", "k"), "LMHead"));
+
+  Result<PartitionSpec> r = ParsePartitionMethod("layers", "--partition-method");
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("--partition-method"), std::string::npos);
   EXPECT_NE(r.status().message().find("type:<regex>"), std::string::npos);
+  r = ParsePartitionMethod("type:(", "pipeline.partition_method");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not a valid regex"), std::string::npos)
+      << r.status().message();
+  EXPECT_FALSE(ParsePartitionMethod("type:", "k").ok());
 }
 
 }  // namespace

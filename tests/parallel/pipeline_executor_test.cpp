@@ -45,6 +45,7 @@ using model::HostAllocator;
 using model::Model;
 using model::ModelOptions;
 using model::ModelStage;
+using model::testing::ChunksOf;
 using model::testing::kStageBatch;
 using model::testing::MakeMicroBatches;
 using model::testing::MicroBatchData;
@@ -97,6 +98,8 @@ struct Case {
   ScheduleKind kind = ScheduleKind::kOneFOneB;
   int micro_batches = 4;
   int chunks = 1;
+  // The stage's chunks in one Model (Model::CreateChunks) instead of a Model each.
+  bool one_model = false;
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -136,12 +139,21 @@ TEST_P(PipelineExecutorTest, LossAndGradientsEqualTheWholeModel) {
   // This stage's chunks: virtual stage k = chunk * P + stage holds layers
   // [k * L / V, (k + 1) * L / V).
   const int64_t layers_per_virtual = options.n_layer / schedule->virtual_stages();
-  std::vector<std::unique_ptr<Model<float>>> chunks;
-  std::vector<Model<float>*> chunk_ptrs;
+  std::vector<ModelStage> ranges;
   for (int chunk = 0; chunk < c.chunks; ++chunk) {
     const int64_t k = schedule->VirtualStage(stage, chunk);
-    chunks.push_back(StageOf(*whole, {k * layers_per_virtual, (k + 1) * layers_per_virtual}, host));
-    chunk_ptrs.push_back(chunks.back().get());
+    ranges.push_back({k * layers_per_virtual, (k + 1) * layers_per_virtual});
+  }
+  std::vector<std::unique_ptr<Model<float>>> chunks;  // the models holding them
+  std::vector<model::ModelChunk<float>*> chunk_ptrs;
+  if (c.one_model) {
+    chunks.push_back(ChunksOf(*whole, ranges, host));
+    for (int chunk = 0; chunk < c.chunks; ++chunk) chunk_ptrs.push_back(&chunks[0]->chunk(chunk));
+  } else {
+    for (const ModelStage& range : ranges) {
+      chunks.push_back(StageOf(*whole, range, host));
+      chunk_ptrs.push_back(&chunks.back()->chunk(0));
+    }
   }
   const std::unique_ptr<zero::CommQueue> queue = PipelineQueue();
   auto made = PipelineExecutor<float>::Create(*schedule, chunk_ptrs, *queue,
@@ -259,6 +271,8 @@ std::vector<Case> Cases() {
       cases.push_back({f + "_1f1b" + suffix, family, ScheduleKind::kOneFOneB, m, 1});
       cases.push_back(
           {f + "_interleaved_v2" + suffix, family, ScheduleKind::kInterleaved1F1B, m, 2});
+      cases.push_back({f + "_interleaved_v2_one_model" + suffix, family,
+                       ScheduleKind::kInterleaved1F1B, m, 2, /*one_model=*/true});
       cases.push_back({f + "_zb_h1" + suffix, family, ScheduleKind::kZeroBubbleH1, m, 1});
     }
   }
@@ -312,7 +326,7 @@ TEST_P(PipelineExecutorStreams, TheHostWaitsOnlyAtTheTail) {
   Result<PipelineSchedule> schedule = MakePipelineSchedule(GetParam(), stages, 4);
   ASSERT_TRUE(schedule.ok());
   const std::unique_ptr<zero::CommQueue> queue = PipelineQueue();
-  auto made = PipelineExecutor<float>::Create(*schedule, {mine.get()}, *queue,
+  auto made = PipelineExecutor<float>::Create(*schedule, {&mine->chunk(0)}, *queue,
                                               {.batch = kStageBatch, .seq = options.seq_len});
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   const std::vector<MicroBatchData> data = MakeMicroBatches(options, 4, 70);
@@ -369,7 +383,7 @@ TEST(PipelineExecutorRefusals, ZeroBubbleOverHooksWithoutSplitBackward) {
   model.SetHooks(&fused_only);
   Result<PipelineSchedule> zb = MakePipelineSchedule(ScheduleKind::kZeroBubbleH1, 1, 2);
   ASSERT_TRUE(zb.ok());
-  auto made = PipelineExecutor<float>::Create(*zb, {&model}, **made_queue,
+  auto made = PipelineExecutor<float>::Create(*zb, {&model.chunk(0)}, **made_queue,
                                               {.batch = kStageBatch, .seq = options.seq_len});
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   const std::vector<MicroBatchData> data = MakeMicroBatches(options, 2, 11);
@@ -418,18 +432,18 @@ TEST(PipelineExecutorRefusals, ChunksOutOfOrder) {
   Result<PipelineSchedule> interleaved =
       MakePipelineSchedule(ScheduleKind::kInterleaved1F1B, stages, 2 * stages, 2);
   ASSERT_TRUE(interleaved.ok());
-  auto swapped =
-      PipelineExecutor<float>::Create(*interleaved, {t.chunks[1].get(), t.chunks[0].get()}, *queue,
-                                      {.batch = kStageBatch, .seq = t.options.seq_len});
+  auto swapped = PipelineExecutor<float>::Create(
+      *interleaved, {&t.chunks[1]->chunk(0), &t.chunks[0]->chunk(0)}, *queue,
+      {.batch = kStageBatch, .seq = t.options.seq_len});
   ASSERT_FALSE(swapped.ok());
   EXPECT_EQ(swapped.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(swapped.status().message().find("pass each stage's chunks in chunk order"),
             std::string::npos)
       << swapped.status().ToString();
   // A sequence longer than the model's.
-  auto too_long =
-      PipelineExecutor<float>::Create(*interleaved, {t.chunks[0].get(), t.chunks[1].get()}, *queue,
-                                      {.batch = kStageBatch, .seq = t.options.seq_len + 1});
+  auto too_long = PipelineExecutor<float>::Create(
+      *interleaved, {&t.chunks[0]->chunk(0), &t.chunks[1]->chunk(0)}, *queue,
+      {.batch = kStageBatch, .seq = t.options.seq_len + 1});
   ASSERT_FALSE(too_long.ok());
   EXPECT_NE(too_long.status().message().find("model.seq_len"), std::string::npos);
 }
@@ -466,7 +480,7 @@ TEST(PipelineExecutorFailure, AStageThatNeverComesIsNamed) {
     queue = std::move(made_queue).value();
     Result<PipelineSchedule> schedule = MakePipelineSchedule(ScheduleKind::kGPipe, 2, 1);
     ASSERT_TRUE(schedule.ok());
-    auto made = PipelineExecutor<float>::Create(*schedule, {mine.get()}, *queue,
+    auto made = PipelineExecutor<float>::Create(*schedule, {&mine->chunk(0)}, *queue,
                                                 {.batch = kStageBatch, .seq = options.seq_len});
     ASSERT_TRUE(made.ok()) << made.status().ToString();
     executor = std::move(made).value();

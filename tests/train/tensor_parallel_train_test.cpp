@@ -242,9 +242,10 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // The 3D grid: tensor 2 x pipeline 2 x the data size the world leaves (np 4: 1, np 8: 2). ZeRO 3
-// with the optimizer offloaded to the CPU, with and without sequence parallelism, under 1f1b and
-// zb-h1, the GPT-2's head untied; and ZeRO 1 and 3 with the head tied across the stages (the last
-// stage's copy of the table, its gradient summed with the first stage's).
+// with the optimizer offloaded to the CPU, with and without sequence parallelism, under 1f1b,
+// zb-h1 and interleaved-1f1b (two chunks per stage of a 4-layer model), the GPT-2's head untied;
+// and ZeRO 1 and 3 with the head tied across the stages (the last stage's copy of the table, its
+// gradient summed with the first stage's).
 TEST(TensorParallelGridTest, TensorPipelineDataGridMatchesTheSingleRankRun) {
   if (TestWorld().size() < 4) GTEST_SKIP() << "needs tensor 2 x pipeline 2 ranks";
   const int data = TestWorld().size() / 4;
@@ -252,14 +253,18 @@ TEST(TensorParallelGridTest, TensorPipelineDataGridMatchesTheSingleRankRun) {
     std::string what;
     std::vector<std::string> sets;
     bool tied;
+    std::vector<std::string> model = {};  // for the reference run too
   };
   const std::vector<std::string> zero3 = {"zero_optimization.stage=3",
                                           "zero_optimization.offload_optimizer.device=cpu"};
-  std::vector<GridCase> cases = {{"ZeRO 3, cpu offload", zero3, false},
-                                 {"ZeRO 3, cpu offload, sequence parallel", zero3, false},
-                                 {"ZeRO 3, cpu offload, sequence parallel, zb-h1", zero3, false},
-                                 {"ZeRO 1, tied head", {"zero_optimization.stage=1"}, true},
-                                 {"ZeRO 3, tied head", {"zero_optimization.stage=3"}, true}};
+  std::vector<GridCase> cases = {
+      {"ZeRO 3, cpu offload", zero3, false},
+      {"ZeRO 3, cpu offload, sequence parallel", zero3, false},
+      {"ZeRO 3, cpu offload, sequence parallel, zb-h1", zero3, false},
+      {"ZeRO 1, tied head", {"zero_optimization.stage=1"}, true},
+      {"ZeRO 3, tied head", {"zero_optimization.stage=3"}, true},
+      {"ZeRO 3, cpu offload, interleaved-1f1b", zero3, false, {"model.n_layer=4"}}};
+  cases[5].sets.push_back("pipeline.schedule=interleaved-1f1b");
   for (int i : {1, 2}) cases[i].sets.push_back("tensor_parallel.sequence_parallel=true");
   cases[2].sets.push_back("pipeline.schedule=zb-h1");
   for (const GridCase& c : cases) {
@@ -273,11 +278,14 @@ TEST(TensorParallelGridTest, TensorPipelineDataGridMatchesTheSingleRankRun) {
       sets.push_back(set);
     }
     sets.insert(sets.end(), c.sets.begin(), c.sets.end());
+    sets.insert(sets.end(), c.model.begin(), c.model.end());
     const Config config = LoadConfig(
         test_util::TinyGptYaml(Corpus(), test_util::TempPath("grid3d")), sets, TestWorld().size());
     std::unique_ptr<Trainer> trainer = MakeTrainer(config, TestWorld());
     const Curve run = test_util::TrainCurve(*trainer, kSteps);
-    const Curve& reference = Reference("gpt2", 2, {tie});
+    std::vector<std::string> reference_sets = {tie};
+    reference_sets.insert(reference_sets.end(), c.model.begin(), c.model.end());
+    const Curve& reference = Reference("gpt2", 2, reference_sets);
     const std::string what = "tp 2 x pp 2 x dp " + std::to_string(data) + ", " + c.what;
     ExpectNear(run.losses, reference.losses, 0, what + " loss");
     ExpectNear(run.grad_norms, reference.grad_norms, 0, what + " gradient norm", kNormTolerance);
@@ -457,6 +465,59 @@ TEST(TensorParallelCheckpointTest, ASavedGridResumesOnEveryOtherGrid) {
                  "saved on " + saved_grid.ToString() + ", resumed on " + grid.ToString() +
                      " at stage " + std::to_string(stage));
     }
+  }
+}
+
+// A pipelined checkpoint: saved on tensor 2 x pipeline 2 (x the data size the world leaves) at
+// ZeRO 1 after half the steps, each stage's tensor ranks saving their layers' global slices; it
+// resumes on tp 1 x pp 1, tp 1 x pp 2 (interleaved, the ranks' chunks holding other layers) and
+// tp 2 x pp 1, each with the same global batch, and the second half goes on as the single-rank
+// run does.
+TEST(TensorParallelCheckpointTest, APipelinedGridResumesAtOtherTensorAndPipelineSizes) {
+  if (TestWorld().size() < 4) GTEST_SKIP() << "needs tensor 2 x pipeline 2 ranks";
+  const int half = kSteps / 2;
+  const std::string run_dir = FreshRunDir("pipelined_grid");
+  // The 4-layer GPT-2 (two chunks per stage at pp 2), untied.
+  const std::vector<std::string> model = {"model.n_layer=4", "model.tie_embeddings=false"};
+  const auto config = [&](int tensor, int pipeline, const std::string& schedule) {
+    const int data = TestWorld().size() / (tensor * pipeline);
+    const int accumulation = pipeline;  // a micro-batch per stage in flight
+    std::vector<std::string> sets = ModelOverrides("gpt2", tensor);
+    sets.insert(sets.end(), model.begin(), model.end());
+    for (const std::string& set :
+         {"tensor_parallel.autotp_size=" + std::to_string(tensor),
+          "pipeline.stages=" + std::to_string(pipeline), "pipeline.schedule=" + schedule,
+          "train_micro_batch_size_per_gpu=" + std::to_string(kGlobalBatch / data / accumulation),
+          "gradient_accumulation_steps=" + std::to_string(accumulation),
+          std::string("zero_optimization.stage=1")}) {
+      sets.push_back(set);
+    }
+    return LoadConfig(test_util::TinyGptYaml(Corpus(), run_dir), sets, TestWorld().size());
+  };
+  const Curve& reference = Reference("gpt2", 2, model);
+  std::string step_dir;
+  {
+    std::unique_ptr<Trainer> trainer = MakeTrainer(config(2, 2, "1f1b"), TestWorld());
+    const Curve first = test_util::TrainCurve(*trainer, half);
+    ExpectNear(first.losses, reference.losses, 0, "tp 2 x pp 2 before saving");
+    Result<std::filesystem::path> saved = trainer->SaveCheckpoint();
+    ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+    step_dir = saved->string();
+  }
+  struct Resume {
+    int tensor;
+    int pipeline;
+    std::string schedule;
+  };
+  for (const Resume& r :
+       {Resume{1, 1, "1f1b"}, Resume{1, 2, "interleaved-1f1b"}, Resume{2, 1, "1f1b"}}) {
+    std::unique_ptr<Trainer> trainer =
+        MakeTrainer(config(r.tensor, r.pipeline, r.schedule), TestWorld(), step_dir);
+    ASSERT_EQ(trainer->steps_done(), half);
+    const Curve rest = test_util::TrainCurve(*trainer, kSteps - half);
+    ExpectNear(rest.losses, reference.losses, half,
+               "saved on tp 2 x pp 2, resumed on tp " + std::to_string(r.tensor) + " x pp " +
+                   std::to_string(r.pipeline) + " " + r.schedule);
   }
 }
 
