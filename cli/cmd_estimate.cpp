@@ -53,7 +53,7 @@ struct EstimateCommandOptions {
   bool pipeline_flags_given = false;  // --schedule, --micro-batches, --chunks, --partition-method
 };
 
-std::vector<std::pair<std::string, std::string>> ProcessEnvironment() {
+std::vector<std::pair<std::string, std::string>> EnvironmentPairs() {
   std::vector<std::pair<std::string, std::string>> env;
   for (char** p = environ; p != nullptr && *p != nullptr; ++p) {
     const std::string_view item(*p);
@@ -93,7 +93,7 @@ Status RunEstimate(const EstimateCommandOptions& options) {
   SLUICE_ASSIGN_OR_RETURN(std::vector<ConfigLayer> layers,
                           ReadConfigLayers(options.configs, options.model));
   ConfigSources sources;
-  sources.env = ProcessEnvironment();
+  sources.env = EnvironmentPairs();
   sources.set_overrides = options.set_overrides;
   // The trainer refuses pipeline.stages > 1; the estimate takes it out and loads the rest.
   SLUICE_ASSIGN_OR_RETURN(PipelineStagesSetting setting,

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <string>
 
 #include "runtime/status.h"
@@ -27,6 +26,7 @@ void ExitOnError(const Status& status);
 
 #define SLUICE_CLI_CONCAT_INNER(a, b) a##b
 #define SLUICE_CLI_CONCAT(a, b) SLUICE_CLI_CONCAT_INNER(a, b)
-#define SLUICE_REGISTER_COMMAND(parent, factory)                                  \
-  static ::sluice::cli::CommandRegistration SLUICE_CLI_CONCAT(sluice_command_, __LINE__)( \
+// __COUNTER__, not __LINE__: unique in a unity build's batch of command files too.
+#define SLUICE_REGISTER_COMMAND(parent, factory)                                             \
+  static ::sluice::cli::CommandRegistration SLUICE_CLI_CONCAT(sluice_command_, __COUNTER__)( \
       parent, factory)

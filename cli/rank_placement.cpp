@@ -9,13 +9,8 @@ extern char** environ;
 namespace sluice::cli {
 namespace {
 
-const std::string* Find(const Environment& env, std::string_view name) {
-  auto it = env.find(name);
-  return it == env.end() ? nullptr : &it->second;
-}
-
 Result<int> IntVariable(const Environment& env, std::string_view name) {
-  const std::string* text = Find(env, name);
+  const std::string* text = FindVariable(env, name);
   if (text == nullptr) {
     return InvalidArgumentError("{} is not set, but the launcher's other variables are", name);
   }
@@ -29,6 +24,11 @@ Result<int> IntVariable(const Environment& env, std::string_view name) {
 
 }  // namespace
 
+const std::string* FindVariable(const Environment& env, std::string_view name) {
+  auto it = env.find(name);
+  return it == env.end() ? nullptr : &it->second;
+}
+
 Environment ProcessEnvironment() {
   Environment env;
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
@@ -41,19 +41,21 @@ Environment ProcessEnvironment() {
 
 Result<std::optional<RankPlacement>> RankPlacementFromEnvironment(const Environment& env) {
   RankPlacement p;
-  if (Find(env, "OMPI_COMM_WORLD_RANK") != nullptr) {
+  if (FindVariable(env, "OMPI_COMM_WORLD_RANK") != nullptr) {
     p.launcher = "mpirun";
     p.variables = "OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK";
     SLUICE_ASSIGN_OR_RETURN(p.rank, IntVariable(env, "OMPI_COMM_WORLD_RANK"));
     SLUICE_ASSIGN_OR_RETURN(p.world_size, IntVariable(env, "OMPI_COMM_WORLD_SIZE"));
     SLUICE_ASSIGN_OR_RETURN(p.local_rank, IntVariable(env, "OMPI_COMM_WORLD_LOCAL_RANK"));
-  } else if (Find(env, "SLURM_PROCID") != nullptr &&
-             (Find(env, "SLURM_STEP_ID") != nullptr || Find(env, "SLURM_STEPID") != nullptr)) {
+  } else if (FindVariable(env, "SLURM_PROCID") != nullptr &&
+             (FindVariable(env, "SLURM_STEP_ID") != nullptr ||
+              FindVariable(env, "SLURM_STEPID") != nullptr)) {
     // A task of a job step (srun). The batch script of an sbatch job has SLURM_PROCID=0 and the
     // allocation's SLURM_NTASKS too, but no step: it is one process, not rank 0 of many.
     p.launcher = "srun";
-    const char* world_variable =
-        Find(env, "SLURM_STEP_NUM_TASKS") != nullptr ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
+    const char* world_variable = FindVariable(env, "SLURM_STEP_NUM_TASKS") != nullptr
+                                     ? "SLURM_STEP_NUM_TASKS"
+                                     : "SLURM_NTASKS";
     p.variables = fmt::format("SLURM_PROCID, {}, SLURM_LOCALID", world_variable);
     SLUICE_ASSIGN_OR_RETURN(p.rank, IntVariable(env, "SLURM_PROCID"));
     SLUICE_ASSIGN_OR_RETURN(p.world_size, IntVariable(env, world_variable));

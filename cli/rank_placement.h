@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "runtime/status.h"
 
@@ -16,6 +17,8 @@ namespace sluice::cli {
 // Environment variables by name (a test passes its own; ProcessEnvironment() is the real one).
 using Environment = std::map<std::string, std::string, std::less<>>;
 Environment ProcessEnvironment();
+// The value of `name` in `env`, or null.
+const std::string* FindVariable(const Environment& env, std::string_view name);
 
 struct RankPlacement {
   int rank = 0;

@@ -8,7 +8,7 @@
 namespace sluice::cli {
 namespace {
 
-bool ParseInt(std::string_view text, int* value) {
+bool ParseSlurmInt(std::string_view text, int* value) {
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), *value);
   return error == std::errc() && end == text.data() + text.size() && !text.empty();
 }
@@ -46,7 +46,7 @@ Result<std::vector<std::string>> ExpandRanges(std::string_view ranges, std::stri
     const std::string_view low = range.substr(0, dash);
     const std::string_view high = dash == std::string_view::npos ? low : range.substr(dash + 1);
     int from = 0, to = 0;
-    if (!ParseInt(low, &from) || !ParseInt(high, &to) || from < 0 || to < from) {
+    if (!ParseSlurmInt(low, &from) || !ParseSlurmInt(high, &to) || from < 0 || to < from) {
       return InvalidArgumentError(
           "node list '{}': '{}' is not a number or an ascending range like 01-04", whole, range);
     }
@@ -84,18 +84,13 @@ Result<std::vector<std::string>> ExpandItem(std::string_view item, std::string_v
   return out;
 }
 
-const std::string* Find(const Environment& env, std::string_view name) {
-  auto it = env.find(name);
-  return it == env.end() ? nullptr : &it->second;
-}
-
 Result<int> OptionalInt(const Environment& env, std::string_view name) {
-  const std::string* text = Find(env, name);
+  const std::string* text = FindVariable(env, name);
   if (text == nullptr) return 0;
   int value = 0;
   // SLURM_CPUS_ON_NODE and friends can read "8(x2)" in heterogeneous cases: the first figure.
   const std::string_view number = std::string_view(*text).substr(0, text->find('('));
-  if (!ParseInt(number, &value) || value < 0) {
+  if (!ParseSlurmInt(number, &value) || value < 0) {
     return InvalidArgumentError("{}={} is not a non-negative integer", name, *text);
   }
   return value;
@@ -143,10 +138,10 @@ Result<std::vector<int>> ExpandTasksPerNode(std::string_view text) {
     const std::string_view item = text.substr(begin, end - begin);
     const size_t paren = item.find("(x");
     int count = 0, repeat = 1;
-    const bool ok = ParseInt(item.substr(0, paren), &count) &&
+    const bool ok = ParseSlurmInt(item.substr(0, paren), &count) &&
                     (paren == std::string_view::npos ||
                      (item.ends_with(")") &&
-                      ParseInt(item.substr(paren + 2, item.size() - paren - 3), &repeat)));
+                      ParseSlurmInt(item.substr(paren + 2, item.size() - paren - 3), &repeat)));
     if (!ok || count < 0 || repeat < 1 || repeat > 100000) {
       return InvalidArgumentError(
           "SLURM_TASKS_PER_NODE '{}': '{}' is not N or N(xM) (e.g. 2(x3),1)", text, item);
@@ -158,14 +153,14 @@ Result<std::vector<int>> ExpandTasksPerNode(std::string_view text) {
 }
 
 Result<std::optional<SlurmJob>> SlurmJobFromEnvironment(const Environment& env) {
-  const std::string* job_id = Find(env, "SLURM_JOB_ID");
-  if (job_id == nullptr) job_id = Find(env, "SLURM_JOBID");
+  const std::string* job_id = FindVariable(env, "SLURM_JOB_ID");
+  if (job_id == nullptr) job_id = FindVariable(env, "SLURM_JOBID");
   if (job_id == nullptr) return std::optional<SlurmJob>();
   SlurmJob job;
   job.job_id = *job_id;
   const char* list_variable =
-      Find(env, "SLURM_JOB_NODELIST") != nullptr ? "SLURM_JOB_NODELIST" : "SLURM_NODELIST";
-  const std::string* list = Find(env, list_variable);
+      FindVariable(env, "SLURM_JOB_NODELIST") != nullptr ? "SLURM_JOB_NODELIST" : "SLURM_NODELIST";
+  const std::string* list = FindVariable(env, list_variable);
   if (list == nullptr) {
     return InvalidArgumentError(
         "SLURM_JOB_ID={} is set but SLURM_JOB_NODELIST is not: run sluice launch inside the "
@@ -178,7 +173,8 @@ Result<std::optional<SlurmJob>> SlurmJobFromEnvironment(const Environment& env) 
   SLUICE_ASSIGN_OR_RETURN(job.ntasks, OptionalInt(env, "SLURM_NTASKS"));
   SLUICE_ASSIGN_OR_RETURN(job.cpus_per_task, OptionalInt(env, "SLURM_CPUS_PER_TASK"));
   SLUICE_ASSIGN_OR_RETURN(job.cpus_on_node, OptionalInt(env, "SLURM_CPUS_ON_NODE"));
-  if (const std::string* per_node = Find(env, "SLURM_TASKS_PER_NODE"); per_node != nullptr) {
+  if (const std::string* per_node = FindVariable(env, "SLURM_TASKS_PER_NODE");
+      per_node != nullptr) {
     SLUICE_ASSIGN_OR_RETURN(job.tasks_per_node, ExpandTasksPerNode(*per_node));
     if (job.tasks_per_node.size() != job.nodes.size()) {
       return InvalidArgumentError(

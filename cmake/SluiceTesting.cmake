@@ -30,11 +30,20 @@ function(sluice_add_test_pch)
   target_precompile_headers(sluice_test_pch PRIVATE ${PROJECT_SOURCE_DIR}/tests/common/test_pch.h)
 endfunction()
 
+# A test target of several sources compiles them as one translation unit with SLUICE_UNITY_BUILD
+# (CMakeLists.txt): the engine headers they share are parsed once.
+function(sluice_test_unity name)
+  if(SLUICE_UNITY_BUILD)
+    set_target_properties(${name} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
+  endif()
+endfunction()
+
 # sluice_add_test_library(NAME SOURCES src... LIBS lib...)
 # Helper code shared by several test executables, compiled once with the test flags.
 function(sluice_add_test_library name)
   cmake_parse_arguments(T "" "" "SOURCES;LIBS" ${ARGN})
   add_library(${name} STATIC ${T_SOURCES})
+  sluice_test_unity(${name})
   # Compiled as the executables that link it (-fPIE, not -fPIC), so the precompiled header fits.
   set_target_properties(${name} PROPERTIES POSITION_INDEPENDENT_CODE OFF)
   target_compile_options(${name} PRIVATE ${CMAKE_CXX_COMPILE_OPTIONS_PIE})
@@ -51,6 +60,7 @@ function(sluice_add_test name)
     set(T_TIMEOUT 300)
   endif()
   add_executable(${name} ${T_SOURCES})
+  sluice_test_unity(${name})
   sluice_test_flags(${name})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest_main)
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)

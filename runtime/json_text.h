@@ -5,6 +5,7 @@
 // U+FFFD: the record says which file, the program uses the real bytes.
 #pragma once
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -14,6 +15,12 @@ namespace sluice {
 // Offset of the first byte of `text` that is not part of a well-formed UTF-8 sequence (RFC
 // 3629: no overlong forms, surrogates or code points above U+10FFFF), or npos.
 size_t FindInvalidUtf8(std::string_view text);
+
+// `value` as a JSON number, or null when it is not finite (JSON has no inf or NaN).
+inline nlohmann::ordered_json FiniteOrNull(double value) {
+  if (!std::isfinite(value)) return nullptr;
+  return value;
+}
 
 // `text` with each maximal ill-formed subsequence replaced by U+FFFD (Unicode's recommended
 // practice, as nlohmann's error_handler_t::replace does).

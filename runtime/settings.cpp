@@ -6,14 +6,10 @@
 #include <cctype>
 #include <cmath>
 
+#include "runtime/ascii_case.h"
+
 namespace sluice {
 namespace {
-
-std::string Lower(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 std::string FormatNumber(double value) {
   if (std::isfinite(value) && value == std::floor(value) && std::fabs(value) < 1e15) {
@@ -341,9 +337,9 @@ std::optional<std::string> MatchEnumValue(const SettingSpec& spec, std::string_v
     if (allowed == text) return allowed;
   }
   if (spec.case_insensitive) {
-    std::string lower = Lower(text);
+    std::string lower = AsciiLower(text);
     for (const std::string& allowed : spec.allowed) {
-      if (Lower(allowed) == lower) return allowed;
+      if (AsciiLower(allowed) == lower) return allowed;
     }
   }
   return std::nullopt;

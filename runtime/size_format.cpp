@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 
+#include "runtime/ascii_case.h"
+
 namespace sluice {
 namespace {
 
@@ -36,14 +38,6 @@ std::string_view Trim(std::string_view text) {
   while (!text.empty() && blank(text.front())) text.remove_prefix(1);
   while (!text.empty() && blank(text.back())) text.remove_suffix(1);
   return text;
-}
-
-std::string Lower(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
 }
 
 }  // namespace
@@ -104,7 +98,7 @@ Result<uint64_t> ParseByteSize(std::string_view text) {
         "\"512\" or \"5e8\"",
         text);
   }
-  const std::string unit_text = Lower(Trim(std::string_view(number_end, end - number_end)));
+  const std::string unit_text = AsciiLower(Trim(std::string_view(number_end, end - number_end)));
   uint64_t multiplier = 1;
   if (!unit_text.empty()) {
     bool found = false;

@@ -133,10 +133,10 @@ const char* BackendName(Backend backend) {
   return "?";
 }
 
-struct FreeDeleter {
+struct FloatFreeDeleter {
   void operator()(float* p) const { std::free(p); }
 };
-using FloatBuffer = std::unique_ptr<float[], FreeDeleter>;
+using FloatBuffer = std::unique_ptr<float[], FloatFreeDeleter>;
 
 Result<FloatBuffer> Allocate(int64_t count, const char* what) {
   size_t bytes = (static_cast<size_t>(count) * sizeof(float) + 4095) / 4096 * 4096;
@@ -305,7 +305,7 @@ GemmBackendKernel KernelOf(Backend backend, const Plan& plan) {
   return k;
 }
 
-struct CheckResult {
+struct GemmCheck {
   double max_scaled_error = 0;
   double max_rel_diff_vs_fixed = 0;
 };
@@ -313,14 +313,14 @@ struct CheckResult {
 // Runs `backend` once from C = C0 and compares its output with fp64 at the corners and
 // kCheckSamples pseudo-random entries, scaled by Σ|a·b| + |beta·c0| (the magnitude the rounding
 // error is bounded by), and with GemmFixed's output (which a kFixed call stores) everywhere.
-Result<CheckResult> Check(Backend backend, const Plan& plan, Operands& o) {
+Result<GemmCheck> Check(Backend backend, const Plan& plan, Operands& o) {
   const GemmCase& g = o.g;
   const int64_t count = g.m * g.n;
   std::memcpy(o.c.get(), o.c0.get(), count * sizeof(float));
   SLUICE_RETURN_IF_ERROR(Call(backend, plan, o, o.c.get()));
   if (backend == Backend::kFixed) std::memcpy(o.c_fixed.get(), o.c.get(), count * sizeof(float));
 
-  CheckResult result;
+  GemmCheck result;
   std::vector<std::pair<int64_t, int64_t>> entries = {
       {0, 0}, {0, g.n - 1}, {g.m - 1, 0}, {g.m - 1, g.n - 1}};
   uint64_t state = 0x2545f4914f6cdd1dull;
@@ -368,7 +368,7 @@ Result<GemmBenchRow> MeasureCase(const GemmCase& g, const Plan& plan,
   for (size_t b = 0; b < nb; ++b) {
     GemmBackendFigure& f = row.figures[b];
     f.backend = BackendName(plan.backends[b]);
-    Result<CheckResult> check(CheckResult{});
+    Result<GemmCheck> check(GemmCheck{});
     estimate[b] = ElapsedSeconds([&] { check = Check(plan.backends[b], plan, o); });
     SLUICE_RETURN_IF_ERROR(check.status());
     f.max_scaled_error = check->max_scaled_error;

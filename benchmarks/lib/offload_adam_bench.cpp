@@ -58,7 +58,7 @@ std::vector<std::byte> Values(int64_t n, DType dtype, uint64_t seed, float scale
 }
 
 // One optimizer under test with its own swap store and parameter shard.
-struct Mode {
+struct OffloadMode {
   std::string name;
   bool pipelined = false;
   std::string dir;
@@ -74,7 +74,7 @@ Status CopySync(Device& device, void* dst, const void* src, size_t bytes, CopyKi
   return stream->Synchronize();
 }
 
-nlohmann::json ModeJson(const Mode& mode) {
+nlohmann::json ModeJson(const OffloadMode& mode) {
   std::vector<double> wall, read, write, adam, d2h, h2d;
   for (const offload::OffloadStepTimings& t : mode.samples) {
     wall.push_back(t.wall_s);
@@ -221,11 +221,11 @@ Result<OffloadAdamBenchReport> RunOffloadAdamBench(const OffloadAdamBenchOptions
   }
 
   const int64_t tiles = (count + tile - 1) / tile;
-  std::vector<Mode> modes(2);
+  std::vector<OffloadMode> modes(2);
   modes[0].name = "pipelined";
   modes[0].pipelined = true;
   modes[1].name = "serial";
-  for (Mode& mode : modes) {
+  for (OffloadMode& mode : modes) {
     mode.dir = o.dir + "/" + mode.name;
     SLUICE_RETURN_IF_ERROR(CreateDirectories(mode.dir));
     offload::SwapStoreOptions store;
@@ -267,7 +267,7 @@ Result<OffloadAdamBenchReport> RunOffloadAdamBench(const OffloadAdamBenchOptions
     scales.push_back(scale);
     double walls[2] = {0, 0};
     for (int k = 0; k < 2; ++k) {
-      Mode& mode = modes[(k + round) % 2];
+      OffloadMode& mode = modes[(k + round) % 2];
       SLUICE_RETURN_IF_ERROR(mode.adam->Step(grads[round % 2].data(), lr, scale)
                                  .WithContext(fmt::format("{} step {}", mode.name, round)));
       if (round >= o.warmup) mode.samples.push_back(mode.adam->last_step_timings());
@@ -400,7 +400,7 @@ Result<OffloadAdamBenchReport> RunOffloadAdamBench(const OffloadAdamBenchOptions
   report.machine["load_average_1m_at_end"] = LoadAverage();
 
   if (io_registered) engine->UnregisterBuffer(io_ring.data());
-  for (Mode& mode : modes) {
+  for (OffloadMode& mode : modes) {
     mode.adam.reset();
     SLUICE_RETURN_IF_ERROR(mode.store->Close());
     mode.store.reset();

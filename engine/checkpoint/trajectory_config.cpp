@@ -18,7 +18,7 @@ constexpr std::array<std::string_view, 5> kDecidingSections = {"optimizer.", "sc
                                                                "bf16.", "model."};
 constexpr std::array<std::string_view, 2> kNotDeciding = {"model.init_from", "model.init_std"};
 
-const Json* SettingValue(const Json& record, const std::string& key) {
+const Json* SettingIn(const Json& record, const std::string& key) {
   auto settings = record.find("settings");
   if (settings == record.end() || !settings->is_object()) return nullptr;
   auto setting = settings->find(key);
@@ -50,15 +50,15 @@ std::vector<SettingChange> TrajectoryChanges(const Json& saved_record, const Jso
   if (settings == now_record.end() || !settings->is_object()) return changes;
   // The fp16 loss-scaling settings matter only to a run in fp16.
   auto fp16_enabled = [](const Json& record) {
-    const Json* enabled = SettingValue(record, "fp16.enabled");
+    const Json* enabled = SettingIn(record, "fp16.enabled");
     return enabled != nullptr && *enabled == true;
   };
   const bool fp16 = fp16_enabled(saved_record) || fp16_enabled(now_record);
   for (auto it = settings->begin(); it != settings->end(); ++it) {
     if (!DecidesTrajectory(it.key())) continue;
     if (!fp16 && it.key().starts_with("fp16.") && it.key() != "fp16.enabled") continue;
-    const Json* saved = SettingValue(saved_record, it.key());
-    const Json* now = SettingValue(now_record, it.key());
+    const Json* saved = SettingIn(saved_record, it.key());
+    const Json* now = SettingIn(now_record, it.key());
     if (saved == nullptr || now == nullptr || *saved == *now) continue;
     changes.push_back({.key = it.key(), .saved = *saved, .now = *now});
   }

@@ -33,10 +33,10 @@ size_t CountNodes(const ConfigNode& node) {
   return count;
 }
 
-class TreeBuilder : public YAML::EventHandler {
+class YamlTreeBuilder : public YAML::EventHandler {
  public:
   // `positions` false: nodes and messages carry no line:col (one-line override values).
-  TreeBuilder(std::string_view source_name, bool positions)
+  YamlTreeBuilder(std::string_view source_name, bool positions)
       : source_name_(source_name), positions_(positions) {}
 
   SourcePos PosOf(const YAML::Mark& mark) const {
@@ -234,7 +234,7 @@ class TreeBuilder : public YAML::EventHandler {
 // Stops at the start of a second document, before reading it (the other events never come).
 class SecondDocument : public YAML::EventHandler {
  public:
-  explicit SecondDocument(const TreeBuilder& builder) : builder_(builder) {}
+  explicit SecondDocument(const YamlTreeBuilder& builder) : builder_(builder) {}
   void OnDocumentStart(const YAML::Mark& mark) override {
     throw StopParsing{InvalidArgumentError(
         "{}: a second YAML document (after a --- or ... line); a config file holds one "
@@ -255,7 +255,7 @@ class SecondDocument : public YAML::EventHandler {
   void OnMapEnd() override {}
 
  private:
-  const TreeBuilder& builder_;
+  const YamlTreeBuilder& builder_;
 };
 
 }  // namespace
@@ -263,7 +263,7 @@ class SecondDocument : public YAML::EventHandler {
 Result<ConfigNode> ParseYamlConfig(std::string_view text, std::string_view source_name,
                                    bool positions) {
   SLUICE_RETURN_IF_ERROR(CheckConfigSize(text.size(), source_name));
-  TreeBuilder builder(source_name, positions);
+  YamlTreeBuilder builder(source_name, positions);
   std::istringstream stream{std::string(text)};
   try {
     YAML::Parser parser(stream);

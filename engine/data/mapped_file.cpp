@@ -14,7 +14,7 @@ namespace sluice::data {
 namespace {
 
 Status ErrnoStatus(int err, std::string_view what, const std::string& path) {
-  const std::string text = internal::ErrnoText(err);
+  const std::string text = ::sluice::internal::ErrnoText(err);
   if (err == ENOENT) return NotFoundError("cannot {} '{}': {}", what, path, text);
   return IoError("cannot {} '{}': {}", what, path, text);
 }

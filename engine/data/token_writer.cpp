@@ -22,7 +22,7 @@ Status WriteAll(int fd, const void* data, size_t size, const std::string& path) 
     const ssize_t n = ::write(fd, p, size);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return IoError("cannot write '{}': {}", path, internal::ErrnoText(errno));
+      return IoError("cannot write '{}': {}", path, ::sluice::internal::ErrnoText(errno));
     }
     p += n;
     size -= static_cast<size_t>(n);
@@ -35,17 +35,18 @@ Status WriteAtomically(const std::string& path, std::span<const std::byte> heade
                        std::span<const std::byte> payload) {
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return IoError("cannot create '{}': {}", tmp, internal::ErrnoText(errno));
+  if (fd < 0) return IoError("cannot create '{}': {}", tmp, ::sluice::internal::ErrnoText(errno));
   Status status = WriteAll(fd, header.data(), header.size(), tmp);
   if (status.ok()) status = WriteAll(fd, payload.data(), payload.size(), tmp);
   if (status.ok() && ::fsync(fd) != 0) {
-    status = IoError("cannot fsync '{}': {}", tmp, internal::ErrnoText(errno));
+    status = IoError("cannot fsync '{}': {}", tmp, ::sluice::internal::ErrnoText(errno));
   }
   if (::close(fd) != 0 && status.ok()) {
-    status = IoError("cannot close '{}': {}", tmp, internal::ErrnoText(errno));
+    status = IoError("cannot close '{}': {}", tmp, ::sluice::internal::ErrnoText(errno));
   }
   if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    status = IoError("cannot rename '{}' to '{}': {}", tmp, path, internal::ErrnoText(errno));
+    status =
+        IoError("cannot rename '{}' to '{}': {}", tmp, path, ::sluice::internal::ErrnoText(errno));
   }
   if (!status.ok()) ::unlink(tmp.c_str());
   return status;

@@ -10,11 +10,7 @@
 #include "kernels/ref/ops_attention.h"
 
 namespace sluice::estimate {
-namespace {
-
-constexpr int64_t kF32 = 4;  // bytes of the compute dtype
-
-}  // namespace
+namespace {}  // namespace
 
 ActivationEstimate EstimateActivations(const model::ModelOptions& o, int64_t micro_batch,
                                        int64_t seq, bool vocab_parallel) {

@@ -17,6 +17,9 @@
 
 namespace sluice::estimate {
 
+// Bytes of an element of the compute dtype (fp32 activations, gradients and master copies).
+inline constexpr int64_t kF32 = 4;
+
 struct ActivationEstimate {
   int64_t tokens = 0;                  // R = micro_batch * seq
   int64_t embeddings_saved_bytes = 0;  // E

@@ -26,7 +26,6 @@
 namespace sluice::estimate {
 namespace {
 
-constexpr int64_t kF32 = 4;
 constexpr int64_t kSwapAlignment = 4096;  // NVMe extents are whole 4 KiB blocks (swap_format.md)
 
 int64_t AlignUp(int64_t bytes, int64_t alignment) {

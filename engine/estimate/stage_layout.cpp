@@ -10,8 +10,6 @@
 namespace sluice::estimate {
 namespace {
 
-constexpr int64_t kF32 = 4;
-
 const UnitLayout& UnitNamed(const std::vector<UnitLayout>& units, std::string_view name) {
   for (const UnitLayout& unit : units) {
     if (unit.name == name) return unit;

@@ -1,11 +1,11 @@
 #include "engine/parallel/layer_partition.h"
 
 #include <algorithm>
-#include <cctype>
 #include <numeric>
 #include <regex>
 #include <string>
 
+#include "runtime/ascii_case.h"
 #include "runtime/check.h"
 
 namespace sluice::parallel {
@@ -60,9 +60,7 @@ std::string PartitionMethodName(const PartitionSpec& spec) {
 }
 
 Result<PartitionSpec> ParsePartitionMethod(std::string_view name, std::string_view key) {
-  std::string lower(name);
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  const std::string lower = AsciiLower(name);
   if (lower == "uniform") return PartitionSpec{PartitionMethod::kUniform, ""};
   if (lower == "parameters") return PartitionSpec{PartitionMethod::kParameters, ""};
   if (lower == "time") return PartitionSpec{PartitionMethod::kTime, ""};

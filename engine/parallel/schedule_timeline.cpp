@@ -14,7 +14,7 @@
 namespace sluice::parallel {
 namespace {
 
-enum class Stream : int { kActivation = 0, kGrad = 1 };
+enum class Flow : int { kActivation = 0, kGrad = 1 };
 
 // One posted send, waiting in its stream for the receive.
 struct Transfer {
@@ -86,7 +86,7 @@ class Simulation {
           "{}: stage {} sends {} of micro-batch {} (virtual stage {}) that stage {} never "
           "receives",
           Name(), from,
-          stream == static_cast<int>(Stream::kActivation) ? "the activation" : "the gradient",
+          stream == static_cast<int>(Flow::kActivation) ? "the activation" : "the gradient",
           queue.front().micro, queue.front().from_virtual_stage, to);
     }
     Summarize();
@@ -108,7 +108,7 @@ class Simulation {
     return units_[stage][micro * s_.chunks + chunk];
   }
 
-  std::deque<Transfer>& StreamOf(int from, int to, Stream stream) {
+  std::deque<Transfer>& StreamOf(int from, int to, Flow stream) {
     return streams_[{from, to, static_cast<int>(stream)}];
   }
 
@@ -142,7 +142,7 @@ class Simulation {
         const int from_k = activation ? k - 1 : k + 1;
         if (from_k < 0 || from_k > last) return Error(stage, in, "no virtual stage sends it");
         std::deque<Transfer>& queue =
-            StreamOf(s_.StageOf(from_k), stage, activation ? Stream::kActivation : Stream::kGrad);
+            StreamOf(s_.StageOf(from_k), stage, activation ? Flow::kActivation : Flow::kGrad);
         if (queue.empty()) return false;
         const Transfer t = queue.front();
         if (t.micro != in.micro || t.from_virtual_stage != from_k) {
@@ -165,7 +165,7 @@ class Simulation {
         if (!ready) return Error(stage, in, "sends what is not computed yet");
         const int to_k = activation ? k + 1 : k - 1;
         if (to_k < 0 || to_k > last) return Error(stage, in, "no virtual stage receives it");
-        StreamOf(stage, s_.StageOf(to_k), activation ? Stream::kActivation : Stream::kGrad)
+        StreamOf(stage, s_.StageOf(to_k), activation ? Flow::kActivation : Flow::kGrad)
             .push_back({.micro = in.micro,
                         .from_virtual_stage = k,
                         .arrival = start + costs_.p2p_latency});

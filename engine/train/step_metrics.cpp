@@ -2,41 +2,34 @@
 
 #include <cmath>
 
+#include "runtime/json_text.h"
+
 namespace sluice::train {
-namespace {
-
-nlohmann::ordered_json Number(double value) {
-  if (!std::isfinite(value)) return nullptr;
-  return value;
-}
-
-}  // namespace
-
 nlohmann::ordered_json StepMetricsToJson(const StepMetrics& m) {
   nlohmann::ordered_json json;
   json["step"] = m.step;
-  json["loss"] = Number(m.loss);
-  json["lr"] = Number(m.lr);
-  json["grad_norm"] = Number(m.grad_norm);
-  json["loss_scale"] = Number(m.loss_scale);
+  json["loss"] = FiniteOrNull(m.loss);
+  json["lr"] = FiniteOrNull(m.lr);
+  json["grad_norm"] = FiniteOrNull(m.grad_norm);
+  json["loss_scale"] = FiniteOrNull(m.loss_scale);
   json["skipped"] = m.skipped;
   json["tokens"] = m.tokens;
   json["total_tokens"] = m.total_tokens;
-  json["step_time_s"] = Number(m.step_time_s);
-  json["tokens_per_s"] = Number(m.tokens_per_s);
-  json["tflops"] = Number(m.tflops);
-  json["mfu"] = m.mfu.has_value() ? Number(*m.mfu) : nullptr;
-  json["forward_s"] = Number(m.forward_s);
-  json["backward_s"] = Number(m.backward_s);
-  json["optimizer_s"] = Number(m.optimizer_s);
+  json["step_time_s"] = FiniteOrNull(m.step_time_s);
+  json["tokens_per_s"] = FiniteOrNull(m.tokens_per_s);
+  json["tflops"] = FiniteOrNull(m.tflops);
+  json["mfu"] = m.mfu.has_value() ? FiniteOrNull(*m.mfu) : nullptr;
+  json["forward_s"] = FiniteOrNull(m.forward_s);
+  json["backward_s"] = FiniteOrNull(m.backward_s);
+  json["optimizer_s"] = FiniteOrNull(m.optimizer_s);
   nlohmann::ordered_json peaks;
   for (MemoryTier tier : kAllMemoryTiers) {
     peaks[std::string(MemoryTierName(tier))] = m.peak_bytes[static_cast<int>(tier)];
   }
   json["peak_bytes"] = std::move(peaks);
   if (m.val_loss.has_value()) {
-    json["val_loss"] = Number(*m.val_loss);
-    json["eval_s"] = Number(m.eval_s);
+    json["val_loss"] = FiniteOrNull(*m.val_loss);
+    json["eval_s"] = FiniteOrNull(m.eval_s);
   }
   return json;
 }

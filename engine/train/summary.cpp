@@ -14,14 +14,9 @@
 namespace sluice::train {
 namespace {
 
-nlohmann::ordered_json Number(double value) {
-  if (!std::isfinite(value)) return nullptr;
-  return value;
-}
-
 nlohmann::ordered_json Optional(const std::optional<double>& value) {
   if (!value.has_value()) return nullptr;
-  return Number(*value);
+  return FiniteOrNull(*value);
 }
 
 std::string Row(std::string_view name, std::string_view value) {
@@ -150,43 +145,43 @@ nlohmann::ordered_json SummaryToJson(const TrainSummary& s) {
   json["skipped_steps"] = s.skipped_steps;
   if (s.stop_signal != 0) json["stopped_by"] = StopSignalName(s.stop_signal);
   json["tokens"] = s.tokens;
-  json["wall_s"] = Number(s.wall_s);
-  json["train_s"] = Number(s.train_s);
-  json["tokens_per_s"] = Number(s.tokens_per_s);
+  json["wall_s"] = FiniteOrNull(s.wall_s);
+  json["train_s"] = FiniteOrNull(s.train_s);
+  json["tokens_per_s"] = FiniteOrNull(s.tokens_per_s);
   const FlopsSummary& f = s.flops;
   json["flops"] = {
       {"formula", kModelFlopsFormula},
       {"per_token", f.per_token},
       {"matmul_parameters", f.matmul_parameters},
-      {"model_flops", Number(f.model_flops)},
-      {"tflops", Number(f.tflops)},
+      {"model_flops", FiniteOrNull(f.model_flops)},
+      {"tflops", FiniteOrNull(f.tflops)},
       {"mfu", Optional(f.mfu)},
       {"peak",
-       {{"tflops_per_rank", f.peak.known() ? Number(f.peak.flops_per_s * 1e-12) : nullptr},
-        {"tflops_total", f.peak.known() ? Number(f.total_peak_flops_per_s * 1e-12) : nullptr},
+       {{"tflops_per_rank", f.peak.known() ? FiniteOrNull(f.peak.flops_per_s * 1e-12) : nullptr},
+        {"tflops_total", f.peak.known() ? FiniteOrNull(f.total_peak_flops_per_s * 1e-12) : nullptr},
         {"dtype", f.peak.dtype},
         {"device", f.peak.device},
         {"source", f.peak.source}}}};
-  json["phases_s"] = {{"forward", Number(s.phases.forward_s)},
-                      {"backward", Number(s.phases.backward_s)},
-                      {"optimizer", Number(s.phases.optimizer_s)},
-                      {"eval", Number(s.phases.eval_s)},
-                      {"other", Number(s.phases.other_s)}};
+  json["phases_s"] = {{"forward", FiniteOrNull(s.phases.forward_s)},
+                      {"backward", FiniteOrNull(s.phases.backward_s)},
+                      {"optimizer", FiniteOrNull(s.phases.optimizer_s)},
+                      {"eval", FiniteOrNull(s.phases.eval_s)},
+                      {"other", FiniteOrNull(s.phases.other_s)}};
   nlohmann::ordered_json peaks;
   for (MemoryTier tier : kAllMemoryTiers) {
     peaks[std::string(MemoryTierName(tier))] = s.peak_bytes[static_cast<int>(tier)];
   }
   json["peak_bytes"] = std::move(peaks);
   if (s.memory.has_value()) json["memory"] = MemoryReportJson(*s.memory);
-  json["final_train_loss"] = Number(s.final_train_loss);
+  json["final_train_loss"] = FiniteOrNull(s.final_train_loss);
   json["final_train_loss_window"] = s.final_train_loss_window;
   json["initial_val_loss"] = Optional(s.initial_val_loss);
   json["final_val_loss"] = Optional(s.final_val_loss);
-  json["final_loss_scale"] = Number(s.final_loss_scale);
+  json["final_loss_scale"] = FiniteOrNull(s.final_loss_scale);
   if (s.op_profile.has_value()) {
     nlohmann::ordered_json ops = nlohmann::ordered_json::array();
     for (const ops::OpTime& t : s.op_profile->ops) {
-      ops.push_back({{"op", t.op}, {"calls", t.calls}, {"total_ms", Number(t.total_ms)}});
+      ops.push_back({{"op", t.op}, {"calls", t.calls}, {"total_ms", FiniteOrNull(t.total_ms)}});
     }
     json["op_profile"] = {{"steps", s.op_profile->steps}, {"ops", std::move(ops)}};
   }

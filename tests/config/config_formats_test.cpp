@@ -10,7 +10,7 @@ namespace {
 using testing::LoadJson;
 using testing::LoadYaml;
 
-constexpr const char* kYaml = R"(
+constexpr const char* kYamlText = R"(
 train_batch_size: 64
 train_micro_batch_size_per_gpu: 8
 gradient_clipping: 0.5
@@ -28,7 +28,7 @@ model: {family: llama, n_layer: 4, n_head: 8, n_kv_head: 2, d_model: 256}
 device: {type: cpu, memory_limit: 256MiB}
 )";
 
-constexpr const char* kJson = R"({
+constexpr const char* kJsonText = R"({
   "train_batch_size": 64,
   "train_micro_batch_size_per_gpu": 8,
   "gradient_clipping": 0.5,
@@ -48,8 +48,8 @@ constexpr const char* kJson = R"({
 })";
 
 TEST(ConfigFormatsTest, YamlAndJsonAreEquivalent) {
-  Result<Config> yaml = LoadYaml(kYaml);
-  Result<Config> json = LoadJson(kJson);
+  Result<Config> yaml = LoadYaml(kYamlText);
+  Result<Config> json = LoadJson(kJsonText);
   ASSERT_TRUE(yaml.ok()) << yaml.status().ToString();
   ASSERT_TRUE(json.ok()) << json.status().ToString();
   nlohmann::ordered_json a = yaml->values.ToNestedJson();
@@ -64,7 +64,7 @@ TEST(ConfigFormatsTest, YamlAndJsonAreEquivalent) {
 }
 
 TEST(ConfigFormatsTest, NestedJsonRecordReadsBackToTheSameConfig) {
-  Result<Config> first = LoadYaml(kYaml);
+  Result<Config> first = LoadYaml(kYamlText);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   std::string dumped = first->values.ToNestedJson().dump(2);
   Result<Config> second = LoadJson(dumped);

@@ -14,16 +14,16 @@
 #include <string>
 
 #include "config_test_util.h"
-#include "runtime/json_text.h"
 #include "engine/train/summary.h"
+#include "runtime/json_text.h"
 
 namespace sluice {
 namespace {
 
 namespace fs = std::filesystem;
 
-constexpr ConfigFormat kYaml = ConfigFormat::kYaml;
-constexpr ConfigFormat kJson = ConfigFormat::kJson;
+constexpr ConfigFormat kYamlFormat = ConfigFormat::kYaml;
+constexpr ConfigFormat kJsonFormat = ConfigFormat::kJson;
 
 // The error of parsing `text` as a file named `name`; fails the test if it parsed.
 std::string ParseError(std::string_view text, ConfigFormat format, std::string_view name) {
@@ -68,13 +68,13 @@ TEST(HostileConfigTest, YamlAliasBombIsRefusedNamingTheAlias) {
     text += "]\n";
   }
   ASSERT_LT(text.size(), 600u);
-  std::string message = ParseError(text, kYaml, "bomb.yaml");
+  std::string message = ParseError(text, kYamlFormat, "bomb.yaml");
   EXPECT_TRUE(StartsWith(message, "bomb.yaml:")) << message;
   EXPECT_TRUE(Contains(message, "alias")) << message;
 }
 
 TEST(HostileConfigTest, YamlAliasInsideItsOwnAnchorIsRefused) {
-  std::string message = ParseError("a: &x [1, *x]\n", kYaml, "loop.yaml");
+  std::string message = ParseError("a: &x [1, *x]\n", kYamlFormat, "loop.yaml");
   EXPECT_TRUE(StartsWith(message, "loop.yaml:1:11:")) << message;
   EXPECT_TRUE(Contains(message, "*x")) << message;
 }
@@ -104,7 +104,7 @@ TEST(HostileConfigTest, YamlAliasesWithinBoundsStillWork) {
 
 TEST(HostileConfigTest, DeepYamlFlowNestingIsRefused) {
   std::string text = "a: " + std::string(100000, '[') + std::string(100000, ']') + "\n";
-  std::string message = ParseError(text, kYaml, "deep.yaml");
+  std::string message = ParseError(text, kYamlFormat, "deep.yaml");
   EXPECT_TRUE(StartsWith(message, "deep.yaml:1:")) << message;
   EXPECT_TRUE(Contains(message, "nested deeper than")) << message;
 }
@@ -112,35 +112,36 @@ TEST(HostileConfigTest, DeepYamlFlowNestingIsRefused) {
 TEST(HostileConfigTest, DeepYamlBlockNestingIsRefused) {
   std::string text;
   for (int i = 0; i < 3000; ++i) text += std::string(i, ' ') + "k:\n";
-  std::string message = ParseError(text, kYaml, "deep.yaml");
+  std::string message = ParseError(text, kYamlFormat, "deep.yaml");
   EXPECT_TRUE(StartsWith(message, "deep.yaml:")) << message;
   EXPECT_TRUE(Contains(message, "nested deeper than")) << message;
 }
 
 TEST(HostileConfigTest, DeepJsonNestingIsRefused) {
   std::string text = "{\"a\": " + std::string(200000, '[') + std::string(200000, ']') + "}";
-  std::string message = ParseError(text, kJson, "deep.json");
+  std::string message = ParseError(text, kJsonFormat, "deep.json");
   EXPECT_TRUE(StartsWith(message, "deep.json:1:")) << message;
   EXPECT_TRUE(Contains(message, "nested deeper than")) << message;
 }
 
 TEST(HostileConfigTest, ASecondYamlDocumentIsAnError) {
   std::string message =
-      ParseError("train_batch_size: 4\n---\ntrain_batch_size: 8\n", kYaml, "two.yaml");
+      ParseError("train_batch_size: 4\n---\ntrain_batch_size: 8\n", kYamlFormat, "two.yaml");
   EXPECT_TRUE(StartsWith(message, "two.yaml:2:1:")) << message;
   EXPECT_TRUE(Contains(message, "one document")) << message;
 }
 
 TEST(HostileConfigTest, ContentAfterTheYamlDocumentEndIsAnError) {
   // Even when what follows would not parse: it is refused before it is read.
-  std::string message = ParseError("train_batch_size: 4\n...\ngarbage: [\n", kYaml, "end.yaml");
+  std::string message =
+      ParseError("train_batch_size: 4\n...\ngarbage: [\n", kYamlFormat, "end.yaml");
   EXPECT_TRUE(StartsWith(message, "end.yaml:3:1:")) << message;
   EXPECT_TRUE(Contains(message, "one document")) << message;
 }
 
 TEST(HostileConfigTest, DocumentMarkersAroundOneDocumentAreFine) {
   Result<ConfigNode> r =
-      ParseConfigText("---\ntrain_batch_size: 4\n...\n# a comment\n", kYaml, "one.yaml");
+      ParseConfigText("---\ntrain_batch_size: 4\n...\n# a comment\n", kYamlFormat, "one.yaml");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ(r->kind, ConfigNode::Kind::kMap);
   EXPECT_EQ(r->entries.size(), 1u);
@@ -148,7 +149,7 @@ TEST(HostileConfigTest, DocumentMarkersAroundOneDocumentAreFine) {
 
 TEST(HostileConfigTest, YamlKeysAndValuesKeepTheirPositions) {
   Result<ConfigNode> r = ParseConfigText(
-      "# c\nzero_optimization:\n  stage: 3\n  list: [1, {k: v}]\n", kYaml, "p.yaml");
+      "# c\nzero_optimization:\n  stage: 3\n  list: [1, {k: v}]\n", kYamlFormat, "p.yaml");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const ConfigNode::Entry& zero = r->entries.at(0);
   EXPECT_EQ(zero.key_pos.line, 2);
@@ -172,7 +173,7 @@ TEST(HostileConfigTest, JsonKeyPositionsAreFoundInLinearTime) {
   for (int i = 0; i < kKeys; ++i) text += " \"k" + std::to_string(i) + "\": " + "1,\n";
   text += " \"k77\": 2\n}";
   auto start = std::chrono::steady_clock::now();
-  std::string message = ParseError(text, kJson, "keys.json");
+  std::string message = ParseError(text, kJsonFormat, "keys.json");
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(message, "keys.json:" + std::to_string(kKeys + 2) +
                          ":2: duplicate key k77 (DeepSpeed rejects duplicate keys too)");
@@ -182,7 +183,7 @@ TEST(HostileConfigTest, JsonKeyPositionsAreFoundInLinearTime) {
 
 TEST(HostileConfigTest, OversizedTextIsRefused) {
   std::string text(size_t{17} << 20, ' ');
-  std::string message = ParseError(text, kYaml, "big.yaml");
+  std::string message = ParseError(text, kYamlFormat, "big.yaml");
   EXPECT_TRUE(StartsWith(message, "big.yaml: ")) << message;
   EXPECT_TRUE(Contains(message, "larger than")) << message;
 }
@@ -207,7 +208,7 @@ const std::string kLatin1Name = "caf\xe9.bin";  // "café.bin" in Latin-1
 TEST(HostileConfigTest, Latin1InAJsonFileIsReportedAtTheByte) {
   std::string message =
       ParseError("{\"train_batch_size\": 4,\n \"data\": {\"train_path\": \"" + kLatin1Name + "\"}}",
-                 kJson, "latin1.json");
+                 kJsonFormat, "latin1.json");
   EXPECT_TRUE(StartsWith(message, "latin1.json:2:29: ")) << message;
   EXPECT_TRUE(Contains(message, "0xE9")) << message;
   EXPECT_TRUE(Contains(message, "UTF-8")) << message;
@@ -316,7 +317,7 @@ TEST(HostileConfigTest, MutatedShippedConfigsNeverThrow) {
     std::ifstream in(entry.path(), std::ios::binary);
     const std::string original((std::istreambuf_iterator<char>(in)), {});
     ASSERT_FALSE(original.empty()) << entry.path();
-    const ConfigFormat format = ext == ".json" ? kJson : kYaml;
+    const ConfigFormat format = ext == ".json" ? kJsonFormat : kYamlFormat;
     for (int i = 0; i < 250; ++i) {
       std::string text = original;
       for (int edits = 1 + static_cast<int>(rng() % 3); edits > 0; --edits) {

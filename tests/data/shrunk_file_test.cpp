@@ -23,7 +23,7 @@ using testing::MakeText;
 using testing::ScratchDir;
 using testing::WriteString;
 
-constexpr int64_t kSeqLen = 16;
+constexpr int64_t kShrunkSeqLen = 16;
 constexpr size_t kFileBytes = 1 << 20;  // 256 pages: the windows land far past the first
 
 void Truncate(const std::string& path, off_t bytes) {
@@ -44,7 +44,7 @@ class ShrunkFileTest : public ::testing::Test {
   DataOptions Options(double val_fraction) const {
     DataOptions o = train::DefaultDataOptions();
     o.train_path = path_;
-    o.seq_len = kSeqLen;
+    o.seq_len = kShrunkSeqLen;
     o.val_fraction = val_fraction;
     o.seed = 7;
     return o;
@@ -83,7 +83,7 @@ TEST_F(ShrunkFileTest, TrainingFileTruncatedUnderAnOpenLoaderIsDataLossNamingIt)
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   for (int64_t r = 0; r < again->batch_size; ++r) {
     const int64_t start = again->window_starts[static_cast<size_t>(r)];
-    EXPECT_EQ(again->inputs[static_cast<size_t>(r * kSeqLen)],
+    EXPECT_EQ(again->inputs[static_cast<size_t>(r * kShrunkSeqLen)],
               static_cast<unsigned char>(text_[static_cast<size_t>(start)]));
   }
 }

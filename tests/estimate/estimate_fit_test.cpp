@@ -20,7 +20,7 @@ namespace {
 using testing::BaseYaml;
 using testing::LoadYaml;
 
-MemoryEstimate Estimate(const Config& config, int world_size) {
+MemoryEstimate FitEstimate(const Config& config, int world_size) {
   Result<MemoryEstimate> estimate = EstimateMemory(config, world_size);
   EXPECT_TRUE(estimate.ok()) << estimate.status().ToString();
   return estimate.ok() ? *estimate : MemoryEstimate{};
@@ -35,7 +35,7 @@ const Variant* FindVariant(const std::vector<Variant>& variants, const std::stri
 
 TEST(EstimateFitTest, ComparesDeviceAndNodeHostBytesWithTheLimits) {
   Config config = LoadYaml(BaseYaml("stage: 2, offload_optimizer: {device: cpu}"), 4);
-  const MemoryEstimate e = Estimate(config, 4);
+  const MemoryEstimate e = FitEstimate(config, 4);
   FitReport fit = CheckFit(config, e);
   ASSERT_EQ(fit.checks.size(), 2u);  // nothing on NVMe
   EXPECT_EQ(fit.checks[0].name, "device");
@@ -55,7 +55,7 @@ TEST(EstimateFitTest, ComparesDeviceAndNodeHostBytesWithTheLimits) {
 TEST(EstimateFitTest, NvmeSpaceIsCheckedWhenTheDirectoryExists) {
   const std::string yaml = BaseYaml("stage: 3, offload_optimizer: {device: nvme, nvme_path: /tmp}");
   const Config config = LoadYaml(yaml, 2);
-  const MemoryEstimate e = Estimate(config, 2);
+  const MemoryEstimate e = FitEstimate(config, 2);
   const FitReport fit = CheckFit(config, e);
   ASSERT_EQ(fit.checks.size(), 3u);
   EXPECT_EQ(fit.checks[2].name, "nvme");
@@ -85,7 +85,7 @@ TEST(EstimateFitTest, EachSwapDirectoryIsCheckedAgainstItsOwnFileSystem) {
       BaseYaml("stage: 3, offload_optimizer: {device: nvme, nvme_path: /tmp/sluice_fit_a}, "
                "offload_param: {device: nvme, nvme_path: /tmp/sluice_fit_b}"),
       2);
-  const MemoryEstimate e = Estimate(config, 2);
+  const MemoryEstimate e = FitEstimate(config, 2);
   const int64_t optimizer = e.optimizer_swap_bytes;
   const int64_t params = e.param_swap_bytes;
   ASSERT_GT(optimizer, 0);
@@ -120,7 +120,7 @@ constexpr const char* kLean = ", stage3_max_reuse_distance: 0";
 
 TEST(EstimateFitTest, OffersChangesThatReduceWhatDoesNotFit) {
   Config config = LoadYaml(BaseYaml(std::string("stage: 0") + kLean), 4);
-  const MemoryEstimate e = Estimate(config, 4);
+  const MemoryEstimate e = FitEstimate(config, 4);
   // A device budget between the stage-3 and the stage-0 figure.
   config.device.memory_limit = e.tier_bytes(MemoryTier::kDevice) * 2 / 3;
   const FitReport fit = CheckFit(config, e);
@@ -173,7 +173,7 @@ TEST(EstimateReportTest, JsonRecordCarriesTheTableTheItemsAndTheBudgets) {
   const Config config = LoadYaml(BaseYaml("stage: 2"), 2);
   EstimateReport report;
   report.config = &config;
-  report.estimate = Estimate(config, 2);
+  report.estimate = FitEstimate(config, 2);
   report.fit = CheckFit(config, report.estimate);
   report.stages = *CompareStages(config, 2, {});
   const nlohmann::ordered_json j = EstimateJson(report);

@@ -16,13 +16,13 @@ using test_cli::RunSluice;
 using test_cli::SourcePath;
 
 // llama_tiny.yaml: 4 layers, micro-batch 4, gradient accumulation 4 on one data-parallel rank.
-std::string Estimate(const std::string& args) {
+std::string PipelineEstimateCommand(const std::string& args) {
   return "estimate --config " + SourcePath("configs/llama_tiny.yaml") + " " + args;
 }
 
 TEST(EstimatePipelineCliTest, PrintsEachStageAndTheScheduleTimeline) {
   const CommandResult r =
-      RunSluice(Estimate("--pipeline-stages 2 --schedule gpipe --micro-batches 4"));
+      RunSluice(PipelineEstimateCommand("--pipeline-stages 2 --schedule gpipe --micro-batches 4"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* text :
        {"Pipeline: 2 stage(s) x 1 data-parallel rank(s) = 2 ranks; gpipe schedule",
@@ -33,8 +33,9 @@ TEST(EstimatePipelineCliTest, PrintsEachStageAndTheScheduleTimeline) {
 }
 
 TEST(EstimatePipelineCliTest, RecordsThePipelineInTheJson) {
-  const CommandResult r = RunSluice(Estimate("--pipeline-stages 2 --ranks 4 --json"), "",
-                                    /*merge_stderr=*/false);
+  const CommandResult r =
+      RunSluice(PipelineEstimateCommand("--pipeline-stages 2 --ranks 4 --json"), "",
+                /*merge_stderr=*/false);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
   const nlohmann::json& p = j["pipeline"];
@@ -52,8 +53,8 @@ TEST(EstimatePipelineCliTest, RecordsThePipelineInTheJson) {
 }
 
 TEST(EstimatePipelineCliTest, TakesTheStagesFromTheConfig) {
-  const CommandResult r =
-      RunSluice(Estimate("--set pipeline.stages=4 --schedule zb-h1 --micro-batches 8"));
+  const CommandResult r = RunSluice(
+      PipelineEstimateCommand("--set pipeline.stages=4 --schedule zb-h1 --micro-batches 8"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("Pipeline: 4 stage(s)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("stage 3   .  .  .  F0 B0 F1 B1"), std::string::npos) << r.output;
@@ -62,34 +63,34 @@ TEST(EstimatePipelineCliTest, TakesTheStagesFromTheConfig) {
 // The config's schedule, chunks and partition method when no flag gives them; the type and
 // time methods (FLOPs standing in for the times training measures).
 TEST(EstimatePipelineCliTest, TakesTheScheduleAndPartitionFromTheConfig) {
-  CommandResult r =
-      RunSluice(Estimate("--set pipeline.stages=2 --set pipeline.schedule=interleaved-1f1b "
-                         "--set pipeline.partition_method=type:DecoderBlock"));
+  CommandResult r = RunSluice(
+      PipelineEstimateCommand("--set pipeline.stages=2 --set pipeline.schedule=interleaved-1f1b "
+                              "--set pipeline.partition_method=type:DecoderBlock"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* text : {"interleaved-1f1b schedule with 2 chunks per stage",
                            "layers partitioned by \"type:DecoderBlock\""}) {
     EXPECT_NE(r.output.find(text), std::string::npos) << text << "\n" << r.output;
   }
-  r = RunSluice(Estimate("--pipeline-stages 2 --partition-method time"));
+  r = RunSluice(PipelineEstimateCommand("--pipeline-stages 2 --partition-method time"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("FLOPs standing in for the times training measures"), std::string::npos)
       << r.output;
-  r = RunSluice(Estimate("--pipeline-stages 2 --partition-method type:attention"));
+  r = RunSluice(PipelineEstimateCommand("--pipeline-stages 2 --partition-method type:attention"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("matches none of the model's layer classes"), std::string::npos)
       << r.output;
 }
 
 TEST(EstimatePipelineCliTest, RefusesWhatThePipelineCannotHold) {
-  CommandResult r = RunSluice(Estimate("--pipeline-stages 5"));
+  CommandResult r = RunSluice(PipelineEstimateCommand("--pipeline-stages 5"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("--pipeline-stages = 5 is more than the model's 4 decoder layers"),
             std::string::npos)
       << r.output;
-  r = RunSluice(Estimate("--pipeline-stages 2 --ranks 3"));
+  r = RunSluice(PipelineEstimateCommand("--pipeline-stages 2 --ranks 3"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("--ranks 3 is not a multiple"), std::string::npos) << r.output;
-  r = RunSluice(Estimate("--schedule gpipe"));
+  r = RunSluice(PipelineEstimateCommand("--schedule gpipe"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("--pipeline-stages N"), std::string::npos) << r.output;
 }

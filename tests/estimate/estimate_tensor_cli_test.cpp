@@ -16,18 +16,18 @@ using test_cli::RunSluice;
 using test_cli::SourcePath;
 
 // llama_tiny.yaml: 4 layers, 8 heads (2 key/value), micro-batch 4, ZeRO stage 2.
-std::string Estimate(const std::string& args) {
+std::string TensorEstimate(const std::string& args) {
   return "estimate --config " + SourcePath("configs/llama_tiny.yaml") + " " + args;
 }
 
 nlohmann::json Json(const std::string& args) {
-  const CommandResult r = RunSluice(Estimate(args + " --json"), "", /*merge_stderr=*/false);
+  const CommandResult r = RunSluice(TensorEstimate(args + " --json"), "", /*merge_stderr=*/false);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return r.exit_code == 0 ? nlohmann::json::parse(r.output) : nlohmann::json();
 }
 
 TEST(EstimateTensorCliTest, PrintsTheGridAndOneTensorRanksFigures) {
-  const CommandResult r = RunSluice(Estimate("--tensor-parallel 2 --ranks 4"));
+  const CommandResult r = RunSluice(TensorEstimate("--tensor-parallel 2 --ranks 4"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* text :
        {"Grid: data 2 x tensor 2 x pipeline 1 = 4 rank(s); tensor parallelism: each rank holds "
@@ -37,7 +37,7 @@ TEST(EstimateTensorCliTest, PrintsTheGridAndOneTensorRanksFigures) {
         "R*d_ff/2"}) {
     EXPECT_NE(r.output.find(text), std::string::npos) << text << "\n" << r.output;
   }
-  const CommandResult plain = RunSluice(Estimate("--ranks 2"));
+  const CommandResult plain = RunSluice(TensorEstimate("--ranks 2"));
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
   EXPECT_NE(plain.output.find("Grid: data 2 x tensor 1 x pipeline 1 = 2 rank(s)\n"),
             std::string::npos)
@@ -82,7 +82,8 @@ TEST(EstimateTensorCliTest, TakesTheSizeFromTheConfigAndComposesWithPipelineStag
   EXPECT_EQ(from_config["grid"], from_flag["grid"]);
   EXPECT_EQ(from_config["per_rank"], from_flag["per_rank"]);
 
-  const CommandResult r = RunSluice(Estimate("--tensor-parallel 2 --pipeline-stages 2 --ranks 8"));
+  const CommandResult r =
+      RunSluice(TensorEstimate("--tensor-parallel 2 --pipeline-stages 2 --ranks 8"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* text :
        {"Grid: data 2 x tensor 2 x pipeline 2 = 8 rank(s)",
@@ -100,7 +101,7 @@ TEST(EstimateTensorCliTest, TakesTheSizeFromTheConfigAndComposesWithPipelineStag
 // would with 4 heads split 4 ways, so its parameters are the same while the whole model has two
 // heads' k/v rows fewer per layer (4 layers x 2 projections x 2 heads x 16 x 128).
 TEST(EstimateTensorCliTest, CountsSharedKeyValueHeadsOncePerRank) {
-  const CommandResult r = RunSluice(Estimate("--tensor-parallel 4 --ranks 4"));
+  const CommandResult r = RunSluice(TensorEstimate("--tensor-parallel 4 --ranks 4"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("a copy of the key/value head it shares with 1 other tensor rank(s)"),
             std::string::npos)
@@ -118,25 +119,25 @@ TEST(EstimateTensorCliTest, CountsSharedKeyValueHeadsOncePerRank) {
 }
 
 TEST(EstimateTensorCliTest, RefusesWhatTheGridCannotHold) {
-  CommandResult r = RunSluice(Estimate("--tensor-parallel 2 --ranks 3"));
+  CommandResult r = RunSluice(TensorEstimate("--tensor-parallel 2 --ranks 3"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("--ranks 3 is not a multiple of the 2 tensor-parallel ranks "
                           "(--tensor-parallel)"),
             std::string::npos)
       << r.output;
-  r = RunSluice(Estimate("--tensor-parallel 2 --pipeline-stages 2 --ranks 6"));
+  r = RunSluice(TensorEstimate("--tensor-parallel 2 --pipeline-stages 2 --ranks 6"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("use --ranks 8"), std::string::npos) << r.output;
   // 6 key/value heads neither split 4 ways nor divide 4 (12 heads of 8 dimensions).
   r =
-      RunSluice(Estimate("--tensor-parallel 4 --set model.d_model=96 --set model.n_head=12 "
-                         "--set model.n_kv_head=6"));
+      RunSluice(TensorEstimate("--tensor-parallel 4 --set model.d_model=96 --set model.n_head=12 "
+                               "--set model.n_kv_head=6"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("model.n_kv_head = 6 does not split over "
                           "tensor_parallel.autotp_size = 4"),
             std::string::npos)
       << r.output;
-  r = RunSluice(Estimate("--set tensor_parallel.autotp_size=two"));
+  r = RunSluice(TensorEstimate("--set tensor_parallel.autotp_size=two"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("tensor_parallel.autotp_size = \"two\" (--set "
                           "tensor_parallel.autotp_size=two)"),

@@ -120,7 +120,7 @@ void ExpectTakes(const DirUsage& usage, int64_t estimate, const char* what) {
       << what;
 }
 
-MemoryEstimate Estimate(const Config& config) {
+MemoryEstimate NvmeEstimate(const Config& config) {
   Result<MemoryEstimate> estimate = EstimateMemory(config, 1);
   EXPECT_TRUE(estimate.ok()) << estimate.status().ToString();
   return estimate.ok() ? *estimate : MemoryEstimate{};
@@ -131,7 +131,7 @@ TEST(NvmeFootprint, TheSwapFilesTakeWhatTheEstimateCounts) {
   const std::string optimizer_dir = dir.Subdir("optimizer");
   const std::string param_dir = dir.Subdir("params");
   const Config config = MakeConfig(optimizer_dir, param_dir);
-  const MemoryEstimate e = Estimate(config);
+  const MemoryEstimate e = NvmeEstimate(config);
   const int64_t optimizer = e.optimizer_swap_bytes;
   const int64_t params = e.param_swap_bytes;
   ASSERT_GT(optimizer, 0);
@@ -169,7 +169,7 @@ TEST(NvmeFootprint, TheSwapFilesTakeWhatTheEstimateCounts) {
 TEST(NvmeFootprint, ARunFitsAFileSizeLimitJustAboveTheEstimate) {
   TempDir dir;
   const Config config = MakeConfig(dir.Subdir("optimizer"), dir.Subdir("params"));
-  const MemoryEstimate e = Estimate(config);
+  const MemoryEstimate e = NvmeEstimate(config);
   const int64_t largest_store = std::max(e.optimizer_swap_bytes, e.param_swap_bytes);
   Status run;
   {
@@ -184,11 +184,11 @@ TEST(NvmeFootprint, ARunFitsAFileSizeLimitJustAboveTheEstimate) {
 TEST(NvmeFootprint, ARunFitsAFileSystemJustLargerThanTheEstimate) {
   TempDir probe;
   const int64_t need =
-      Estimate(MakeConfig(probe.path(), probe.path())).tier_bytes(MemoryTier::kNvme);
+      NvmeEstimate(MakeConfig(probe.path(), probe.path())).tier_bytes(MemoryTier::kNvme);
   ScopedMount small("tmpfs", fmt::format("size={}", need + (64 << 10)));
   if (!small.ok()) GTEST_SKIP() << small.reason();
   const Config config = MakeConfig(small.path(), small.path());
-  ASSERT_EQ(Estimate(config).tier_bytes(MemoryTier::kNvme), need);
+  ASSERT_EQ(NvmeEstimate(config).tier_bytes(MemoryTier::kNvme), need);
   const Status preflight = CheckBudgetsBeforeAllocating(config, 1);
   ASSERT_TRUE(preflight.ok()) << preflight.ToString();
   const Status run = RunOneStep(config, [] {});

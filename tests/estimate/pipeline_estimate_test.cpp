@@ -41,9 +41,9 @@ std::string Yaml(int n_layer, const std::string& zero = "stage: 0", bool tied = 
   return yaml;
 }
 
-PipelineEstimate Estimate(const Config& config, int data_parallel,
-                          const PipelineEstimateOptions& pipeline,
-                          const EstimateOptions& options = {}) {
+PipelineEstimate EstimateStages(const Config& config, int data_parallel,
+                                const PipelineEstimateOptions& pipeline,
+                                const EstimateOptions& options = {}) {
   Result<PipelineEstimate> p = EstimatePipeline(config, data_parallel, pipeline, options);
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   return p.ok() ? *std::move(p) : PipelineEstimate{};
@@ -71,7 +71,7 @@ TEST(PipelineEstimateTest, StagesOwnTheRegistryOfARealStageAndSumToTheModel) {
             .micro_batches = 4 * stages,
             .chunks = chunks,
             .partition = *parallel::ParsePartitionMethod(method, "k")};
-        const PipelineEstimate p = Estimate(config, 1, pipeline);
+        const PipelineEstimate p = EstimateStages(config, 1, pipeline);
         ASSERT_EQ(p.stages.size(), static_cast<size_t>(stages));
         int64_t sum = 0;
         for (const StageEstimate& s : p.stages) {
@@ -94,7 +94,7 @@ TEST(PipelineEstimateTest, StagesOwnTheRegistryOfARealStageAndSumToTheModel) {
 TEST(PipelineEstimateTest, ATiedHeadAwayFromTheEmbeddingsCountsACopy) {
   const Config config = LoadYaml(Yaml(4, "stage: 0", /*tied=*/true));
   const model::ModelOptions options = ModelOf(config);
-  const PipelineEstimate p = Estimate(config, 1, {.stages = 2, .micro_batches = 2});
+  const PipelineEstimate p = EstimateStages(config, 1, {.stages = 2, .micro_batches = 2});
   int64_t sum = 0;
   for (const StageEstimate& s : p.stages) sum += s.parameters;
   EXPECT_EQ(sum, model::CountParameters(options) + options.vocab_size * options.d_model);
@@ -109,13 +109,13 @@ TEST(PipelineEstimateTest, InFlightMicroBatchesFollowTheSchedule) {
   for (int stages : {2, 4}) {
     for (int m : {2, 4, 8}) {
       SCOPED_TRACE(::testing::Message() << "P " << stages << ", M " << m);
-      const PipelineEstimate gpipe = Estimate(
+      const PipelineEstimate gpipe = EstimateStages(
           config, 1, {.stages = stages, .schedule = ScheduleKind::kGPipe, .micro_batches = m});
       const PipelineEstimate one_f_one_b =
-          Estimate(config, 1, {.stages = stages, .micro_batches = m});
-      const PipelineEstimate zb =
-          Estimate(config, 1,
-                   {.stages = stages, .schedule = ScheduleKind::kZeroBubbleH1, .micro_batches = m});
+          EstimateStages(config, 1, {.stages = stages, .micro_batches = m});
+      const PipelineEstimate zb = EstimateStages(
+          config, 1,
+          {.stages = stages, .schedule = ScheduleKind::kZeroBubbleH1, .micro_batches = m});
       for (int r = 0; r < stages; ++r) {
         EXPECT_EQ(gpipe.stages[r].shape.in_flight, m) << "stage " << r;
         EXPECT_EQ(one_f_one_b.stages[r].shape.in_flight, std::min(stages - r, m)) << "stage " << r;
@@ -130,11 +130,12 @@ TEST(PipelineEstimateTest, InFlightMicroBatchesFollowTheSchedule) {
         // before its first backward, with one more in flight; all M x v when M = P.
         for (int v : {2, 4}) {
           if (stages * v > 8) continue;
-          const PipelineEstimate interleaved = Estimate(config, 1,
-                                                        {.stages = stages,
-                                                         .schedule = ScheduleKind::kInterleaved1F1B,
-                                                         .micro_batches = m,
-                                                         .chunks = v});
+          const PipelineEstimate interleaved =
+              EstimateStages(config, 1,
+                             {.stages = stages,
+                              .schedule = ScheduleKind::kInterleaved1F1B,
+                              .micro_batches = m,
+                              .chunks = v});
           for (int r = 0; r < stages; ++r) {
             EXPECT_EQ(interleaved.stages[r].shape.chunks.size(), static_cast<size_t>(v));
             const int warmup = m == stages ? m * v : (stages - r - 1) * 2 + (v - 1) * stages;
@@ -152,8 +153,8 @@ TEST(PipelineEstimateTest, ActivationsGrowByOneMicroBatchPerInFlight) {
   const model::ModelOptions options = ModelOf(config);
   const int64_t tokens = config.batch.micro_batch_per_gpu * config.model.seq_len;
   auto activations = [&](int m, int r) {
-    const PipelineEstimate p =
-        Estimate(config, 1, {.stages = 2, .schedule = ScheduleKind::kGPipe, .micro_batches = m});
+    const PipelineEstimate p = EstimateStages(
+        config, 1, {.stages = 2, .schedule = ScheduleKind::kGPipe, .micro_batches = m});
     return p.stages[r].estimate.bytes(MemoryTier::kDevice, MemoryCategory::kActivations);
   };
   // Each GPipe micro-batch more on the last stage keeps its two blocks, its input and the head.
@@ -182,8 +183,8 @@ TEST(PipelineEstimateTest, ActivationsGrowByOneMicroBatchPerInFlight) {
 
 TEST(PipelineEstimateTest, ZeroShardsEachStageOverItsDataParallelGroup) {
   const Config config = LoadYaml(Yaml(4, "stage: 3"), /*world_size=*/2);
-  const PipelineEstimate one = Estimate(config, 1, {.stages = 2, .micro_batches = 2});
-  const PipelineEstimate two = Estimate(config, 2, {.stages = 2, .micro_batches = 2});
+  const PipelineEstimate one = EstimateStages(config, 1, {.stages = 2, .micro_batches = 2});
+  const PipelineEstimate two = EstimateStages(config, 2, {.stages = 2, .micro_batches = 2});
   EXPECT_EQ(two.world_size(), 4);
   for (int r = 0; r < 2; ++r) {
     const MemoryEstimate& e = two.stages[r].estimate;
@@ -197,7 +198,7 @@ TEST(PipelineEstimateTest, ZeroShardsEachStageOverItsDataParallelGroup) {
 TEST(PipelineEstimateTest, TheLargestStageDecidesTheDeviceAndEveryStageTheHost) {
   const Config config =
       LoadYaml(Yaml(4, "stage: 2, offload_optimizer: {device: cpu}"), /*world_size=*/3);
-  const PipelineEstimate p = Estimate(config, 3, {.stages = 2, .micro_batches = 4});
+  const PipelineEstimate p = EstimateStages(config, 3, {.stages = 2, .micro_batches = 4});
   int64_t device = 0;
   int64_t host = 0;
   for (const StageEstimate& s : p.stages) {

@@ -42,7 +42,7 @@ std::unique_ptr<Model<float>> Whole(const ModelOptions& options, HostAllocator& 
   return std::move(whole).value();
 }
 
-std::vector<std::string> Names(const ParameterRegistry& registry) {
+std::vector<std::string> ParameterNames(const ParameterRegistry& registry) {
   std::vector<std::string> names;
   for (const ParameterInfo& p : registry.parameters()) names.push_back(p.name);
   return names;
@@ -57,10 +57,12 @@ TEST(ModelChunksTest, TheRegistryIsTheChunksStagesOneAfterTheOther) {
     // Rank 1 of pp 2: layers 1 and 3, the last with the head (a mirror of the table when tied).
     const std::vector<ModelStage> ranges = {{1, 2}, {3, 4}};
     const std::unique_ptr<Model<float>> chunks = ChunksOf(*whole, ranges, host);
-    std::vector<std::string> expected = Names(StageOf(*whole, ranges[0], host)->registry());
-    const std::vector<std::string> second = Names(StageOf(*whole, ranges[1], host)->registry());
+    std::vector<std::string> expected =
+        ParameterNames(StageOf(*whole, ranges[0], host)->registry());
+    const std::vector<std::string> second =
+        ParameterNames(StageOf(*whole, ranges[1], host)->registry());
     expected.insert(expected.end(), second.begin(), second.end());
-    EXPECT_EQ(Names(chunks->registry()), expected) << (tied ? "tied" : "untied");
+    EXPECT_EQ(ParameterNames(chunks->registry()), expected) << (tied ? "tied" : "untied");
     EXPECT_EQ(chunks->chunk_count(), 2);
     EXPECT_FALSE(chunks->first_stage());
     EXPECT_TRUE(chunks->last_stage());
@@ -200,7 +202,7 @@ TEST(ModelChunksTest, HooksSeeTheModelsUnitsAndOnePassEnd) {
   mine->SetHooks(nullptr);
 }
 
-void ExpectError(const Status& status, StatusCode code, const std::string& needle) {
+void ExpectStatus(const Status& status, StatusCode code, const std::string& needle) {
   EXPECT_EQ(status.code(), code) << status.ToString();
   EXPECT_NE(status.message().find(needle), std::string::npos) << status.ToString();
 }
@@ -211,10 +213,10 @@ TEST(ModelChunksTest, MisuseIsRefusedAndAFailedCallEndsThePassOnEveryChunk) {
   HostAllocator host;
   ops::OpsBackend& ops = sluice::testing::OpsFor<float>();
   const std::vector<ModelStage> overlapping = {{0, 2}, {1, 3}};
-  ExpectError(Model<float>::CreateChunks(options, overlapping, host, ops).status(),
-              StatusCode::kInvalidArgument, "begins before chunk 0");
-  ExpectError(Model<float>::CreateChunks(options, {}, host, ops).status(),
-              StatusCode::kInvalidArgument, "at least one chunk");
+  ExpectStatus(Model<float>::CreateChunks(options, overlapping, host, ops).status(),
+               StatusCode::kInvalidArgument, "begins before chunk 0");
+  ExpectStatus(Model<float>::CreateChunks(options, {}, host, ops).status(),
+               StatusCode::kInvalidArgument, "at least one chunk");
 
   const std::unique_ptr<Model<float>> whole = Whole(options, host);
   const std::unique_ptr<Model<float>> mine = ChunksOf(*whole, kChunks, host);
@@ -223,7 +225,7 @@ TEST(ModelChunksTest, MisuseIsRefusedAndAFailedCallEndsThePassOnEveryChunk) {
   StageInput<float> first{.batch = kStageBatch, .seq = options.seq_len};
   first.tokens = data[0].tokens.data();
   // The Model's own calls are a one-chunk model's.
-  ExpectError(mine->Forward(0, first), StatusCode::kFailedPrecondition, "model of 2 chunks");
+  ExpectStatus(mine->Forward(0, first), StatusCode::kFailedPrecondition, "model of 2 chunks");
 
   const size_t bytes = kStageBatch * options.seq_len * options.d_model * sizeof(float);
   DeviceBuffer out = Allocate(bytes);
@@ -231,14 +233,14 @@ TEST(ModelChunksTest, MisuseIsRefusedAndAFailedCallEndsThePassOnEveryChunk) {
   ASSERT_TRUE(mine->chunk(0).Forward(0, first, out.data_as<float>()).ok());
   EXPECT_EQ(mine->micro_batches_in_flight(), 1);
   // Chunk 1 never forwarded micro-batch 0: the pass ends on both chunks.
-  ExpectError(mine->chunk(1).Backward(0, {.hidden = out.data_as<float>()}, out.data_as<float>()),
-              StatusCode::kFailedPrecondition, "was never forwarded");
+  ExpectStatus(mine->chunk(1).Backward(0, {.hidden = out.data_as<float>()}, out.data_as<float>()),
+               StatusCode::kFailedPrecondition, "was never forwarded");
   EXPECT_EQ(mine->micro_batches_in_flight(), 0);
-  ExpectError(mine->EndPass().status(), StatusCode::kFailedPrecondition, "without a pass open");
+  ExpectStatus(mine->EndPass().status(), StatusCode::kFailedPrecondition, "without a pass open");
   // A new pass runs.
   ASSERT_TRUE(mine->BeginPass().ok());
   ASSERT_TRUE(mine->chunk(0).Forward(0, first, out.data_as<float>()).ok());
-  ExpectError(mine->EndPass().status(), StatusCode::kFailedPrecondition, "still in flight");
+  ExpectStatus(mine->EndPass().status(), StatusCode::kFailedPrecondition, "still in flight");
 }
 
 }  // namespace

@@ -20,8 +20,8 @@ using testing::Randomize;
 using testing::RandomTokens;
 using testing::TinyOptions;
 
-constexpr int64_t kBatch = 2;
-constexpr int64_t kSeq = 5;
+constexpr int64_t kModelBatch = 2;
+constexpr int64_t kModelSeq = 5;
 
 struct Case {
   Family family;
@@ -41,19 +41,19 @@ TEST_P(ModelGradientTest, SampledParametersMatchFiniteDifferences) {
   Model<double>& net = **model;
   Randomize(net, 40);
 
-  const std::vector<int32_t> inputs = RandomTokens(kBatch * kSeq, 11, 41);
-  std::vector<int32_t> targets = RandomTokens(kBatch * kSeq, 11, 42);
+  const std::vector<int32_t> inputs = RandomTokens(kModelBatch * kModelSeq, 11, 41);
+  std::vector<int32_t> targets = RandomTokens(kModelBatch * kModelSeq, 11, 42);
   targets[7] = kernels::kIgnoreIndex;
   const double loss_grad = 0.5;
   net.ZeroGrads();
-  auto loss = net.ForwardBackward(inputs.data(), targets.data(), kBatch, kSeq, loss_grad);
+  auto loss = net.ForwardBackward(inputs.data(), targets.data(), kModelBatch, kModelSeq, loss_grad);
   ASSERT_TRUE(loss.ok()) << loss.status().ToString();
-  auto eval = net.ForwardLoss(inputs.data(), targets.data(), kBatch, kSeq);
+  auto eval = net.ForwardLoss(inputs.data(), targets.data(), kModelBatch, kModelSeq);
   ASSERT_TRUE(eval.ok());
   EXPECT_EQ(*loss, *eval) << "training and evaluation forwards differ";
 
   const auto f = [&]() {
-    return loss_grad * *net.ForwardLoss(inputs.data(), targets.data(), kBatch, kSeq);
+    return loss_grad * *net.ForwardLoss(inputs.data(), targets.data(), kModelBatch, kModelSeq);
   };
   const auto& params = net.registry().parameters();
   int checked = 0;
@@ -119,10 +119,12 @@ TEST(TiedHeadTest, AccumulatesEmbeddingAndHeadGradients) {
       (*untied)->SetParameterValue(head_index, e, (*untied)->ParameterValue(table_index, e));
     }
 
-    const std::vector<int32_t> inputs = RandomTokens(kBatch * kSeq, 11, 51);
-    const std::vector<int32_t> targets = RandomTokens(kBatch * kSeq, 11, 52);
-    auto tied_loss = (*tied)->ForwardBackward(inputs.data(), targets.data(), kBatch, kSeq);
-    auto untied_loss = (*untied)->ForwardBackward(inputs.data(), targets.data(), kBatch, kSeq);
+    const std::vector<int32_t> inputs = RandomTokens(kModelBatch * kModelSeq, 11, 51);
+    const std::vector<int32_t> targets = RandomTokens(kModelBatch * kModelSeq, 11, 52);
+    auto tied_loss =
+        (*tied)->ForwardBackward(inputs.data(), targets.data(), kModelBatch, kModelSeq);
+    auto untied_loss =
+        (*untied)->ForwardBackward(inputs.data(), targets.data(), kModelBatch, kModelSeq);
     ASSERT_TRUE(tied_loss.ok() && untied_loss.ok());
     EXPECT_NEAR(*tied_loss, *untied_loss, 1e-12);
 

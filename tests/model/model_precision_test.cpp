@@ -18,8 +18,8 @@ using testing::Randomize;
 using testing::RandomTokens;
 using testing::SmallOptions;
 
-constexpr int64_t kBatch = 3;
-constexpr int64_t kSeq = 16;
+constexpr int64_t kPrecisionBatch = 3;
+constexpr int64_t kPrecisionSeq = 16;
 
 class BackendTest : public ::testing::TestWithParam<Family> {};
 
@@ -41,10 +41,12 @@ TEST_P(BackendTest, Fp32CpuMatchesFp64Reference) {
       (*reference)->SetParameterValue(p, e, (*cpu)->ParameterValue(p, e));
     }
   }
-  const std::vector<int32_t> inputs = RandomTokens(kBatch * kSeq, 50, 61);
-  const std::vector<int32_t> targets = RandomTokens(kBatch * kSeq, 50, 62);
-  auto loss64 = (*reference)->ForwardBackward(inputs.data(), targets.data(), kBatch, kSeq);
-  auto loss32 = (*cpu)->ForwardBackward(inputs.data(), targets.data(), kBatch, kSeq);
+  const std::vector<int32_t> inputs = RandomTokens(kPrecisionBatch * kPrecisionSeq, 50, 61);
+  const std::vector<int32_t> targets = RandomTokens(kPrecisionBatch * kPrecisionSeq, 50, 62);
+  auto loss64 =
+      (*reference)->ForwardBackward(inputs.data(), targets.data(), kPrecisionBatch, kPrecisionSeq);
+  auto loss32 =
+      (*cpu)->ForwardBackward(inputs.data(), targets.data(), kPrecisionBatch, kPrecisionSeq);
   ASSERT_TRUE(loss64.ok() && loss32.ok());
   EXPECT_NEAR(*loss32, *loss64, 1e-5 * std::abs(*loss64));
 
@@ -76,11 +78,13 @@ TEST_P(BackendTest, CheckpointingGivesBitwiseIdenticalGradients) {
   ASSERT_TRUE(plain.ok() && ckpt.ok());
   (*plain)->InitializeParameters(9);
   (*ckpt)->InitializeParameters(9);
-  const std::vector<int32_t> inputs = RandomTokens(kBatch * kSeq, 50, 63);
-  const std::vector<int32_t> targets = RandomTokens(kBatch * kSeq, 50, 64);
+  const std::vector<int32_t> inputs = RandomTokens(kPrecisionBatch * kPrecisionSeq, 50, 63);
+  const std::vector<int32_t> targets = RandomTokens(kPrecisionBatch * kPrecisionSeq, 50, 64);
   for (int step = 0; step < 2; ++step) {  // the second call accumulates onto the first
-    auto a = (*plain)->ForwardBackward(inputs.data(), targets.data(), kBatch, kSeq);
-    auto b = (*ckpt)->ForwardBackward(inputs.data(), targets.data(), kBatch, kSeq);
+    auto a =
+        (*plain)->ForwardBackward(inputs.data(), targets.data(), kPrecisionBatch, kPrecisionSeq);
+    auto b =
+        (*ckpt)->ForwardBackward(inputs.data(), targets.data(), kPrecisionBatch, kPrecisionSeq);
     ASSERT_TRUE(a.ok() && b.ok());
     EXPECT_EQ(*a, *b);
   }
@@ -112,10 +116,10 @@ TEST_P(BackendTest, Bf16StorageComputesWithTheRoundedValues) {
   float* writable = (*fp32)->params().data<float>();
   for (int64_t i = 0; i < (*fp32)->ParameterCount(); ++i) writable[i] = kernels::Bf16ToF32(p16[i]);
 
-  const std::vector<int32_t> inputs = RandomTokens(kBatch * kSeq, 50, 65);
-  const std::vector<int32_t> targets = RandomTokens(kBatch * kSeq, 50, 66);
-  auto a = (*fp32)->ForwardBackward(inputs.data(), targets.data(), kBatch, kSeq);
-  auto b = (*bf16)->ForwardBackward(inputs.data(), targets.data(), kBatch, kSeq);
+  const std::vector<int32_t> inputs = RandomTokens(kPrecisionBatch * kPrecisionSeq, 50, 65);
+  const std::vector<int32_t> targets = RandomTokens(kPrecisionBatch * kPrecisionSeq, 50, 66);
+  auto a = (*fp32)->ForwardBackward(inputs.data(), targets.data(), kPrecisionBatch, kPrecisionSeq);
+  auto b = (*bf16)->ForwardBackward(inputs.data(), targets.data(), kPrecisionBatch, kPrecisionSeq);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(*a, *b);
   EXPECT_EQ((*bf16)->grads().dtype(), DType::kF32);

@@ -409,7 +409,7 @@ TEST(StagePassTest, WholeModelPassEqualsForwardBackwardPerMicroBatch) {
   EXPECT_EQ(std::memcmp(logits.data(), expected_logits.data(), logits.size() * sizeof(float)), 0);
 }
 
-class RecordingHooks final : public UnitHooks {
+class StageRecordingHooks final : public UnitHooks {
  public:
   Status BeforeForward(int unit) override { return Log("F+", unit); }
   Status AfterForward(int unit) override { return Log("F-", unit); }
@@ -437,7 +437,7 @@ TEST(StagePassTest, HooksRunPerMicroBatchOverTheStagesUnits) {
   ASSERT_TRUE(stage.ok()) << stage.status().ToString();
   Model<float>& net = **stage;
   ASSERT_EQ(net.units().size(), 4u);  // blocks 2 and 3, final norm, LM head
-  RecordingHooks hooks;
+  StageRecordingHooks hooks;
   net.SetHooks(&hooks);
   Device& device = sluice::testing::OpsFor<float>().device();
   const int64_t rows = kStageBatch * options.seq_len;

@@ -266,9 +266,9 @@ TEST(SplitBackwardMemoryTest, WeightGradientsHoldMemoryUntilTheyRun) {
   RecordProperty("two_in_flight_bytes", std::to_string(in_flight_two));
 }
 
-class RecordingHooks : public UnitHooks {
+class SplitRecordingHooks : public UnitHooks {
  public:
-  explicit RecordingHooks(bool split) : split_(split) {}
+  explicit SplitRecordingHooks(bool split) : split_(split) {}
   bool SupportsSplitBackward() const override { return split_; }
   Status BeforeBackward(int unit) override { return Note("B<", unit); }
   Status AfterBackward(int unit) override { return Note("B>", unit); }
@@ -334,7 +334,7 @@ TEST(SplitBackwardApiTest, RefusalsAndHooks) {
   EXPECT_EQ(model.BackwardWeight(0).code(), StatusCode::kFailedPrecondition);
 
   // Hooks that take a unit's gradients as final after its backward refuse the split.
-  RecordingHooks fused_only(false);
+  SplitRecordingHooks fused_only(false);
   model.SetHooks(&fused_only);
   ASSERT_TRUE(model.BeginPass().ok());
   ASSERT_TRUE(forward(0).ok());
@@ -346,7 +346,7 @@ TEST(SplitBackwardApiTest, RefusalsAndHooks) {
   // Hooks that accept it see each unit's backward-input, then the W of the units that deferred
   // a weight gradient: the block (unit 1) only; the tied head (unit 3) keeps its dW in B, the
   // embeddings (0) and the final norm (2) have no Linear.
-  RecordingHooks split(true);
+  SplitRecordingHooks split(true);
   model.SetHooks(&split);
   ASSERT_TRUE(model.BeginPass().ok());
   ASSERT_TRUE(forward(0).ok());

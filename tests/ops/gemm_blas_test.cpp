@@ -45,10 +45,10 @@ std::string Describe(const Product& p) {
          std::to_string(p.k);
 }
 
-struct Operands {
+struct BlasOperands {
   int64_t lda, ldb, ldc;
   std::vector<float> a, b, c0;
-  Operands(const Product& p, uint64_t seed) {
+  BlasOperands(const Product& p, uint64_t seed) {
     testing::Rng rng(seed);
     lda = p.trans_a ? p.m : p.k;
     ldb = p.trans_b ? p.k : p.n;
@@ -61,7 +61,7 @@ struct Operands {
   }
 };
 
-std::vector<float> RunProduct(GemmBackend backend, const Product& p, const Operands& o) {
+std::vector<float> RunProduct(GemmBackend backend, const Product& p, const BlasOperands& o) {
   cpu::SetGemmBackend(backend);
   std::vector<float> c = o.c0;
   cpu::Gemm(p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, o.a.data(), o.lda, o.b.data(), o.ldb, p.beta,
@@ -73,7 +73,7 @@ std::vector<float> RunProduct(GemmBackend backend, const Product& p, const Opera
 // |beta·c0|) of the exact one, whatever the summation order: so of each other within twice that.
 // Σ|a·b| is GemmFixed's product of |A| and |B| (accurate to far better than the bound needs).
 void ExpectWithinRounding(const std::vector<float>& got, const std::vector<float>& fixed,
-                          const Product& p, const Operands& o, const std::string& what) {
+                          const Product& p, const BlasOperands& o, const std::string& what) {
   std::vector<float> abs_a(o.a.size()), abs_b(o.b.size());
   for (size_t i = 0; i < o.a.size(); ++i) abs_a[i] = std::fabs(o.a[i]);
   for (size_t i = 0; i < o.b.size(); ++i) abs_b[i] = std::fabs(o.b[i]);
@@ -124,7 +124,7 @@ TEST_F(GemmBlasTest, EveryLibraryMatchesGemmFixedAtTheModelsShapes) {
     uint64_t seed = 1;
     for (const Layer& layer : layers) {
       for (const Product& p : LinearProducts(layer.rows, layer.in, layer.out)) {
-        const Operands o(p, ++seed);
+        const BlasOperands o(p, ++seed);
         const std::vector<float> fixed = RunProduct(GemmBackend::kDeterministic, p, o);
         const std::vector<float> got = RunProduct(GemmBackend::kBlas, p, o);
         ExpectWithinRounding(got, fixed, p, o, name + " " + Describe(p));
@@ -177,7 +177,7 @@ TEST_F(GemmBlasTest, OpenBlasCoreSwitchesAndBack) {
   }
   cpu::SetBlasLibrary(BlasLibrary::kOpenBlas);
   const Product p = LinearProducts(512, 160, 640)[0];
-  const Operands o(p, 7);
+  const BlasOperands o(p, 7);
   const std::vector<float> fixed = RunProduct(GemmBackend::kDeterministic, p, o);
   // Prescott's SSE3 kernels run on every x86-64 CPU.
   for (const std::string& core : {std::string("Prescott"), settled}) {
