@@ -89,8 +89,8 @@ struct PipelineMicroBatch {
 struct PipelineStepHooks {
   // Micro-batch `micro`'s inputs for chunk `chunk` (the first or last virtual stage).
   std::function<Result<PipelineMicroBatch>(int micro, int chunk)> load;
-  // Nothing is tied across stages unless the caller ties it: Model::CreateStage refuses a tied
-  // LM head away from the embeddings.
+  // Sums what is tied across stages: a tied LM head away from the embeddings reads a mirror of
+  // the token table (ParameterInfo::mirror), whose gradient the caller adds to the table's.
   std::function<Status()> reduce_tied_grads;
   std::function<Status()> reduce_grads;
   std::function<Status()> optimizer_step;

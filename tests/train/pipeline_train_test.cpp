@@ -1,7 +1,7 @@
 // The trainer with pipeline stages (engine/train/pipeline_step.h) under mpirun -np 2 and 4:
 // pipeline.stages 2 and 4, the gpipe, 1f1b, interleaved-1f1b (two chunks per stage: at pp 4 on
-// an 8-layer model) and zb-h1 schedules, 4 and 8 micro-batches
-// (gradient_accumulation_steps), ZeRO stages 0-3 over the data-parallel group, against the same
+// an 8-layer model) and zb-h1 schedules, 4 and 8 micro-batches (gradient_accumulation_steps; pp 2
+// at np 4, data 2, with 8 only), ZeRO stages 0-3 over the data-parallel group, against the same
 // run with one stage on a world of the data-parallel ranks alone (a Split of this one: the ranks
 // of one pipeline coordinate), which reads the same batches.
 //
@@ -129,6 +129,10 @@ class PipelineTrainTest : public ::testing::TestWithParam<PipeCase> {};
 TEST_P(PipelineTrainTest, MatchesOneStageBitForBit) {
   const PipeCase c = GetParam();
   if (TestWorld().size() % c.stages != 0) GTEST_SKIP() << "needs a multiple of pp ranks";
+  if (TestWorld().size() == 4 && c.stages == 2 && c.micro_batches == 4) {
+    // CI time: np 2 runs these with one data-parallel rank; here M = 8 covers data 2.
+    GTEST_SKIP() << "pp 2 with 4 micro-batches runs at np 2";
+  }
   std::vector<std::string> no_clip = {"gradient_clipping=0"};
   if (c.stages * Chunks(c) > 4) no_clip.push_back("model.n_layer=" + std::to_string(8));
   const int steps = kSteps;
