@@ -6,7 +6,7 @@
 // Roles follow model_stage.h: the chunk with layer 0 holds the embeddings, the chunk ending at
 // n_layer the final norm and the LM head. A tied LM head on a stage without the embeddings is
 // counted as a copy of the token table there (Megatron's embedding group; the gradients of the
-// two copies are summed before each step), which Model::CreateStage does not build yet.
+// two copies are summed before each step), as Model::CreateStage builds it (a mirror).
 #pragma once
 
 #include <cstdint>
