@@ -34,7 +34,7 @@ endfunction()
 # (CMakeLists.txt): the engine headers they share are parsed once.
 function(sluice_test_unity name)
   if(SLUICE_UNITY_BUILD)
-    set_target_properties(${name} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
+    set_target_properties(${name} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${SLUICE_UNITY_BATCH_SIZE})
   endif()
 endfunction()
 

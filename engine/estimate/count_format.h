@@ -1,8 +1,10 @@
-// Element counts for people: "124,439,808".
+// Element counts and byte cells for people: "124,439,808", "1.50 MiB".
 #pragma once
 
 #include <cstdint>
 #include <string>
+
+#include "runtime/size_format.h"
 
 namespace sluice::estimate {
 
@@ -16,5 +18,8 @@ inline std::string FormatCount(int64_t value) {
   }
   return out;
 }
+
+// A byte count for a table cell: "-" for none.
+inline std::string ByteCell(int64_t bytes) { return bytes == 0 ? "-" : FormatBytes(bytes); }
 
 }  // namespace sluice::estimate

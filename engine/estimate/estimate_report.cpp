@@ -8,8 +8,6 @@
 namespace sluice::estimate {
 namespace {
 
-std::string Cell(int64_t bytes) { return bytes == 0 ? "-" : FormatBytes(bytes); }
-
 std::string FamilyText(ModelFamily family) {
   return family == ModelFamily::kLlama ? "llama" : "gpt2";
 }
@@ -78,11 +76,11 @@ std::string VariantTable(const std::vector<Variant>& variants, std::string_view 
       if (!fits.empty()) fits += ", ";
       fits += check.name + (check.fits() ? " yes" : " NO");
     }
-    out += fmt::format("  {:<{}}  {:>11}  {:>11}  {:>11}  {:>11}  {}\n", v.change, width,
-                       Cell(e.tier_bytes(MemoryTier::kDevice)),
-                       Cell(e.tier_bytes(MemoryTier::kHostPinned)),
-                       Cell(e.tier_bytes(MemoryTier::kHost)), Cell(e.tier_bytes(MemoryTier::kNvme)),
-                       fits.empty() ? "not checked" : fits);
+    out += fmt::format(
+        "  {:<{}}  {:>11}  {:>11}  {:>11}  {:>11}  {}\n", v.change, width,
+        ByteCell(e.tier_bytes(MemoryTier::kDevice)),
+        ByteCell(e.tier_bytes(MemoryTier::kHostPinned)), ByteCell(e.tier_bytes(MemoryTier::kHost)),
+        ByteCell(e.tier_bytes(MemoryTier::kNvme)), fits.empty() ? "not checked" : fits);
   }
   return out;
 }
@@ -127,17 +125,17 @@ std::string FormatTierTable(const MemoryEstimate& e) {
   for (MemoryTier tier : kAllMemoryTiers) {
     out += fmt::format("  {:<12}", MemoryTierName(tier));
     for (MemoryCategory category : kAllMemoryCategories) {
-      out += fmt::format(" {:>11}", Cell(e.bytes(tier, category)));
+      out += fmt::format(" {:>11}", ByteCell(e.bytes(tier, category)));
     }
-    out += fmt::format(" {:>11}\n", Cell(e.tier_bytes(tier)));
+    out += fmt::format(" {:>11}\n", ByteCell(e.tier_bytes(tier)));
   }
   out += fmt::format("  {:<12}", "all tiers");
   for (MemoryCategory category : kAllMemoryCategories) {
     int64_t sum = 0;
     for (MemoryTier tier : kAllMemoryTiers) sum += e.bytes(tier, category);
-    out += fmt::format(" {:>11}", Cell(sum));
+    out += fmt::format(" {:>11}", ByteCell(sum));
   }
-  out += fmt::format(" {:>11}\n", Cell(e.total_bytes()));
+  out += fmt::format(" {:>11}\n", ByteCell(e.total_bytes()));
   return out;
 }
 

@@ -22,8 +22,6 @@ constexpr ScheduleKind kScheduleKinds[] = {ScheduleKind::kGPipe, ScheduleKind::k
                                            ScheduleKind::kInterleaved1F1B,
                                            ScheduleKind::kZeroBubbleH1};
 
-std::string Cell(int64_t bytes) { return bytes == 0 ? "-" : FormatBytes(bytes); }
-
 std::string LayersText(const StageShape& shape) {
   std::string out;
   for (const model::ModelStage& chunk : shape.chunks) {
@@ -196,11 +194,12 @@ std::string FormatPipelineText(const Config& config, const PipelineEstimate& p) 
     if (config.device.memory_limit.has_value()) {
       fits = device <= *config.device.memory_limit ? "yes" : "NO";
     }
-    out += fmt::format("  {:<5}  {:<{}}  {:>15}  {:>9}  {:>11}  {:>11}  {:>11}  {:>11}  {}{}\n",
-                       s.shape.stage, LayersText(s.shape), width, FormatCount(s.parameters),
-                       s.shape.in_flight, Cell(device), Cell(e.tier_bytes(MemoryTier::kHostPinned)),
-                       Cell(e.tier_bytes(MemoryTier::kHost)), Cell(e.tier_bytes(MemoryTier::kNvme)),
-                       fits, s.shape.stage == p.worst_stage ? "  (largest)" : "");
+    out += fmt::format(
+        "  {:<5}  {:<{}}  {:>15}  {:>9}  {:>11}  {:>11}  {:>11}  {:>11}  {}{}\n", s.shape.stage,
+        LayersText(s.shape), width, FormatCount(s.parameters), s.shape.in_flight, ByteCell(device),
+        ByteCell(e.tier_bytes(MemoryTier::kHostPinned)), ByteCell(e.tier_bytes(MemoryTier::kHost)),
+        ByteCell(e.tier_bytes(MemoryTier::kNvme)), fits,
+        s.shape.stage == p.worst_stage ? "  (largest)" : "");
     sum += s.parameters;
   }
   out += fmt::format(

@@ -27,7 +27,7 @@ namespace {
 using testing::BaseYaml;
 using testing::LoadYaml;
 
-model::ModelOptions Options(model::Family family, bool tied) {
+model::ModelOptions TensorOptions(model::Family family, bool tied) {
   model::ModelOptions o = train::DefaultModelOptions();
   o.family = family;
   o.n_layer = 3;
@@ -53,7 +53,7 @@ class TensorLayoutCoverage
 
 TEST_P(TensorLayoutCoverage, PiecesOverTheTensorRanksAndReplicasOnceAreTheWholeModel) {
   const auto [family, tied, size, vocab_parallel] = GetParam();
-  const model::ModelOptions options = Options(family, tied);
+  const model::ModelOptions options = TensorOptions(family, tied);
   model::HostAllocator host;
   auto whole = model::Model<float>::Create(options, host, sluice::testing::OpsFor<float>(),
                                            model::ModelStorage::kExternal);

@@ -154,7 +154,7 @@ void ExpectSame(const Outcome& split, const Outcome& fused) {
   EXPECT_TRUE(any) << "no gradient at all: the comparison proves nothing";
 }
 
-struct Variant {
+struct SplitVariant {
   std::string name;
   Family family = Family::kGpt2;
   bool tied = false;
@@ -165,12 +165,12 @@ struct Variant {
   int64_t end = 0;
 };
 
-void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
+void PrintTo(const SplitVariant& v, std::ostream* os) { *os << v.name; }
 
-class SplitBackwardTest : public ::testing::TestWithParam<Variant> {};
+class SplitBackwardTest : public ::testing::TestWithParam<SplitVariant> {};
 
 TEST_P(SplitBackwardTest, EqualsTheFusedBackwardBitForBit) {
-  const Variant& v = GetParam();
+  const SplitVariant& v = GetParam();
   ModelOptions options = SmallOptions(v.family, 3, /*num_threads=*/1);
   options.tie_embeddings = v.tied;
   options.activation_checkpointing = v.checkpointing;
@@ -194,7 +194,7 @@ TEST_P(SplitBackwardTest, EqualsTheFusedBackwardBitForBit) {
   ExpectSame(RunPass(*split, kSplitOrder, data), RunPass(*fused, kFusedOrder, data));
 }
 
-std::vector<Variant> Variants() {
+std::vector<SplitVariant> Variants() {
   return {
       {.name = "gpt2_untied", .family = Family::kGpt2},
       {.name = "gpt2_tied", .family = Family::kGpt2, .tied = true},
@@ -212,7 +212,7 @@ std::vector<Variant> Variants() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, SplitBackwardTest, ::testing::ValuesIn(Variants()),
-                         [](const ::testing::TestParamInfo<Variant>& info) {
+                         [](const ::testing::TestParamInfo<SplitVariant>& info) {
                            return info.param.name;
                          });
 

@@ -20,6 +20,11 @@
 
 namespace sluice::kernels::testing {
 
+// How far the CPU kernels may stray from the fp64 references (relative), by kind of op.
+inline constexpr double kActivationTol = 2e-6;
+inline constexpr double kReductionTol = 1e-5;
+inline constexpr double kAttentionTol = 1e-5;
+
 struct CpuBackend {
   using T = float;
   static constexpr bool kCpu = true;

@@ -22,7 +22,7 @@ using testing::CompareBackends;
 using testing::Outputs;
 using testing::Rng;
 
-constexpr double kAttentionTol = 1e-5;
+using testing::kAttentionTol;
 
 class CpuAttention : public ::testing::TestWithParam<AttentionDims> {};
 

@@ -34,8 +34,8 @@ using testing::Outputs;
 using testing::Rng;
 
 constexpr double kElementwiseTol = 1e-6;
-constexpr double kActivationTol = 2e-6;
-constexpr double kReductionTol = 1e-5;
+using testing::kActivationTol;
+using testing::kReductionTol;
 
 TEST(CpuVsRef, AddAccumulateBias) {
   Rng rng(100);

@@ -36,9 +36,9 @@ using testing::CompareBackends;
 using testing::Outputs;
 using testing::Rng;
 
-constexpr double kActivationTol = 2e-6;
-constexpr double kReductionTol = 1e-5;
-constexpr double kAttentionTol = 1e-5;
+using testing::kActivationTol;
+using testing::kAttentionTol;
+using testing::kReductionTol;
 
 bool CpuHas(Isa isa) {
   const CpuFeatures& f = DetectCpuFeatures();
