@@ -144,24 +144,23 @@ Status RunEstimate(const EstimateCommandOptions& options) {
                             estimate::EstimateMemory(config, data_parallel, estimate_options));
     report.fit = estimate::CheckFit(config, report.estimate);
   } else {
-    estimate::PipelineEstimateOptions pipeline_options;
+    // The config's pipeline, the flags given over it.
+    SLUICE_ASSIGN_OR_RETURN(estimate::PipelineEstimateOptions pipeline_options,
+                            estimate::PipelineOptionsOf(config));
     pipeline_options.stages = stages;
     pipeline_options.stages_key = stages_key;
-    const bool schedule_flag = !options.schedule.empty();
-    SLUICE_ASSIGN_OR_RETURN(
-        pipeline_options.schedule,
-        estimate::ParseScheduleKind(schedule_flag ? options.schedule : config.parallel.schedule,
-                                    schedule_flag ? "--schedule" : "pipeline.schedule"));
-    const bool partition_flag = !options.partition_method.empty();
-    SLUICE_ASSIGN_OR_RETURN(
-        pipeline_options.partition,
-        parallel::ParsePartitionMethod(
-            partition_flag ? options.partition_method : config.parallel.partition_method,
-            partition_flag ? "--partition-method" : "pipeline.partition_method"));
+    if (!options.schedule.empty()) {
+      SLUICE_ASSIGN_OR_RETURN(pipeline_options.schedule,
+                              estimate::ParseScheduleKind(options.schedule, "--schedule"));
+      pipeline_options.chunks = 0;  // the config's chunks go with the config's schedule
+    }
+    if (options.chunks > 0) pipeline_options.chunks = options.chunks;
+    if (!options.partition_method.empty()) {
+      SLUICE_ASSIGN_OR_RETURN(
+          pipeline_options.partition,
+          parallel::ParsePartitionMethod(options.partition_method, "--partition-method"));
+    }
     pipeline_options.micro_batches = options.micro_batches;
-    // The config's chunks go with the config's schedule.
-    pipeline_options.chunks =
-        options.chunks > 0 || schedule_flag ? options.chunks : config.parallel.chunks;
     SLUICE_ASSIGN_OR_RETURN(
         estimate::PipelineEstimate p,
         estimate::EstimatePipeline(config, data_parallel, pipeline_options, estimate_options));

@@ -53,6 +53,18 @@ Result<ScheduleKind> ParseScheduleKind(std::string_view name, std::string_view k
                               names);
 }
 
+Result<PipelineEstimateOptions> PipelineOptionsOf(const Config& config) {
+  PipelineEstimateOptions options;
+  options.stages = config.parallel.pipeline;
+  SLUICE_ASSIGN_OR_RETURN(options.schedule,
+                          ParseScheduleKind(config.parallel.schedule, "pipeline.schedule"));
+  options.chunks = config.parallel.chunks;
+  SLUICE_ASSIGN_OR_RETURN(options.partition,
+                          parallel::ParsePartitionMethod(config.parallel.partition_method,
+                                                         "pipeline.partition_method"));
+  return options;
+}
+
 Result<PipelineEstimate> EstimatePipeline(const Config& config, int data_parallel,
                                           const PipelineEstimateOptions& pipeline,
                                           const EstimateOptions& options) {

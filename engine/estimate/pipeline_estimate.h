@@ -68,6 +68,11 @@ struct PipelineEstimate {
 // "gpipe", "1f1b", "interleaved-1f1b" (or "interleaved"), "zb-h1"; InvalidArgument naming `key`.
 Result<parallel::ScheduleKind> ParseScheduleKind(std::string_view name, std::string_view key);
 
+// The pipeline `config` trains: pipeline.stages, .schedule, .chunks and .partition_method (the
+// micro-batches left to gradient_accumulation_steps). InvalidArgument naming the key for a name
+// it does not know.
+Result<PipelineEstimateOptions> PipelineOptionsOf(const Config& config);
+
 // EstimateMemory's errors, and InvalidArgument naming the key for fewer than 1 data-parallel
 // rank, micro-batch or stage, more (virtual) stages than decoder layers, and a schedule that
 // cannot take the stages, micro-batches and chunks (interleaved: M a multiple of P).

@@ -6,7 +6,6 @@
 
 #include "engine/estimate/memory_estimate.h"
 #include "engine/estimate/pipeline_estimate.h"
-#include "engine/parallel/layer_partition.h"
 #include "engine/parallel/process_grid.h"
 #include "engine/train/train_world.h"
 #include "runtime/size_format.h"
@@ -50,14 +49,8 @@ void MergePeaks(MemorySnapshot& into, const MemorySnapshot& now) {
 Result<estimate::MemoryEstimate> PredictedPeaks(const Config& config, Comm& world) {
   const int data_parallel = std::max(1, config.dp_world_size);
   if (config.parallel.pipeline <= 1) return estimate::EstimateMemory(config, data_parallel);
-  estimate::PipelineEstimateOptions options;
-  options.stages = config.parallel.pipeline;
-  SLUICE_ASSIGN_OR_RETURN(
-      options.schedule, estimate::ParseScheduleKind(config.parallel.schedule, "pipeline.schedule"));
-  options.chunks = config.parallel.chunks;
-  SLUICE_ASSIGN_OR_RETURN(options.partition,
-                          parallel::ParsePartitionMethod(config.parallel.partition_method,
-                                                         "pipeline.partition_method"));
+  SLUICE_ASSIGN_OR_RETURN(const estimate::PipelineEstimateOptions options,
+                          estimate::PipelineOptionsOf(config));
   SLUICE_ASSIGN_OR_RETURN(estimate::PipelineEstimate pipeline,
                           estimate::EstimatePipeline(config, data_parallel, options));
   SLUICE_ASSIGN_OR_RETURN(const parallel::ProcessGrid grid,

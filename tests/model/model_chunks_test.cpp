@@ -19,6 +19,7 @@ namespace sluice::model {
 namespace {
 
 using testing::ChunksOf;
+using testing::ExpectError;
 using testing::kStageBatch;
 using testing::MakeMicroBatches;
 using testing::MicroBatchData;
@@ -202,21 +203,16 @@ TEST(ModelChunksTest, HooksSeeTheModelsUnitsAndOnePassEnd) {
   mine->SetHooks(nullptr);
 }
 
-void ExpectStatus(const Status& status, StatusCode code, const std::string& needle) {
-  EXPECT_EQ(status.code(), code) << status.ToString();
-  EXPECT_NE(status.message().find(needle), std::string::npos) << status.ToString();
-}
-
 TEST(ModelChunksTest, MisuseIsRefusedAndAFailedCallEndsThePassOnEveryChunk) {
   ModelOptions options = SmallOptions(Family::kLlama, 4);
   options.tie_embeddings = false;
   HostAllocator host;
   ops::OpsBackend& ops = sluice::testing::OpsFor<float>();
   const std::vector<ModelStage> overlapping = {{0, 2}, {1, 3}};
-  ExpectStatus(Model<float>::CreateChunks(options, overlapping, host, ops).status(),
-               StatusCode::kInvalidArgument, "begins before chunk 0");
-  ExpectStatus(Model<float>::CreateChunks(options, {}, host, ops).status(),
-               StatusCode::kInvalidArgument, "at least one chunk");
+  ExpectError(Model<float>::CreateChunks(options, overlapping, host, ops).status(),
+              StatusCode::kInvalidArgument, "begins before chunk 0");
+  ExpectError(Model<float>::CreateChunks(options, {}, host, ops).status(),
+              StatusCode::kInvalidArgument, "at least one chunk");
 
   const std::unique_ptr<Model<float>> whole = Whole(options, host);
   const std::unique_ptr<Model<float>> mine = ChunksOf(*whole, kChunks, host);
@@ -225,7 +221,7 @@ TEST(ModelChunksTest, MisuseIsRefusedAndAFailedCallEndsThePassOnEveryChunk) {
   StageInput<float> first{.batch = kStageBatch, .seq = options.seq_len};
   first.tokens = data[0].tokens.data();
   // The Model's own calls are a one-chunk model's.
-  ExpectStatus(mine->Forward(0, first), StatusCode::kFailedPrecondition, "model of 2 chunks");
+  ExpectError(mine->Forward(0, first), StatusCode::kFailedPrecondition, "model of 2 chunks");
 
   const size_t bytes = kStageBatch * options.seq_len * options.d_model * sizeof(float);
   DeviceBuffer out = Allocate(bytes);
@@ -233,14 +229,14 @@ TEST(ModelChunksTest, MisuseIsRefusedAndAFailedCallEndsThePassOnEveryChunk) {
   ASSERT_TRUE(mine->chunk(0).Forward(0, first, out.data_as<float>()).ok());
   EXPECT_EQ(mine->micro_batches_in_flight(), 1);
   // Chunk 1 never forwarded micro-batch 0: the pass ends on both chunks.
-  ExpectStatus(mine->chunk(1).Backward(0, {.hidden = out.data_as<float>()}, out.data_as<float>()),
-               StatusCode::kFailedPrecondition, "was never forwarded");
+  ExpectError(mine->chunk(1).Backward(0, {.hidden = out.data_as<float>()}, out.data_as<float>()),
+              StatusCode::kFailedPrecondition, "was never forwarded");
   EXPECT_EQ(mine->micro_batches_in_flight(), 0);
-  ExpectStatus(mine->EndPass().status(), StatusCode::kFailedPrecondition, "without a pass open");
+  ExpectError(mine->EndPass().status(), StatusCode::kFailedPrecondition, "without a pass open");
   // A new pass runs.
   ASSERT_TRUE(mine->BeginPass().ok());
   ASSERT_TRUE(mine->chunk(0).Forward(0, first, out.data_as<float>()).ok());
-  ExpectStatus(mine->EndPass().status(), StatusCode::kFailedPrecondition, "still in flight");
+  ExpectError(mine->EndPass().status(), StatusCode::kFailedPrecondition, "still in flight");
 }
 
 }  // namespace

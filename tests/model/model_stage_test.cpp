@@ -27,6 +27,7 @@
 namespace sluice::model {
 namespace {
 
+using testing::ExpectError;
 using testing::kStageBatch;
 using testing::MakeMicroBatches;
 using testing::MicroBatchData;
@@ -476,11 +477,6 @@ TEST(StagePassTest, HooksRunPerMicroBatchOverTheStagesUnits) {
   expected.push_back("end");
   EXPECT_EQ(hooks.events, expected);
   net.SetHooks(nullptr);
-}
-
-void ExpectError(const Status& status, StatusCode code, const std::string& needle) {
-  EXPECT_EQ(status.code(), code) << status.ToString();
-  EXPECT_NE(status.message().find(needle), std::string::npos) << status.ToString();
 }
 
 TEST(ModelStageSpecTest, BadRangesAreRefused) {

@@ -3,10 +3,13 @@
 // model's values.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/model/model.h"
@@ -34,6 +37,12 @@ inline std::vector<MicroBatchData> MakeMicroBatches(const ModelOptions& o, int c
     out.push_back({RandomTokens(n, vocab, seed + 2 * m), RandomTokens(n, vocab, seed + 2 * m + 1)});
   }
   return out;
+}
+
+// `status` has `code` and a message that contains `needle`.
+inline void ExpectError(const Status& status, StatusCode code, const std::string& needle) {
+  EXPECT_EQ(status.code(), code) << status.ToString();
+  EXPECT_NE(status.message().find(needle), std::string::npos) << status.ToString();
 }
 
 // Chunks of `whole` in one model (Model::CreateChunks) holding its values, copied by parameter

@@ -28,7 +28,6 @@
 #include <vector>
 
 #include "engine/estimate/pipeline_estimate.h"
-#include "engine/parallel/layer_partition.h"
 #include "engine/parallel/process_grid.h"
 #include "engine/train/pipeline_step.h"
 #include "engine/train/trainer.h"
@@ -308,12 +307,9 @@ TEST(PipelineTrainMemoryTest, TheLedgersActivationPeakFollowsTheSchedule) {
                                 .Snapshot()
                                 .at(MemoryTier::kDevice, MemoryCategory::kActivations)
                                 .peak);
-    estimate::PipelineEstimateOptions options;
-    options.stages = 2;
-    options.schedule = *estimate::ParseScheduleKind(schedule, "schedule");
-    options.chunks = config.parallel.chunks;
-    options.partition = *parallel::ParsePartitionMethod(config.parallel.partition_method, "k");
-    Result<estimate::PipelineEstimate> p = estimate::EstimatePipeline(config, 1, options);
+    Result<estimate::PipelineEstimateOptions> options = estimate::PipelineOptionsOf(config);
+    ASSERT_TRUE(options.ok()) << options.status().ToString();
+    Result<estimate::PipelineEstimate> p = estimate::EstimatePipeline(config, 1, *options);
     ASSERT_TRUE(p.ok()) << p.status().ToString();
     const int stage = TestWorld().rank();
     const double predicted =
