@@ -209,6 +209,24 @@ const ErrorCase kCases[] = {
      {},
      1,
      StatusCode::kOutOfRange},
+    // The pipeline's chunks go with the interleaved schedule only; the partition method's name
+    // and regex are checked where they are read.
+    {"InterleavedWithOneChunk",
+     kYaml,
+     "train_batch_size: 8\npipeline:\n  schedule: interleaved-1f1b\n  chunks: 1\n",
+     {"pipeline.chunks = 1", "interleaving needs at least 2 model chunks per stage"}},
+    {"ChunksWithoutInterleaving",
+     kYaml,
+     "train_batch_size: 8\npipeline:\n  chunks: 3\n",
+     {"pipeline.chunks = 3", "with pipeline.schedule 1f1b: only interleaved-1f1b runs several"}},
+    {"UnknownPartitionMethod",
+     kYaml,
+     "train_batch_size: 8\npipeline:\n  partition_method: layers\n",
+     {"pipeline.partition_method \"layers\" is not a partition method", "type:<regex>"}},
+    {"PartitionRegexThatDoesNotCompile",
+     kYaml,
+     "train_batch_size: 8\npipeline:\n  partition_method: \"type:(\"\n",
+     {"pipeline.partition_method \"type:(\"", "is not a valid regex"}},
     // Past 10^7 s the collectives' deadline would overflow its clock (every one timing out at
     // once): refused where it is read.
     {"CommTimeoutPastTheClock",
