@@ -64,7 +64,10 @@ void FaultPoint(std::string_view point, int rank) {
   const std::optional<Fault>& fault = ConfiguredFault();
   if (!fault.has_value() || fault->point != point || fault->rank != rank) return;
   static std::atomic<int> hits{0};
-  if (hits.fetch_add(1) + 1 == fault->hit) ::raise(fault->signal);
+  if (hits.fetch_add(1) + 1 != fault->hit) return;
+  // A stuck rank stays stuck: the SIGCONT that Open MPI's abort sends ahead of SIGTERM and
+  // SIGKILL would otherwise let it finish a collective its peers gave up on, racing the abort.
+  for (;;) ::raise(fault->signal);
 }
 
 }  // namespace sluice

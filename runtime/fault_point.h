@@ -4,8 +4,8 @@
 //   SLUICE_FAULT_POINT=<point>:<rank>:<hit>:<action>
 //
 // makes `rank` act the <hit>-th time (1-based) it passes FaultPoint(<point>, rank): action
-// "stop" raises SIGSTOP (a stuck process), "kill" raises SIGKILL (a dead one). Unset, a fault
-// point costs a branch. A malformed value aborts the process naming the variable.
+// "stop" raises SIGSTOP (a stuck process: raised again after every SIGCONT, so that only SIGKILL
+// ends it), "kill" raises SIGKILL (a dead one). Unset, a fault point costs a branch. A malformed value aborts the process naming the variable.
 //
 // Points: "checkpoint.rank_files_written" (a rank's shard files of a save are written, before
 // the ranks agree that every rank wrote its files).
