@@ -59,6 +59,11 @@ function(sluice_add_config_asan_test)
                       ${SLUICE_SANITIZER_LINK_OPTIONS})
   set_target_properties(config_asan_test PROPERTIES RUNTIME_OUTPUT_DIRECTORY
                         ${CMAKE_BINARY_DIR}/tests)
+  # Its config sources in unity batches too (the test objects are the config tests' own).
+  if(SLUICE_UNITY_BUILD)
+    set_target_properties(config_asan_test PROPERTIES UNITY_BUILD ON
+                          UNITY_BUILD_BATCH_SIZE ${SLUICE_UNITY_BATCH_SIZE})
+  endif()
   # One process for all cases: ASan's start-up per case would cost more than the cases.
   add_test(NAME config_asan_test COMMAND config_asan_test --gtest_brief=1)
   set_tests_properties(config_asan_test PROPERTIES LABELS cpu TIMEOUT 600
