@@ -2,6 +2,7 @@
 // profiles that block io_uring_setup): worker threads run pread/pwrite with the same chunking,
 // short-transfer and error rules as the io_uring backend. Idle workers sleep on a condition
 // variable.
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,7 +24,10 @@ class ThreadPoolBackend final : public IoBackend {
  public:
   explicit ThreadPoolBackend(const AioOptions& options) {
     const int workers = std::min(kMaxWorkers, options.queue_depth * options.intra_op_parallelism);
-    for (int i = 0; i < workers; ++i) workers_.emplace_back([this] { Run(); });
+    for (int i = 0; i < workers; ++i) {
+      workers_.emplace_back([this] { Run(); });
+      pthread_setname_np(workers_.back().native_handle(), "sluice-aio-pool");
+    }
   }
 
   ~ThreadPoolBackend() override {

@@ -4,6 +4,7 @@
 // asleep, wakes it through an eventfd whose read is always armed in the ring. The thread sleeps
 // in io_uring_wait_cqe, so an idle engine uses no CPU.
 #include <liburing.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -70,6 +71,7 @@ class UringLane {
       }
     }
     thread_ = std::thread([this] { Run(); });
+    pthread_setname_np(thread_.native_handle(), "sluice-aio");
     return OkStatus();
   }
 

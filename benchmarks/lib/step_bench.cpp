@@ -14,6 +14,7 @@
 #include "engine/train/trainer.h"
 #include "kernels/cpu/cpu_features.h"
 #include "offload/offloaded_adam.h"
+#include "runtime/thread_cpu.h"
 #include "runtime/trace.h"
 
 namespace sluice::bench {
@@ -61,7 +62,28 @@ nlohmann::json SampleJson(const StepSample& s) {
           {"loss", s.loss}};
 }
 
+nlohmann::json CpuJson(const StepCpu& cpu) {
+  nlohmann::json threads = nlohmann::json::array();
+  for (const ThreadCpuUse& use : cpu.by_thread) {
+    threads.push_back({{"name", use.name}, {"threads", use.threads}, {"cpu_s", use.cpu_s}});
+  }
+  return {{"total_s", cpu.total_s()}, {"by_thread", threads}};
+}
+
+double ComputeSeconds(const StepSample& s) { return s.phase_s[kForward] + s.phase_s[kBackward]; }
+
 }  // namespace
+
+double StepCpu::total_s() const {
+  double total = 0;
+  for (const ThreadCpuUse& use : by_thread) total += use.cpu_s;
+  return total;
+}
+
+double StepBenchReport::compute_ratio() const {
+  const double base = ComputeSeconds(baseline);
+  return baseline_measured && base > 0 ? ComputeSeconds(median) / base : 0;
+}
 
 double StepSample::overlap_efficiency() const {
   double sum = 0;
@@ -116,10 +138,15 @@ Result<std::unique_ptr<train::Trainer>> QuietTrainer(const StepBenchOptions& opt
   return trainer;
 }
 
+struct TimedSteps {
+  std::vector<StepSample> samples;
+  StepCpu cpu;
+};
+
 // --warmup untimed steps, then --steps timed ones with the trace on (its comm lane is recorded
 // only while tracing).
-Result<std::vector<StepSample>> TimeSteps(train::Trainer& trainer, const StepBenchOptions& options,
-                                          bool keep_trace) {
+Result<TimedSteps> TimeSteps(train::Trainer& trainer, const StepBenchOptions& options,
+                             bool keep_trace) {
   for (int i = 0; i < options.warmup; ++i) {
     SLUICE_ASSIGN_OR_RETURN(train::StepMetrics m, trainer.TrainStep());
     (void)m;
@@ -132,6 +159,7 @@ Result<std::vector<StepSample>> TimeSteps(train::Trainer& trainer, const StepBen
     return param_store == nullptr ? int64_t{0} : param_store->stats().read_ns;
   };
   std::vector<StepSample> samples;
+  const ThreadCpuSample cpu_before = SampleThreadCpu();
   for (int i = 0; i < options.steps; ++i) {
     const int64_t begin_ns = TraceClockNs();
     const int64_t param_read_begin_ns = param_read_ns();
@@ -166,6 +194,9 @@ Result<std::vector<StepSample>> TimeSteps(train::Trainer& trainer, const StepBen
     }
     samples.push_back(sample);
   }
+  TimedSteps timed;
+  timed.cpu.by_thread = CpuByThreadName(cpu_before, SampleThreadCpu());
+  for (ThreadCpuUse& use : timed.cpu.by_thread) use.cpu_s /= options.steps;
   trace.Disable();
   if (keep_trace && !options.trace_path.empty()) {
     SLUICE_RETURN_IF_ERROR(trace.WriteChromeTrace(options.trace_path, /*rank=*/0));
@@ -183,7 +214,8 @@ Result<std::vector<StepSample>> TimeSteps(train::Trainer& trainer, const StepBen
       }
     }
   }
-  return samples;
+  timed.samples = std::move(samples);
+  return timed;
 }
 
 StepSample MedianSample(const std::vector<StepSample>& samples) {
@@ -230,7 +262,9 @@ Result<StepBenchReport> RunStepBench(const StepBenchOptions& options) {
         {"optimizer_shard_elements", trainer->zero().optimizer().count()},
         {"gradient_accumulation_steps", trainer->config().batch.gradient_accumulation_steps},
         {"micro_batch_per_gpu", trainer->config().batch.micro_batch_per_gpu}};
-    SLUICE_ASSIGN_OR_RETURN(report.samples, TimeSteps(*trainer, options, /*keep_trace=*/true));
+    SLUICE_ASSIGN_OR_RETURN(TimedSteps timed, TimeSteps(*trainer, options, /*keep_trace=*/true));
+    report.samples = std::move(timed.samples);
+    report.cpu = std::move(timed.cpu);
   }
   report.median = MedianSample(report.samples);
 
@@ -242,19 +276,57 @@ Result<StepBenchReport> RunStepBench(const StepBenchOptions& options) {
         QuietTrainer(options, {"zero_optimization.offload_optimizer.device=none",
                                "zero_optimization.offload_optimizer.ratio=1",
                                "zero_optimization.offload_param.device=none"});
-    Result<std::vector<StepSample>> samples =
-        baseline.ok() ? TimeSteps(**baseline, options, /*keep_trace=*/false)
-                      : Result<std::vector<StepSample>>(baseline.status());
-    if (samples.ok()) {
+    Result<TimedSteps> timed = baseline.ok() ? TimeSteps(**baseline, options, /*keep_trace=*/false)
+                                             : Result<TimedSteps>(baseline.status());
+    if (timed.ok()) {
       report.baseline_measured = true;
-      report.baseline_wall_s = MedianSample(*samples).wall_s;
+      report.baseline = MedianSample(timed->samples);
+      report.baseline_cpu = std::move(timed->cpu);
     } else {
-      report.baseline_not_measured = samples.status().ToString();
+      report.baseline_not_measured = timed.status().ToString();
     }
   }
   report.machine["load_average_1m_at_end"] = LoadAverage();
   return report;
 }
+
+namespace {
+
+// CPU ms per step by thread name, beside the baseline's.
+std::string FormatCpuTable(const StepCpu& cpu, const StepCpu* baseline, double wall_s) {
+  auto find = [](const StepCpu* in, const std::string& name) -> const ThreadCpuUse* {
+    if (in == nullptr) return nullptr;
+    for (const ThreadCpuUse& use : in->by_thread) {
+      if (use.name == name) return &use;
+    }
+    return nullptr;
+  };
+  std::vector<std::string> names;
+  for (const ThreadCpuUse& use : cpu.by_thread) names.push_back(use.name);
+  if (baseline != nullptr) {
+    for (const ThreadCpuUse& use : baseline->by_thread) {
+      if (find(&cpu, use.name) == nullptr) names.push_back(use.name);
+    }
+  }
+  auto ms = [](const ThreadCpuUse* use) { return use != nullptr ? 1e3 * use->cpu_s : 0.0; };
+  const bool both = baseline != nullptr;
+  std::string out = fmt::format("CPU per step by thread (user + system){}\n",
+                                both ? ", beside the run without offload" : "");
+  out += fmt::format("{:<16} {:>7} {:>10}{}\n", "thread", "threads", "cpu (ms)",
+                     both ? "  no offload (ms)" : "");
+  for (const std::string& name : names) {
+    const ThreadCpuUse* ours = find(&cpu, name);
+    out += fmt::format("{:<16} {:>7} {:>10.1f}{}\n", name, ours != nullptr ? ours->threads : 0,
+                       ms(ours), both ? fmt::format(" {:>16.1f}", ms(find(baseline, name))) : "");
+  }
+  out += fmt::format("{:<16} {:>7} {:>10.1f}{} ({:.2f} cores over the wall)\n", "total", "",
+                     1e3 * cpu.total_s(),
+                     both ? fmt::format(" {:>16.1f}", 1e3 * baseline->total_s()) : "",
+                     wall_s > 0 ? cpu.total_s() / wall_s : 0.0);
+  return out;
+}
+
+}  // namespace
 
 std::string FormatStepBenchTable(const StepBenchReport& report) {
   const StepSample& m = report.median;
@@ -284,12 +356,17 @@ std::string FormatStepBenchTable(const StepBenchReport& report) {
   if (report.baseline_measured) {
     out +=
         fmt::format("whole step against no offload (same run): {:.3f} ms / {:.3f} ms = {:.3f}{}\n",
-                    1e3 * m.wall_s, 1e3 * report.baseline_wall_s, report.whole_step_ratio(),
+                    1e3 * m.wall_s, 1e3 * report.baseline.wall_s, report.whole_step_ratio(),
                     report.nvme_optimizer ? " (target <= 1.2)" : "");
+    out += fmt::format("forward + backward against no offload: {:.3f} ms / {:.3f} ms = {:.3f}\n",
+                       1e3 * ComputeSeconds(m), 1e3 * ComputeSeconds(report.baseline),
+                       report.compute_ratio());
   } else if (report.offloaded) {
     out += fmt::format("whole step against no offload: not measured ({})\n",
                        report.baseline_not_measured);
   }
+  out += FormatCpuTable(report.cpu, report.baseline_measured ? &report.baseline_cpu : nullptr,
+                        m.wall_s);
   return out;
 }
 
@@ -298,12 +375,17 @@ nlohmann::json StepBenchJson(const StepBenchReport& report) {
   for (const StepSample& s : report.samples) samples.push_back(SampleJson(s));
   nlohmann::json results = SampleJson(report.median);
   results["samples"] = samples;
+  results["cpu_per_step"] = CpuJson(report.cpu);
   results["optimizer_ratio_target"] = report.nvme_optimizer ? nlohmann::json(1.2) : nullptr;
   if (report.baseline_measured) {
     results["whole_step"] = {{"wall_s", report.median.wall_s},
-                             {"no_offload_wall_s", report.baseline_wall_s},
+                             {"no_offload_wall_s", report.baseline.wall_s},
                              {"ratio", report.whole_step_ratio()},
                              {"target", report.nvme_optimizer ? nlohmann::json(1.2) : nullptr}};
+    results["compute"] = {{"forward_backward_s", ComputeSeconds(report.median)},
+                          {"no_offload_forward_backward_s", ComputeSeconds(report.baseline)},
+                          {"ratio", report.compute_ratio()}};
+    results["no_offload_cpu_per_step"] = CpuJson(report.baseline_cpu);
   } else if (report.offloaded) {
     results["whole_step"] = {{"not_measured", report.baseline_not_measured}};
   }

@@ -18,6 +18,10 @@
 // against the same config without offload, timed in the same run after it (--no-baseline skips
 // it; a baseline that cannot be built, e.g. one that does not fit device.memory_limit, is
 // reported, not fatal): issue 17's target is <= 1.2 with the optimizer on NVMe.
+// Where the CPU went: every thread's user + system time over the timed steps, per step, by thread
+// name (runtime/thread_cpu.h: stream workers with the OpenMP teams they start, the io_uring
+// completion thread, the main thread), for the run and its baseline; and forward + backward
+// against the baseline's, which shows what the offload costs the compute.
 // Correctness check: every timed step's loss is finite and the phase times are non-negative; the
 // run fails otherwise.
 #pragma once
@@ -28,6 +32,7 @@
 #include <vector>
 
 #include "runtime/status.h"
+#include "runtime/thread_cpu.h"
 
 namespace CLI {
 class App;
@@ -68,22 +73,32 @@ struct StepSample {
   double optimizer_ratio() const;  // optimizer_wall_s / max(nvme, adam); 0 when both are 0
 };
 
+// The CPU time per step of each thread name over the timed steps, largest first.
+struct StepCpu {
+  std::vector<ThreadCpuUse> by_thread;  // cpu_s per step
+  double total_s() const;
+};
+
 struct StepBenchReport {
   nlohmann::json machine;
   nlohmann::json config;    // the resolved config record
   nlohmann::json settings;  // steps, warmup, config paths, overrides, model, offload tiers
   std::vector<StepSample> samples;
   StepSample median;  // per field median over the samples (efficiency and ratio recomputed)
+  StepCpu cpu;
   bool nvme_optimizer = false;
   bool offloaded = false;  // optimizer state or parameters off the device
   // The same config without offload, timed after it (offloaded runs only).
   bool baseline_measured = false;
-  double baseline_wall_s = 0;         // its median step
+  StepSample baseline;  // its medians
+  StepCpu baseline_cpu;
   std::string baseline_not_measured;  // why, when offloaded and not measured
   // The headline: median step / the baseline's median step (0 without a baseline).
   double whole_step_ratio() const {
-    return baseline_measured && baseline_wall_s > 0 ? median.wall_s / baseline_wall_s : 0;
+    return baseline_measured && baseline.wall_s > 0 ? median.wall_s / baseline.wall_s : 0;
   }
+  // Median forward + backward against the baseline's (0 without a baseline).
+  double compute_ratio() const;
 };
 
 Result<StepBenchReport> RunStepBench(const StepBenchOptions& options);
