@@ -100,6 +100,7 @@ Result<std::unique_ptr<OffloadedAdam>> OffloadedAdam::Create(
   }
   adam->reads_.resize(static_cast<size_t>(offload.buffer_count));
   adam->writes_.resize(static_cast<size_t>(offload.buffer_count));
+  adam->write_left_.assign(static_cast<size_t>(offload.buffer_count), -1);
   SLUICE_LOG(kDebug, "offload",
              "{} state of {} elements on {} ({}) in {} tiles of {}; pinned ring {} x {} bytes{}",
              optimizer.name, count, OptimizerStateTierName(offload.tier),
@@ -110,8 +111,10 @@ Result<std::unique_ptr<OffloadedAdam>> OffloadedAdam::Create(
 }
 
 OffloadedAdam::~OffloadedAdam() {
-  // Step and the state calls settle their transfers before returning; this only guards an
-  // object destroyed after a failure.
+  if (Status settled = SettleInFlight(); !settled.ok()) {
+    SLUICE_LOG(kError, "offload", "{}", settled.ToString());
+  }
+  // After a failure, the transfers its settling left.
   for (SwapHandle& handle : reads_) (void)handle.Wait();
   for (SwapHandle& handle : writes_) (void)handle.Wait();
   if (d2h_stream_) (void)d2h_stream_->Synchronize();
@@ -137,6 +140,74 @@ Status OffloadedAdam::CheckUsable() const {
         "the offloaded optimizer is unusable since a step failed part-way (its state is partly "
         "stepped); restore it from a checkpoint (RestoreState). The failure: {}",
         broken_.ToString());
+  }
+  return OkStatus();
+}
+
+Status OffloadedAdam::SettleWrite(int slot, OffloadStepTimings* timings) const {
+  const int64_t tile = write_left_[static_cast<size_t>(slot)];
+  if (tile < 0) return OkStatus();
+  write_left_[static_cast<size_t>(slot)] = -1;
+  const Clock::time_point start = Clock::now();
+  Status written = writes_[slot].Wait();
+  writes_[slot] = SwapHandle();
+  const double waited = TracedSecondsSince(start, kTraceLaneNvme, "left write wait", tile);
+  if (timings != nullptr) timings->nvme_write_wait_s += waited;
+  if (!written.ok()) {
+    // The stored state is not what the step computed: as a step that failed part-way.
+    broken_ = TileError(tile, std::move(written), "writing the state of")
+                  .WithContext(fmt::format("optimizer step {}", step_));
+    return broken_;
+  }
+  return OkStatus();
+}
+
+Status OffloadedAdam::SettleWrites(OffloadStepTimings* timings) const {
+  // In tile order, so that the first failing tile is the one reported.
+  std::vector<int> slots;
+  // (write_left_ is empty in an optimizer whose Create failed.)
+  for (size_t slot = 0; slot < write_left_.size(); ++slot) {
+    if (write_left_[slot] >= 0) slots.push_back(static_cast<int>(slot));
+  }
+  std::sort(slots.begin(), slots.end(), [this](int a, int b) {
+    return write_left_[static_cast<size_t>(a)] < write_left_[static_cast<size_t>(b)];
+  });
+  Status first;
+  for (int slot : slots) {
+    if (Status settled = SettleWrite(slot, timings); first.ok()) first = std::move(settled);
+  }
+  return first;
+}
+
+Status OffloadedAdam::SettleInFlight() const {
+  Status first = SettleWrites(nullptr);
+  for (int64_t tile = 0; tile < prefetched_; ++tile) {
+    const size_t slot = static_cast<size_t>(tile % options_.buffer_count);
+    (void)reads_[slot].Wait();  // dropped: whoever needs the tile reads it again
+    reads_[slot] = SwapHandle();
+  }
+  prefetched_ = 0;
+  return first;
+}
+
+Status OffloadedAdam::PrefetchState(bool wait) {
+  if (!on_nvme() || !options_.pipeline_read || !master_loaded_ || !broken_.ok()) {
+    return OkStatus();
+  }
+  TilePipelineOptions pipeline;
+  pipeline.buffer_count = options_.buffer_count;
+  pipeline.pipeline_read = options_.pipeline_read;
+  pipeline.pipeline_write = options_.pipeline_write;
+  const int64_t ahead = std::min<int64_t>(grid_.num_tiles(), TileReadAhead(pipeline) + 1);
+  for (; prefetched_ < ahead; ++prefetched_) {
+    const int64_t tile = prefetched_;
+    const int slot = static_cast<int>(tile % options_.buffer_count);
+    if (!wait && write_left_[static_cast<size_t>(slot)] >= 0 && !writes_[slot].Poll()) break;
+    SLUICE_RETURN_IF_ERROR(SettleWrite(slot, &carried_));
+    const Clock::time_point start = Clock::now();
+    reads_[slot] = nvme_->ReadAsync(tile, ring_.state(slot));
+    carried_.nvme_read_issue_s += TracedSecondsSince(start, kTraceLaneNvme, "prefetch", tile);
+    carried_.nvme_bytes_read += nvme_->TileBytes(tile);
   }
   return OkStatus();
 }
@@ -196,7 +267,7 @@ TilePipelineHooks OffloadedAdam::StepHooks(const void* grads, double lr, int64_t
   TilePipelineHooks hooks;
   const size_t grad_size = DTypeSize(grad_dtype_);
   hooks.begin_fetch = [this, grads, grad_size](int64_t tile, int slot) -> Status {
-    if (on_nvme()) {
+    if (on_nvme() && tile >= prefetched_) {
       const Clock::time_point start = Clock::now();
       reads_[slot] = nvme_->ReadAsync(tile, ring_.state(slot));
       timings_.nvme_read_issue_s += TracedSecondsSince(start, kTraceLaneNvme, "read issue", tile);
@@ -255,6 +326,15 @@ TilePipelineHooks OffloadedAdam::StepHooks(const void* grads, double lr, int64_t
     }
     return OkStatus();
   };
+  if (on_nvme() && options_.pipeline_write) {
+    hooks.detach_store = [this](int64_t tile, int slot) -> Status {
+      const Clock::time_point start = Clock::now();
+      Status copied = h2d_done_[slot]->Synchronize();
+      timings_.h2d_wait_s += TracedSecondsSince(start, kTraceLaneH2D, "params wait", tile);
+      write_left_[static_cast<size_t>(slot)] = tile;
+      return TileError(tile, std::move(copied), "copying the parameters of");
+    };
+  }
   hooks.finish_store = [this](int64_t tile, int slot) -> Status {
     Clock::time_point start = Clock::now();
     Status written = writes_[slot].Wait();
@@ -281,15 +361,26 @@ Status OffloadedAdam::Step(const void* grads, double lr, double grad_scale) {
   }
   const int64_t step = step_ + 1;
 
-  timings_ = OffloadStepTimings();
+  // The transfers of PrefetchState, and the writes the last step left, count to this step.
+  timings_ = carried_;
+  carried_ = OffloadStepTimings();
   timings_.tiles = grid_.num_tiles();
   const Clock::time_point start = Clock::now();
+  SLUICE_RETURN_IF_ERROR(SettleWrites(&timings_));
   const TilePipelineHooks hooks = StepHooks(grads, lr, step, static_cast<float>(grad_scale));
   TilePipelineOptions pipeline;
   pipeline.buffer_count = options_.buffer_count;
   pipeline.pipeline_read = options_.pipeline_read;
   pipeline.pipeline_write = options_.pipeline_write;
   Status status = FinishStoringParams(RunTilePipeline(grid_.num_tiles(), pipeline, hooks));
+  if (!status.ok()) {
+    // Prefetched reads of tiles the aborted pipeline never reached.
+    for (SwapHandle& read : reads_) {
+      (void)read.Wait();
+      read = SwapHandle();
+    }
+  }
+  prefetched_ = 0;
   timings_.wall_s = SecondsSince(start);
   if (!status.ok()) {
     broken_ = status;
@@ -310,6 +401,7 @@ Status OffloadedAdam::StoreStateSerial(int64_t tile) {
 }
 
 Status OffloadedAdam::LoadMasterFromParams() {
+  SLUICE_RETURN_IF_ERROR(SettleInFlight());
   SLUICE_RETURN_IF_ERROR(CheckUsable());
   // Before the first store of an NVMe tile there are no moments to keep: they start at zero.
   const bool keep_moments = on_nvme() && master_loaded_;
@@ -362,8 +454,10 @@ Status OffloadedAdam::ReadState(int64_t begin, int64_t n, float* master, float* 
 }
 
 Status OffloadedAdam::RestoreState(const OptimizerStateSource& source, int64_t step) {
-  // No CheckUsable(): replacing the whole state is how a failed step is recovered from.
+  // No CheckUsable(): replacing the whole state is how a failed step is recovered from (also
+  // from a failed left write, whose error is not kept).
   if (step < 0) return InvalidArgumentError("restoring the optimizer at step {}", step);
+  (void)SettleInFlight();
   for (int64_t tile = 0; tile < grid_.num_tiles(); ++tile) {
     const int64_t n = grid_.length(tile);
     const TileState state = StateOf(tile, 0);

@@ -12,7 +12,10 @@
 //     dtype into the slot
 //   pinned slot --H2D--> parameter shard tile (device)      [NVMe: slot --write--> extent]
 //
-// with the read of tile g+1, the update of g and the write of g-1 overlapping. Adam is
+// with the read of tile g+1, the update of g and the write of g-1 overlapping. On NVMe the step's
+// transfers also overlap the model's compute: PrefetchState begins reading the first tiles while
+// the last micro-batch's pass runs, and (with pipeline_write) Step returns with the last tiles'
+// writes in flight, which the next call that touches the state settles first. Adam is
 // elementwise and every element goes through the same kernel arithmetic whatever tile or thread
 // it falls in, so the result is bit-identical to ShardedAdam on the same inputs.
 //
@@ -75,8 +78,8 @@ class OffloadedAdam {
   static Result<std::unique_ptr<OffloadedAdam>> Create(
       Device& device, const CpuOptimizer& optimizer, DType param_dtype, void* param_shard,
       DType grad_dtype, int64_t count, int num_threads, const OffloadedAdamOptions& offload);
-  // Step and the state calls return only once their transfers finished; this settles what a
-  // failure may have left in flight, then unregisters the ring from the I/O engine.
+  // Settles the transfers in flight (the last step's writes, prefetched reads), then
+  // unregisters the ring from the I/O engine.
   ~OffloadedAdam();
 
   // Master weights := the parameter shard's values widened to fp32; exp_avg and exp_avg_sq are
@@ -85,8 +88,17 @@ class OffloadedAdam {
   // One step over `count` elements: Adam(grads * grad_scale) at rate `lr`; advances the
   // bias-correction step and leaves the updated parameters in the parameter shard. A failure
   // names the tile; the state may then be partly stepped (tiles before the failing one are, and
-  // were stored intact), so the optimizer refuses further steps until RestoreState.
+  // were stored intact), so the optimizer refuses further steps until RestoreState. On NVMe with
+  // pipeline_write the last tiles' state writes may still be in flight when it returns: the next
+  // Step, PrefetchState or state call waits for them first and fails (naming the tile and the
+  // step) if one failed, after which the optimizer refuses steps until RestoreState.
   Status Step(const void* grads, double lr, double grad_scale);
+  // Begins reading the state of the next Step's first tiles (as many as the ring reads ahead)
+  // into their slots, where Step then finds them: called while the model computes, it takes the
+  // reads off the step's critical path. With `wait` false a tile whose slot still holds the last
+  // step's write is left for later instead of waited for. A no-op except on NVMe with
+  // pipeline_read; calling it again adds only the tiles it could not begin before.
+  Status PrefetchState(bool wait);
 
   int64_t step() const { return step_; }
   int64_t count() const { return count_; }
@@ -146,6 +158,13 @@ class OffloadedAdam {
   // into `landing` (host memory), synchronously.
   Status LoadParams(int64_t tile, void* landing);
   Status CheckUsable() const;
+  // Waits for the write Step left in flight in `slot`, if any; counts the wait in `timings` (if
+  // given). A failed write breaks the optimizer.
+  Status SettleWrite(int slot, OffloadStepTimings* timings) const;
+  // Every write left in flight, in tile order; returns the first failure.
+  Status SettleWrites(OffloadStepTimings* timings) const;
+  // Settles every transfer left in flight: the writes, and the prefetched reads (dropped).
+  Status SettleInFlight() const;
 
   Device* device_ = nullptr;
   CpuOptimizer optimizer_;
@@ -158,7 +177,7 @@ class OffloadedAdam {
   TileGrid grid_;
   int64_t step_ = 0;
   bool master_loaded_ = false;
-  Status broken_;
+  mutable Status broken_;  // also set by a failed left write, which a const reader may find
 
   std::unique_ptr<HostStateStore> host_;
   std::unique_ptr<NvmeStateStore> nvme_;
@@ -169,8 +188,15 @@ class OffloadedAdam {
   std::unique_ptr<Stream> h2d_stream_;
   std::vector<std::unique_ptr<Event>> d2h_done_;  // per slot
   std::vector<std::unique_ptr<Event>> h2d_done_;  // per slot
-  std::vector<SwapHandle> reads_;                 // per slot
-  std::vector<SwapHandle> writes_;                // per slot
+  // What outlives a Step or PrefetchState call, settled by whichever call touches the state
+  // next (the const state readers too, hence mutable): per slot, the reads and writes in flight
+  // and the tile whose write Step left (-1: none); how many leading tiles are prefetched; and the
+  // transfer time spent outside Step for the next one, which its timings include.
+  mutable std::vector<SwapHandle> reads_;
+  mutable std::vector<SwapHandle> writes_;
+  mutable std::vector<int64_t> write_left_;
+  mutable int64_t prefetched_ = 0;
+  mutable OffloadStepTimings carried_;
   OffloadStepTimings timings_;
 };
 

@@ -54,6 +54,7 @@ class RingReads {
 
 Status OffloadedAdam::StreamState(int64_t begin, int64_t n, const OptimizerStateSink& sink) const {
   SLUICE_RETURN_IF_ERROR(CheckStateRange(begin, n, count_));
+  SLUICE_RETURN_IF_ERROR(SettleInFlight());
   if (n == 0) return OkStatus();
   if (on_nvme() && !master_loaded_) {
     return FailedPreconditionError("the offloaded optimizer's NVMe state was never written");

@@ -45,7 +45,9 @@ class TileRing {
     }
     // The last stores, in tile order (so the first failing tile is the one reported).
     for (int64_t tile = std::max<int64_t>(0, num_tiles_ - slots_); tile < num_tiles_; ++tile) {
-      if (Status stored = FinishStore(Slot(tile)); !stored.ok()) return Abort(std::move(stored));
+      if (Status stored = FinishStore(Slot(tile), /*last=*/true); !stored.ok()) {
+        return Abort(std::move(stored));
+      }
     }
     return OkStatus();
   }
@@ -53,11 +55,12 @@ class TileRing {
  private:
   int Slot(int64_t tile) const { return static_cast<int>(tile % slots_); }
 
-  Status FinishStore(int slot) {
+  Status FinishStore(int slot, bool last = false) {
     const int64_t tile = storing_[slot];
     if (tile < 0) return OkStatus();
     storing_[slot] = -1;
-    return hooks_.finish_store(tile, slot);
+    return last && hooks_.detach_store ? hooks_.detach_store(tile, slot)
+                                       : hooks_.finish_store(tile, slot);
   }
 
   Status BeginFetch(int64_t tile) {

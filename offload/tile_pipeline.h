@@ -51,6 +51,10 @@ struct TilePipelineHooks {
   std::function<Status(int64_t tile, int slot)> compute;       // update the tile in its slot
   std::function<Status(int64_t tile, int slot)> begin_store;   // start moving results out
   std::function<Status(int64_t tile, int slot)> finish_store;  // block until the slot is free
+  // Optional: for the stores still in flight when the last tile is stored, called instead of
+  // finish_store; it finishes what the run must (the parameter copies) and leaves the rest (the
+  // NVMe writes) in flight, for the caller to settle before it reuses the slot.
+  std::function<Status(int64_t tile, int slot)> detach_store;
 };
 
 // Runs tiles 0..num_tiles-1 through the hooks. On the first error it stops issuing work, waits

@@ -44,6 +44,9 @@ class SplitOptimizer final : public ZeroOptimizer {
   // `grads`: the device fp32 gradient shard. After a failure of either part the optimizer
   // refuses further steps until RestoreState.
   Status Step(const float* grads, double lr, double grad_scale) override;
+  Status PrefetchState(bool wait) override {
+    return offloaded_part_.adam != nullptr ? offloaded_part_.adam->PrefetchState(wait) : OkStatus();
+  }
   Status StreamState(int64_t begin, int64_t n,
                      const offload::OptimizerStateSink& sink) const override;
   Status RestoreState(const offload::OptimizerStateSource& source, int64_t step) override;

@@ -615,7 +615,13 @@ Status ZeroEngine::SumTiedGrads() {
 }
 
 Status ZeroEngine::BeforePassEnd() {
-  if (pass_kind_ == PassKind::kTrain) SLUICE_RETURN_IF_ERROR(FinishReductions());
+  if (pass_kind_ != PassKind::kTrain) return OkStatus();
+  SLUICE_RETURN_IF_ERROR(FinishReductions());
+  // The pass is enqueued and still computing: the host's wait for the last step's writes and
+  // the reads it then begins overlap it.
+  if (!pipelined_ && micro_batches_ + 1 == options_.gradient_accumulation_steps) {
+    return adam_->PrefetchState(/*wait=*/true);
+  }
   return OkStatus();
 }
 
@@ -722,6 +728,9 @@ Result<double> ZeroEngine::RunPass(PassKind kind, const int32_t* inputs, const i
   if (train) {
     const bool boundary = micro_batches_ + 1 == options_.gradient_accumulation_steps;
     if (Status status = BeginReduction(boundary); !status.ok()) return Fail(status);
+    // The optimizer state on NVMe starts loading for the step while the passes compute: here
+    // where the last step's writes are done, at the boundary pass's end (BeforePassEnd) anyway.
+    if (Status status = adam_->PrefetchState(/*wait=*/false); !status.ok()) return Fail(status);
   }
   if (coordinator_ != nullptr) {
     if (Status status = coordinator_->BeginPass(kind); !status.ok()) return Fail(status);

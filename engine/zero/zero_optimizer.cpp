@@ -52,6 +52,7 @@ class OffloadedOptimizer final : public ZeroOptimizer {
   Status Step(const float* grads, double lr, double grad_scale) override {
     return part_.adam->Step(grads, lr, grad_scale);
   }
+  Status PrefetchState(bool wait) override { return part_.adam->PrefetchState(wait); }
   Status StreamState(int64_t begin, int64_t n,
                      const offload::OptimizerStateSink& sink) const override {
     return part_.adam->StreamState(begin, n, sink);

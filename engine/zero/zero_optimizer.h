@@ -47,6 +47,13 @@ class ZeroOptimizer {
   // stream's later work, and whoever synchronizes it, sees the update); the offloaded part's is
   // done when Step returns.
   virtual Status Step(const float* grads, double lr, double grad_scale) = 0;
+  // A hint while the model computes: state on NVMe begins loading for the next Step
+  // (OffloadedAdam::PrefetchState); a no-op for the other tiers. `wait`: may block for the last
+  // step's writes.
+  virtual Status PrefetchState(bool wait) {
+    (void)wait;
+    return OkStatus();
+  }
   // Copies elements [begin, begin + n) of the state to host memory (null skips a tensor).
   Status ReadState(int64_t begin, int64_t n, float* master, float* exp_avg,
                    float* exp_avg_sq) const;

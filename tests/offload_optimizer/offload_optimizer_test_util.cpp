@@ -137,7 +137,7 @@ StateAfter RunShardedAdam(Device& device, const RunInputs& in, int steps) {
 }
 
 Result<StateAfter> RunOffloadedAdam(Device& device, const RunInputs& in, int steps,
-                                    const offload::OffloadedAdamOptions& options) {
+                                    const offload::OffloadedAdamOptions& options, bool prefetch) {
   DeviceBuffer params =
       ToDevice(device, in.params.data(), in.params.size(), MemoryCategory::kParams);
   SLUICE_ASSIGN_OR_RETURN(auto adam, offload::OffloadedAdam::Create(
@@ -147,6 +147,10 @@ Result<StateAfter> RunOffloadedAdam(Device& device, const RunInputs& in, int ste
   for (int s = 0; s < steps; ++s) {
     DeviceBuffer grads =
         ToDevice(device, in.grads[s].data(), in.grads[s].size(), MemoryCategory::kGrads);
+    if (prefetch) {
+      SLUICE_RETURN_IF_ERROR(adam->PrefetchState(/*wait=*/false));
+      SLUICE_RETURN_IF_ERROR(adam->PrefetchState(/*wait=*/true));
+    }
     SLUICE_RETURN_IF_ERROR(adam->Step(grads.data(), in.lrs[s], in.scales[s]));
   }
   StateAfter out;

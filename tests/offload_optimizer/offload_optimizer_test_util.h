@@ -64,9 +64,11 @@ RunInputs MakeRunInputs(DType param_dtype, DType grad_dtype, int64_t count, int 
 
 // ShardedAdam over the same inputs (gradients widened to fp32), `steps` steps.
 StateAfter RunShardedAdam(Device& device, const RunInputs& inputs, int steps);
-// OffloadedAdam over the same inputs; the state read back with ReadState.
+// OffloadedAdam over the same inputs; the state read back with ReadState. With `prefetch`,
+// PrefetchState(false) then PrefetchState(true) before each step, as the engine calls them.
 Result<StateAfter> RunOffloadedAdam(Device& device, const RunInputs& inputs, int steps,
-                                    const offload::OffloadedAdamOptions& options);
+                                    const offload::OffloadedAdamOptions& options,
+                                    bool prefetch = false);
 
 // "" when equal bit for bit, else where they first differ.
 std::string FirstDifference(const StateAfter& expected, const StateAfter& actual);

@@ -97,6 +97,8 @@ TEST(OffloadedAdamTest, LowPrecisionGradientsMatchTheirWidenedValues) {
   }
 }
 
+// Also with the next step's first tiles prefetched (PrefetchState) while the last step's writes
+// may still be in flight (pipeline_write leaves them to the next call).
 TEST(OffloadedAdamTest, EveryPipelineSettingGivesTheSameBits) {
   auto device = MakeCpuDevice();
   const RunInputs inputs = MakeRunInputs(DType::kBF16, DType::kBF16, 6 * kTile + 9, 3, 21);
@@ -104,18 +106,53 @@ TEST(OffloadedAdamTest, EveryPipelineSettingGivesTheSameBits) {
   for (int buffers : {1, 2, 3, 4, 7}) {
     for (bool read : {false, true}) {
       for (bool write : {false, true}) {
-        SCOPED_TRACE(fmt::format("buffer_count {} read {} write {}", buffers, read, write));
-        NvmeFixture nvme;
-        offload::OffloadedAdamOptions options = NvmeOptions(nvme);
-        options.buffer_count = buffers;
-        options.pipeline_read = read;
-        options.pipeline_write = write;
-        Result<StateAfter> actual = RunOffloadedAdam(*device, inputs, 3, options);
-        ASSERT_TRUE(actual.ok()) << actual.status().ToString();
-        EXPECT_EQ(FirstDifference(expected, *actual), "");
+        for (bool prefetch : {false, true}) {
+          SCOPED_TRACE(fmt::format("buffer_count {} read {} write {} prefetch {}", buffers, read,
+                                   write, prefetch));
+          NvmeFixture nvme;
+          offload::OffloadedAdamOptions options = NvmeOptions(nvme);
+          options.buffer_count = buffers;
+          options.pipeline_read = read;
+          options.pipeline_write = write;
+          Result<StateAfter> actual = RunOffloadedAdam(*device, inputs, 3, options, prefetch);
+          ASSERT_TRUE(actual.ok()) << actual.status().ToString();
+          EXPECT_EQ(FirstDifference(expected, *actual), "");
+        }
       }
     }
   }
+}
+
+// A prefetch moves the step's first reads out of Step: the step then issues reads only for the
+// tiles past the ones prefetched (its read-issue bytes count the prefetched ones once).
+TEST(OffloadedAdamTest, PrefetchedTilesAreReadOnceAndCountedInTheNextStep) {
+  auto device = MakeCpuDevice();
+  const int64_t count = 6 * kTile;
+  const RunInputs inputs = MakeRunInputs(DType::kBF16, DType::kBF16, count, 2, 5);
+  NvmeFixture nvme;
+  offload::OffloadedAdamOptions options = NvmeOptions(nvme);
+  options.buffer_count = 4;  // reads 2 tiles ahead: 3 prefetched
+  DeviceBuffer params = testing::ToDevice(*device, inputs.params.data(), inputs.params.size(),
+                                          MemoryCategory::kParams);
+  auto adam =
+      offload::OffloadedAdam::Create(*device, CpuOptimizerOf(testing::TestOptimizer()),
+                                     DType::kBF16, params.data(), DType::kBF16, count, 1, options);
+  ASSERT_TRUE(adam.ok()) << adam.status().ToString();
+  ASSERT_TRUE((*adam)->LoadMasterFromParams().ok());
+  for (int s = 0; s < 2; ++s) {
+    DeviceBuffer grads = testing::ToDevice(*device, inputs.grads[s].data(), inputs.grads[s].size(),
+                                           MemoryCategory::kGrads);
+    ASSERT_TRUE((*adam)->PrefetchState(/*wait=*/true).ok());
+    ASSERT_TRUE((*adam)->PrefetchState(/*wait=*/true).ok());  // nothing more to begin
+    ASSERT_TRUE((*adam)->Step(grads.data(), inputs.lrs[s], inputs.scales[s]).ok());
+    const offload::OffloadStepTimings& t = (*adam)->last_step_timings();
+    EXPECT_EQ(t.nvme_bytes_read, t.nvme_bytes_written) << "step " << s + 1;
+    EXPECT_EQ(t.tiles, 6);
+  }
+  const StateAfter expected = RunShardedAdam(*device, inputs, 2);
+  std::vector<float> v(static_cast<size_t>(count));
+  ASSERT_TRUE((*adam)->ReadState(0, count, nullptr, nullptr, v.data()).ok());
+  EXPECT_EQ(0, std::memcmp(v.data(), expected.exp_avg_sq.data(), v.size() * sizeof(float)));
 }
 
 TEST(OffloadedAdamTest, RestoredStateContinuesExactly) {

@@ -133,6 +133,22 @@ TEST(TilePipelineTest, PipelineWriteAloneOverlapsTheWriteWithTheNextTile) {
   }
 }
 
+// detach_store, where given, takes the stores the run would otherwise wait for at its end (one
+// per slot, in tile order); the stores that free a slot for a later tile still finish.
+TEST(TilePipelineTest, TheLastStoresAreDetachedWhereTheCallerTakesThem) {
+  Recorder r(3);
+  offload::TilePipelineHooks hooks = r.Hooks();
+  hooks.detach_store = [&r](int64_t t, int s) { return r.Log('d', t, s); };
+  ASSERT_TRUE(offload::RunTilePipeline(5, {3, true, true}, hooks).ok());
+  EXPECT_TRUE(r.violations.empty()) << r.violations.front();
+  for (const char* finished : {"s0", "s1"}) EXPECT_GE(r.Position(finished), 0) << finished;
+  for (const char* detached : {"d2", "d3", "d4"}) EXPECT_GE(r.Position(detached), 0) << detached;
+  for (const char* never : {"s2", "s3", "s4", "d0", "d1"}) EXPECT_EQ(r.Position(never), -1);
+  EXPECT_LT(r.Position("d2"), r.Position("d3"));
+  EXPECT_LT(r.Position("d3"), r.Position("d4"));
+  EXPECT_EQ(r.log.back(), "d4");
+}
+
 TEST(TilePipelineTest, ASingleSlotSerializesEverything) {
   Recorder r(1);
   ASSERT_TRUE(offload::RunTilePipeline(3, {1, true, true}, r.Hooks()).ok());
