@@ -7,8 +7,9 @@
 //
 // With pipeline_read a slot's fetch is issued up to TileReadAhead() tiles ahead of the update;
 // without it, only after the previous tile was updated (and, without pipeline_write, stored).
-// With pipeline_write a store is waited for only when its slot is needed again (or at the end);
-// without it, right after it was issued. A slot is reused only once its store finished.
+// With pipeline_write a store is waited for only when its slot is needed again (or at the end,
+// unless the caller takes the last stores with detach_store); without it, right after it was
+// issued. A slot is reused only once its store finished.
 #pragma once
 
 #include <cstdint>
