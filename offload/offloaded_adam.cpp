@@ -43,6 +43,14 @@ const void* Offset(const void* base, int64_t elements, size_t element_size) {
   return static_cast<const std::byte*>(base) + static_cast<size_t>(elements) * element_size;
 }
 
+TilePipelineOptions PipelineOptionsOf(const OffloadedAdamOptions& options) {
+  TilePipelineOptions pipeline;
+  pipeline.buffer_count = options.buffer_count;
+  pipeline.pipeline_read = options.pipeline_read;
+  pipeline.pipeline_write = options.pipeline_write;
+  return pipeline;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<OffloadedAdam>> OffloadedAdam::Create(
@@ -194,11 +202,8 @@ Status OffloadedAdam::PrefetchState(bool wait) {
   if (!on_nvme() || !options_.pipeline_read || !master_loaded_ || !broken_.ok()) {
     return OkStatus();
   }
-  TilePipelineOptions pipeline;
-  pipeline.buffer_count = options_.buffer_count;
-  pipeline.pipeline_read = options_.pipeline_read;
-  pipeline.pipeline_write = options_.pipeline_write;
-  const int64_t ahead = std::min<int64_t>(grid_.num_tiles(), TileReadAhead(pipeline) + 1);
+  const int64_t ahead =
+      std::min<int64_t>(grid_.num_tiles(), TileReadAhead(PipelineOptionsOf(options_)) + 1);
   for (; prefetched_ < ahead; ++prefetched_) {
     const int64_t tile = prefetched_;
     const int slot = static_cast<int>(tile % options_.buffer_count);
@@ -368,11 +373,9 @@ Status OffloadedAdam::Step(const void* grads, double lr, double grad_scale) {
   const Clock::time_point start = Clock::now();
   SLUICE_RETURN_IF_ERROR(SettleWrites(&timings_));
   const TilePipelineHooks hooks = StepHooks(grads, lr, step, static_cast<float>(grad_scale));
-  TilePipelineOptions pipeline;
-  pipeline.buffer_count = options_.buffer_count;
-  pipeline.pipeline_read = options_.pipeline_read;
-  pipeline.pipeline_write = options_.pipeline_write;
-  Status status = FinishStoringParams(RunTilePipeline(grid_.num_tiles(), pipeline, hooks));
+  timings_.prefetched_tiles = prefetched_;
+  Status status =
+      FinishStoringParams(RunTilePipeline(grid_.num_tiles(), PipelineOptionsOf(options_), hooks));
   if (!status.ok()) {
     // Prefetched reads of tiles the aborted pipeline never reached.
     for (SwapHandle& read : reads_) {

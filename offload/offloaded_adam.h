@@ -61,6 +61,7 @@ struct OffloadStepTimings {
   double d2h_wait_s = 0;  // waiting for gradient tiles
   double h2d_wait_s = 0;  // waiting for parameter tiles to reach the device
   int64_t tiles = 0;
+  int64_t prefetched_tiles = 0;  // tiles whose state reads PrefetchState began before the step
   uint64_t nvme_bytes_read = 0;
   uint64_t nvme_bytes_written = 0;
 

@@ -57,6 +57,7 @@ nlohmann::json SampleJson(const StepSample& s) {
             {"nvme_s", s.optimizer_nvme_s()},
             {"adam_s", s.optimizer_adam_s()},
             {"ratio", s.optimizer_ratio()},
+            {"prefetched_tiles", s.prefetched_tiles},
             {"engine_step_s", s.engine_step_s}}},
           {"param_nvme_read_s", s.param_nvme_read_s},
           {"loss", s.loss}};
@@ -182,6 +183,7 @@ Result<TimedSteps> TimeSteps(train::Trainer& trainer, const StepBenchOptions& op
       sample.phase_s[kNvmeRead] = t->nvme_read_s();
       sample.phase_s[kNvmeWrite] = t->nvme_write_s();
       sample.phase_s[kAdam] = t->adam_s;
+      sample.prefetched_tiles = t->prefetched_tiles;
       sample.optimizer_wall_s = t->wall_s;
     }
     // The gathers' parameter reads (offload_param nvme) are NVMe reads too, outside the step.
@@ -232,6 +234,8 @@ StepSample MedianSample(const std::vector<StepSample>& samples) {
   median.optimizer_wall_s = median_of([](const StepSample& s) { return s.optimizer_wall_s; });
   median.engine_step_s = median_of([](const StepSample& s) { return s.engine_step_s; });
   median.loss = median_of([](const StepSample& s) { return s.loss; });
+  median.prefetched_tiles = static_cast<int64_t>(
+      median_of([](const StepSample& s) { return static_cast<double>(s.prefetched_tiles); }));
   median.param_nvme_read_s = median_of([](const StepSample& s) { return s.param_nvme_read_s; });
   return median;
 }

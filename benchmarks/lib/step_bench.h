@@ -63,6 +63,9 @@ struct StepSample {
   // The engine's whole Step: the gradient norm, clipping and publishing the parameters too.
   double engine_step_s = 0;
   double loss = 0;
+  // Optimizer tiles whose state the engine began reading while the passes computed
+  // (OffloadedAdam::PrefetchState).
+  int64_t prefetched_tiles = 0;
   // offload_param nvme: the parameter reads of the passes' gathers (part of nvme_read, not of
   // the optimizer step).
   double param_nvme_read_s = 0;

@@ -85,6 +85,8 @@ TEST_F(StepBenchTest, CommandReportsEveryPhaseAndWritesTraceWithLanes) {
         opt["ratio"].get<double>(),
         opt["wall_s"].get<double>() / std::max(nvme, sample["phases_s"]["adam"].get<double>()),
         1e-9);
+    // The engine began reading the first tiles' state while the passes computed.
+    EXPECT_GT(opt["prefetched_tiles"].get<int64_t>(), 0);
     // The optimizer step's own parts cannot exceed it, nor it the whole step.
     EXPECT_LE(opt["adam_s"].get<double>(), opt["wall_s"].get<double>());
     EXPECT_LE(opt["wall_s"].get<double>(), wall);
@@ -98,6 +100,26 @@ TEST_F(StepBenchTest, CommandReportsEveryPhaseAndWritesTraceWithLanes) {
   EXPECT_NEAR(whole["ratio"].get<double>(),
               whole["wall_s"].get<double>() / whole["no_offload_wall_s"].get<double>(), 1e-12);
   EXPECT_EQ(whole["target"].get<double>(), 1.2);
+
+  // The passes against the baseline's, and the CPU per step by thread: the stream that ran the
+  // passes is there, and the total is the threads' sum.
+  const nlohmann::json& compute = results["compute"];
+  EXPECT_NEAR(compute["ratio"].get<double>(),
+              compute["forward_backward_s"].get<double>() /
+                  compute["no_offload_forward_backward_s"].get<double>(),
+              1e-12);
+  for (const char* key : {"cpu_per_step", "no_offload_cpu_per_step"}) {
+    const nlohmann::json& cpu = results[key];
+    double threads_sum = 0;
+    bool stream_worker = false;
+    for (const nlohmann::json& use : cpu["by_thread"]) {
+      threads_sum += use["cpu_s"].get<double>();
+      stream_worker = stream_worker || use["name"].get<std::string>().starts_with("sluice-c");
+    }
+    EXPECT_GT(cpu["total_s"].get<double>(), 0) << key;
+    EXPECT_NEAR(cpu["total_s"].get<double>(), threads_sum, 1e-9) << key;
+    EXPECT_TRUE(stream_worker) << key << ": " << cpu.dump();
+  }
 
   // The medians' efficiency is computed from the median phases and wall, as reported.
   double median_sum = 0;

@@ -148,6 +148,7 @@ TEST(OffloadedAdamTest, PrefetchedTilesAreReadOnceAndCountedInTheNextStep) {
     const offload::OffloadStepTimings& t = (*adam)->last_step_timings();
     EXPECT_EQ(t.nvme_bytes_read, t.nvme_bytes_written) << "step " << s + 1;
     EXPECT_EQ(t.tiles, 6);
+    EXPECT_EQ(t.prefetched_tiles, 3);
   }
   const StateAfter expected = RunShardedAdam(*device, inputs, 2);
   std::vector<float> v(static_cast<size_t>(count));
